@@ -1,0 +1,129 @@
+"""Canonical CBOR (RFC 8949 §4.2.1 core deterministic encoding) and content addresses.
+
+Public surface: ``dumps(obj) -> bytes``, ``loads(data) -> obj``, ``content_hash(data) -> str``.
+
+The value model is deliberately small. Allowed Python values are ``None``, ``bool``, ``int``
+(within CBOR's major types 0/1: -2**64 .. 2**64-1), ``str``, ``bytes``, ``list`` (tuples are
+accepted on encode), ``dict`` with keys of those scalar types, and ``Tag(2000, <16 bytes>)``
+for dec128. Floats, other tags, and anything else are rejected: AIR values carry no floats.
+
+Why not ``cbor2.dumps(canonical=True)``: cbor2 sorts map keys length-first (RFC 7049's
+"canonical CBOR"), which differs from RFC 8949's bytewise order of the encoded keys when keys
+of different major types share a map, e.g. ``{100: 1, -1: 2}``. We order each map ourselves and
+let cbor2's C encoder, which keeps insertion order and always writes shortest-form integers
+and definite lengths, produce the bytes.
+
+Strictness: ``loads`` decodes with cbor2, checks the value model, re-encodes, and requires the
+result to equal the input byte for byte. That one comparison rejects every non-canonical form
+(non-shortest heads, indefinite lengths, unsorted or duplicate keys, trailing bytes) without a
+hand-written decoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import blake3
+import cbor2
+
+from air.errors import CborError
+
+__all__ = ["DEC128_TAG", "Tag", "content_hash", "digest", "dumps", "hash_to_raw", "loads", "raw_to_hash"]
+
+DEC128_TAG: Final = 2000
+_UINT_MAX: Final = 2**64 - 1
+_NINT_MIN: Final = -(2**64)
+HASH_PREFIX: Final = "blake3:"
+
+Tag = cbor2.CBORTag
+
+
+def _key_sort(key: Any) -> bytes:
+    return cbor2.dumps(key)
+
+
+def _text_key_sort(key: str) -> tuple[int, bytes]:
+    # Within one major type the encoded head grows with the length, so bytewise order of the
+    # encoded form is (byte length, bytes); this avoids encoding every key.
+    raw = key.encode("utf-8")
+    return (len(raw), raw)
+
+
+def _prepare(obj: Any, path: str) -> Any:
+    """Return ``obj`` with every map reordered canonically; reject values outside the model."""
+    if obj is None or obj is True or obj is False or isinstance(obj, str | bytes):
+        return obj
+    if isinstance(obj, int):
+        if not _NINT_MIN <= obj <= _UINT_MAX:
+            raise CborError(path or "/", "int.range", f"integer {obj} does not fit CBOR major type 0/1")
+        return obj
+    if isinstance(obj, list | tuple):
+        return [_prepare(item, f"{path}/{i}") for i, item in enumerate(obj)]
+    if isinstance(obj, dict):
+        return _prepare_map(obj, path)
+    if isinstance(obj, cbor2.CBORTag):
+        if obj.tag != DEC128_TAG or not isinstance(obj.value, bytes) or len(obj.value) != 16:
+            raise CborError(path or "/", "tag.unsupported", f"only tag {DEC128_TAG} over 16 bytes is allowed")
+        return obj
+    if isinstance(obj, float):
+        raise CborError(path or "/", "float", "floats are not allowed in canonical values")
+    raise CborError(path or "/", "type.unsupported", f"cannot encode {type(obj).__name__}")
+
+
+def _prepare_map(obj: dict[Any, Any], path: str) -> dict[Any, Any]:
+    keys = list(obj)
+    for key in keys:
+        if isinstance(key, bool) or not isinstance(key, int | str | bytes):
+            raise CborError(path or "/", "key.type", f"map key {key!r} is not int, text or bytes")
+    if all(type(key) is str for key in keys):
+        keys.sort(key=_text_key_sort)
+    else:
+        keys.sort(key=_key_sort)
+    return {key: _prepare(obj[key], f"{path}/{key}") for key in keys}
+
+
+def dumps(obj: Any) -> bytes:
+    """Encode ``obj`` as canonical CBOR; raise ``CborError`` for values outside the model."""
+    return cbor2.dumps(_prepare(obj, ""))
+
+
+def loads(data: bytes) -> Any:
+    """Decode canonical CBOR strictly; raise ``CborError`` on any non-canonical input."""
+    try:
+        obj = cbor2.loads(data)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise CborError("/", "malformed", str(exc)) from exc
+    try:
+        again = dumps(obj)
+    except CborError as exc:
+        raise CborError(exc.pointer, exc.code, exc.detail) from exc
+    if again != data:
+        raise CborError("/", "non_canonical", "input is not in canonical form")
+    return obj
+
+
+def digest(data: bytes) -> bytes:
+    """The raw 32-byte blake3 digest of ``data``."""
+    return blake3.blake3(data).digest()
+
+
+def content_hash(data: bytes) -> str:
+    """The content address ``blake3:<64 lowercase hex>`` of ``data``."""
+    return HASH_PREFIX + blake3.blake3(data).hexdigest()
+
+
+def hash_to_raw(text: str) -> bytes:
+    """``blake3:<hex>`` to its raw 32 bytes; raise ``CborError`` if malformed."""
+    if not text.startswith(HASH_PREFIX) or len(text) != len(HASH_PREFIX) + 64:
+        raise CborError("/", "hash.format", f"not a blake3:<64 hex> address: {text!r}")
+    hex_part = text[len(HASH_PREFIX) :]
+    if hex_part != hex_part.lower():
+        raise CborError("/", "hash.format", "hash hex must be lowercase")
+    try:
+        return bytes.fromhex(hex_part)
+    except ValueError as exc:
+        raise CborError("/", "hash.format", f"not hex: {text!r}") from exc
+
+
+def raw_to_hash(raw: bytes) -> str:
+    return HASH_PREFIX + raw.hex()

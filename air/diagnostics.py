@@ -1,0 +1,90 @@
+"""Collecting diagnostics: every finding is recorded with its file and JSON pointer, and
+validation goes on, so an author sees all problems at once rather than the first.
+
+Stable codes used across the loader and validator (tests and tools key on these):
+
+    air.json                     the file is not JSON, or not an object / array of objects
+    air.kind.unknown             ``$kind`` missing or not an AIR kind
+    air.shape                    a field is missing, unknown or of the wrong JSON type
+    air.name.invalid             a def name is not namespace/name@version
+    air.name.duplicate           two defs share a name (a copy of a built-in ``sys/`` def is fine)
+    air.manifest.missing         no manifest in the AIR
+    air.manifest.multiple        more than one manifest
+    air.hash.mismatch            a hash written in the AIR differs from the computed one
+    air.type.invalid             a type expression is malformed
+    air.type.ref_cycle           schemas refer to each other with no structure between
+    air.ref.unknown_schema       a name that should be a schema is not defined
+    air.ref.unknown_module       ... a module
+    air.ref.unknown_plan         ... a plan
+    air.ref.unknown_cap          ... a capability type
+    air.ref.unknown_policy       ... a policy
+    air.ref.unknown_effect       an effect kind that no defeffect provides
+    air.ref.unknown_cap_grant    a cap grant name not in ``defaults.cap_grants``
+    air.ref.unknown_slot         a module binding names a slot the module does not declare
+    air.route.keyed_to_unkeyed   a route with ``key_field`` targets a reducer without ``key_schema``
+    air.route.unkeyed_to_keyed   a route without ``key_field`` targets a keyed reducer
+    air.route.key_field_missing  ``key_field`` is not a field of the event's record schema
+    air.route.key_type_mismatch  the key field's type is not the reducer's ``key_schema``
+    air.trigger.input_mismatch   the trigger's event is not the plan's input schema
+    air.trigger.correlate_missing  ``correlate_by`` is not a field of the event's record schema
+    air.effect.origin            an effect kind used where its origin is not allowed
+    air.cap.type_mismatch        a grant's capability type does not fit the effect
+    air.value.mismatch           a literal value does not match its schema
+    air.expr.<code>              an expression failed to parse (``expr.*`` codes from air.expr)
+    air.plan.step.duplicate      two steps share an id
+    air.plan.edge.unknown_step   an edge names a step that does not exist
+    air.plan.cycle               the plan's edges form a cycle
+    air.plan.ref.unknown_step    ``@step:x`` names no step (or a step that yields nothing)
+    air.plan.ref.unknown_var     ``@var:x`` is neither a local nor assigned
+    air.plan.ref.event_outside_where  ``@event`` used outside an ``await_event.where``
+    air.plan.await_receipt.for   ``await_receipt.for`` does not name an ``emit_effect`` step
+    air.plan.raise_event.key     a keyed reducer needs ``key``; a non-keyed one must not get one
+    air.plan.await_event.where_required  a correlated plan awaits an event without ``where``
+    air.module.wasm_missing      (warning) the module's wasm file is absent; not validated
+    air.module.wasm_invalid      the wasm bytes are not a valid module
+    air.module.imports           the module imports something (reducers import nothing)
+    air.module.exports           the module lacks memory, alloc or step
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from air.errors import Diagnostic, ManifestError
+
+__all__ = ["Diagnostics", "escape_pointer"]
+
+
+def escape_pointer(token: object) -> str:
+    """One JSON pointer reference token (RFC 6901)."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+@dataclass
+class Diagnostics:
+    """An append-only list of findings with helpers to raise when any is an error."""
+
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def add(
+        self,
+        file: str,
+        pointer: str,
+        code: str,
+        message: str,
+        severity: Literal["error", "warning"] = "error",
+    ) -> None:
+        self.items.append(Diagnostic(file, pointer, code, message, severity))
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity == "warning"]
+
+    def raise_if_errors(self) -> None:
+        if self.errors:
+            raise ManifestError(self.errors)

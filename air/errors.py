@@ -1,0 +1,113 @@
+"""The error tree. Every error the project raises on purpose derives from ``WorldError``.
+
+    WorldError
+    ├── CborError(pointer, code, detail)          canonical CBOR encode/decode
+    ├── ValueMismatch(pointer, code, detail)      a value does not match its AIR type
+    ├── ExprError(pointer, code, detail)          Expr evaluation failed (deterministically)
+    ├── ManifestError(diagnostics)                AIR failed validation; all diagnostics at once
+    ├── ReducerError(module, code, detail)        a reducer step failed (kernel.host)
+    │   ├── ReducerLoadError                      module rejected at load time
+    │   └── ReducerTrap(trap_code)                the step trapped
+    ├── StepRejected(module, code, pointer, detail) output failed validation
+    ├── JournalCorrupt(segment, offset, reason)   a bad record inside the journal
+    ├── WorldLocked(path)                         another process holds the world
+    ├── LimitExceeded(limit, value)               a named limit was hit
+    ├── HashMismatch(expected, actual)            content did not match its address
+    └── UsageError(detail)                        bad input from a user of the API/CLI
+
+Fields are structured; messages are derived from them. Tests assert on type and fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "CborError",
+    "Diagnostic",
+    "ExprError",
+    "HashMismatch",
+    "LimitExceeded",
+    "ManifestError",
+    "UsageError",
+    "ValueMismatch",
+    "WorldError",
+]
+
+
+class WorldError(Exception):
+    """Root of every error the world kernel raises deliberately."""
+
+
+class _PointedError(WorldError):
+    def __init__(self, pointer: str, code: str, detail: str) -> None:
+        self.pointer = pointer
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{pointer}: {detail} [{code}]")
+
+
+class CborError(_PointedError):
+    """Bytes are not canonical CBOR, or a value cannot be encoded canonically."""
+
+
+class ValueMismatch(_PointedError):
+    """A value does not match its AIR type; ``pointer`` is inside the value."""
+
+
+class ExprError(_PointedError):
+    """An Expr could not be evaluated; ``pointer`` is inside the expression."""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding about AIR: where (file + JSON pointer), what (stable code), and why."""
+
+    file: str
+    pointer: str
+    code: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+    def render(self) -> str:
+        return f"{self.file}:{self.pointer or '/'}: {self.message} [{self.code}]"
+
+    def as_json(self) -> dict[str, str]:
+        return {
+            "file": self.file,
+            "pointer": self.pointer,
+            "code": self.code,
+            "message": self.message,
+            "severity": self.severity,
+        }
+
+
+@dataclass
+class ManifestError(WorldError):
+    """AIR failed validation; carries every error diagnostic found, not just the first."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+
+class HashMismatch(WorldError):
+    def __init__(self, expected: str, actual: str) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"expected {expected}, found {actual}")
+
+
+class LimitExceeded(WorldError):
+    def __init__(self, limit: str, value: int, detail: str = "") -> None:
+        self.limit = limit
+        self.value = value
+        super().__init__(f"limit {limit}={value} exceeded{': ' + detail if detail else ''}")
+
+
+class UsageError(WorldError):
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)

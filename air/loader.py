@@ -1,0 +1,243 @@
+"""Loading AIR: JSON documents in, a validated ``LoadedAir`` with hashes out.
+
+Pure: the caller (``world.airfiles``) reads the files and passes their text, and supplies
+``read_wasm`` / ``inspect_wasm`` callbacks for module binaries, so nothing here touches the
+filesystem or wasmtime.
+
+Pipeline: parse JSON → shape-check each def (pydantic) → names (format, duplicates, one
+manifest) → schema types → semantic validation (``air.validate``) → canonical forms and hashes.
+Every step records diagnostics and goes on; errors raise one ``ManifestError`` at the end.
+
+Choices:
+- The world is every def in the AIR plus the built-in ``sys/`` defs. The manifest's def lists
+  may name defs (optionally with a ``hash`` that must match); the loader fills in every def and
+  its hash, so the canonical manifest lists them all, sorted by name.
+- A def hash is blake3 over the canonical CBOR of the def's canonical form: types in their
+  one canonical form, expressions via ``air.expr.to_json``, literal values normalised by
+  their schema, plan steps sorted by id and edges by (from, to), set-like lists sorted. The
+  module's ``wasm`` path is authoring detail and is not hashed; its ``wasm_hash`` is.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+from air import cbor
+from air.diagnostics import Diagnostics, escape_pointer
+from air.errors import ValueMismatch
+from air.model import AIR_KINDS, DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, Manifest
+from air.types import Ref, TypeNode, is_def_name, parse_type, resolve, type_refs
+
+__all__ = ["AirSource", "Located", "LoadedAir", "WasmInfo", "load_air"]
+
+
+@dataclass(frozen=True)
+class AirSource:
+    """One AIR document: its path (for diagnostics and relative wasm paths) and JSON text."""
+
+    file: str
+    text: str
+    builtin: bool = False
+
+
+@dataclass(frozen=True)
+class WasmInfo:
+    """What the validator needs to know about a module binary."""
+
+    imports: list[str]
+    exports: dict[str, str]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Located:
+    """A parsed def with where it came from."""
+
+    file: str
+    pointer: str
+    model: Any
+    raw: Any
+    builtin: bool = False
+
+
+ReadWasm = Callable[[str], bytes | None]
+InspectWasm = Callable[[bytes], WasmInfo]
+
+
+@dataclass
+class LoadedAir:
+    """A validated world definition. ``defs`` maps every def name to its located model."""
+
+    manifest: Manifest
+    manifest_file: str
+    defs: dict[str, Located]
+    schemas: dict[str, TypeNode]
+    key_types: dict[str, TypeNode]
+    wasm_hashes: dict[str, str]
+    wasm_bytes: dict[str, bytes]
+    def_hashes: dict[str, str] = field(default_factory=dict)
+    def_cbor: dict[str, bytes] = field(default_factory=dict)
+    manifest_cbor: bytes = b""
+    manifest_hash: str = ""
+    warnings: list[Any] = field(default_factory=list)
+
+    def of_kind(self, model_type: type) -> dict[str, Any]:
+        return {n: d.model for n, d in self.defs.items() if isinstance(d.model, model_type)}
+
+    @property
+    def modules(self) -> dict[str, DefModule]:
+        return self.of_kind(DefModule)
+
+    @property
+    def plans(self) -> dict[str, DefPlan]:
+        return self.of_kind(DefPlan)
+
+    @property
+    def effects(self) -> dict[str, DefEffect]:
+        """By effect kind (``timer.set``), not by def name."""
+        return {e.effect_kind: e for e in self.of_kind(DefEffect).values()}
+
+    @property
+    def caps(self) -> dict[str, DefCap]:
+        return self.of_kind(DefCap)
+
+    @property
+    def policies(self) -> dict[str, DefPolicy]:
+        return self.of_kind(DefPolicy)
+
+
+def _parse_documents(sources: Iterable[AirSource], diags: Diagnostics) -> list[tuple[AirSource, str, Any]]:
+    out = []
+    for source in sources:
+        try:
+            obj = json.loads(source.text)
+        except json.JSONDecodeError as exc:
+            diags.add(source.file, "", "air.json", f"not JSON: {exc.msg} at line {exc.lineno}")
+            continue
+        if isinstance(obj, dict):
+            out.append((source, "", obj))
+        elif isinstance(obj, list):
+            out.extend((source, f"/{i}", item) for i, item in enumerate(obj))
+        else:
+            diags.add(source.file, "", "air.json", "an AIR file holds an object or an array of objects")
+    return out
+
+
+def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Located | None:
+    kind = obj.get("$kind") if isinstance(obj, dict) else None
+    model_type = AIR_KINDS.get(kind) if isinstance(kind, str) else None
+    if model_type is None:
+        diags.add(source.file, f"{pointer}/$kind", "air.kind.unknown", f"unknown $kind {kind!r}")
+        return None
+    try:
+        model = model_type.model_validate(obj)
+    except pydantic.ValidationError as exc:
+        for err in exc.errors():
+            loc = "".join(f"/{escape_pointer(p)}" for p in err["loc"] if not str(p).startswith("function"))
+            diags.add(source.file, pointer + loc, "air.shape", f"{kind}: {err['msg']}")
+        return None
+    return Located(source.file, pointer, model, obj, source.builtin)
+
+
+def _register(located: list[Located], diags: Diagnostics) -> tuple[dict[str, Located], list[Located]]:
+    defs: dict[str, Located] = {}
+    manifests = []
+    for loc in located:
+        if isinstance(loc.model, Manifest):
+            manifests.append(loc)
+            continue
+        name = loc.model.name
+        if not is_def_name(name):
+            diags.add(loc.file, f"{loc.pointer}/name", "air.name.invalid", f"{name!r} is not namespace/name@version")
+            continue
+        previous = defs.get(name)
+        if previous is None:
+            defs[name] = loc
+        elif previous.builtin and loc.raw == previous.raw:
+            continue  # listing a built-in sys/ def again is allowed and harmless
+        else:
+            where = f"{previous.file}:{previous.pointer or '/'}"
+            diags.add(loc.file, f"{loc.pointer}/name", "air.name.duplicate", f"{name} is already defined at {where}")
+    return defs, manifests
+
+
+def _one_manifest(manifests: list[Located], diags: Diagnostics) -> Located | None:
+    if not manifests:
+        diags.add("<air>", "", "air.manifest.missing", "the AIR has no manifest")
+        return None
+    for extra in manifests[1:]:
+        diags.add(extra.file, extra.pointer, "air.manifest.multiple", "a world has exactly one manifest")
+    return manifests[0]
+
+
+def _parse_schemas(defs: dict[str, Located], diags: Diagnostics) -> dict[str, TypeNode]:
+    schemas: dict[str, TypeNode] = {}
+    for name, loc in defs.items():
+        if isinstance(loc.model, DefSchema):
+            try:
+                schemas[name] = parse_type(loc.model.type, f"{loc.pointer}/type")
+            except ValueMismatch as exc:
+                diags.add(loc.file, exc.pointer, "air.type.invalid", exc.detail)
+    for name, node in schemas.items():
+        loc = defs[name]
+        for ref in sorted(type_refs(node)):
+            if ref not in schemas and (ref not in defs or not isinstance(defs[ref].model, DefSchema)):
+                diags.add(loc.file, f"{loc.pointer}/type", "air.ref.unknown_schema", f"unknown schema {ref}")
+        if isinstance(node, Ref):
+            try:
+                resolve(node, schemas)
+            except ValueMismatch as exc:
+                if exc.code == "type.ref_cycle":
+                    diags.add(loc.file, f"{loc.pointer}/type", "air.type.ref_cycle", exc.detail)
+    return schemas
+
+
+def load_air(
+    sources: Iterable[AirSource],
+    read_wasm: ReadWasm | None = None,
+    inspect_wasm: InspectWasm | None = None,
+) -> LoadedAir:
+    """Load and validate AIR; raise ``ManifestError`` with every error diagnostic found."""
+    from air import canonical, validate  # noqa: PLC0415 - these import this module's types
+
+    diags = Diagnostics()
+    docs = _parse_documents(sources, diags)
+    located = [loc for source, ptr, obj in docs if (loc := _shape(source, ptr, obj, diags))]
+    defs, manifests = _register(located, diags)
+    manifest_loc = _one_manifest(manifests, diags)
+    schemas = _parse_schemas(defs, diags)
+    if manifest_loc is None:
+        diags.raise_if_errors()
+        raise AssertionError("unreachable: a missing manifest is an error")
+    air = LoadedAir(
+        manifest=manifest_loc.model,
+        manifest_file=manifest_loc.file,
+        defs=defs,
+        schemas=schemas,
+        key_types={},
+        wasm_hashes={},
+        wasm_bytes={},
+    )
+    validate.validate(air, manifest_loc, diags, read_wasm, inspect_wasm)
+    diags.raise_if_errors()
+    canonical.fill_hashes(air, manifest_loc, diags)
+    diags.raise_if_errors()
+    air.warnings = diags.warnings
+    return air
+
+
+def resolve_relative(air_file: str, path: str) -> str:
+    """A path written in an AIR file, resolved against that file's folder (POSIX syntax)."""
+    if posixpath.isabs(path):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(posixpath.dirname(air_file), path))
+
+
+def manifest_cbor_to_hash(data: bytes) -> str:
+    return cbor.content_hash(data)

@@ -1,0 +1,1 @@
+"""Built-in ``sys/`` definitions (schemas, effects, capability types) shipped with the package."""

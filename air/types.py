@@ -1,0 +1,218 @@
+"""The AIR type system: type nodes, their JSON forms, and schema hashing.
+
+A type is written in JSON in one of these forms (all equivalent where they overlap):
+
+- a primitive by name: ``"nat"`` or ``{"nat": {}}`` (bool int nat dec128 bytes text time
+  duration hash uuid unit)
+- a reference to a schema: ``"ns/Name@1"`` or ``{"ref": "ns/Name@1"}``
+- ``{"record": {"field": T, ...}}``, ``{"variant": {"Case": T, ...}}``
+- ``{"list": T}``, ``{"set": T}``, ``{"option": T}``, ``{"map": {"key": K, "value": V}}``
+
+``parse_type`` turns any of them into frozen nodes; ``type_to_obj`` gives the one canonical
+form (``{"nat": {}}``, ``{"ref": name}``, records and variants as maps, which canonical CBOR
+sorts), so the same type authored either way hashes the same. Record fields and variant cases
+keep no declaration order: identity is by name, as in the canonical CBOR of values.
+
+Invariants: nodes are immutable and hashable; a ``Ref`` is resolved through a ``Schemas``
+mapping (name -> node) only when a value is checked, so recursive schemas are representable;
+map keys are restricted to int, nat, text, uuid and hash (checked after refs resolve).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+from air import cbor
+from air.errors import ValueMismatch
+
+__all__ = [
+    "MAP_KEY_PRIMS",
+    "PRIMS",
+    "ListT",
+    "MapT",
+    "OptionT",
+    "Prim",
+    "Record",
+    "Ref",
+    "Schemas",
+    "SetT",
+    "TypeNode",
+    "Variant",
+    "is_def_name",
+    "parse_type",
+    "resolve",
+    "schema_hash",
+    "type_refs",
+    "type_to_obj",
+]
+
+PRIMS: Final = frozenset(
+    {"bool", "int", "nat", "dec128", "bytes", "text", "time", "duration", "hash", "uuid", "unit"}
+)
+MAP_KEY_PRIMS: Final = frozenset({"int", "nat", "text", "uuid", "hash"})
+
+
+@dataclass(frozen=True, slots=True)
+class Prim:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    fields: tuple[tuple[str, TypeNode], ...]
+
+    def field_map(self) -> dict[str, TypeNode]:
+        return dict(self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    cases: tuple[tuple[str, TypeNode], ...]
+
+    def case_map(self) -> dict[str, TypeNode]:
+        return dict(self.cases)
+
+
+@dataclass(frozen=True, slots=True)
+class ListT:
+    item: TypeNode
+
+
+@dataclass(frozen=True, slots=True)
+class SetT:
+    item: TypeNode
+
+
+@dataclass(frozen=True, slots=True)
+class OptionT:
+    item: TypeNode
+
+
+@dataclass(frozen=True, slots=True)
+class MapT:
+    key: TypeNode
+    value: TypeNode
+
+
+TypeNode: TypeAlias = Prim | Ref | Record | Variant | ListT | SetT | OptionT | MapT
+Schemas: TypeAlias = Mapping[str, TypeNode]
+
+_WRAPPERS: Final = {"list": ListT, "set": SetT, "option": OptionT}
+
+
+def is_def_name(text: str) -> bool:
+    """``namespace/name@version``: a slash before an ``@`` followed by a positive integer."""
+    head, at, version = text.rpartition("@")
+    return bool(at) and "/" in head and version.isdigit() and not head.startswith("/")
+
+
+def _bad(pointer: str, detail: str) -> ValueMismatch:
+    return ValueMismatch(pointer, "type.invalid", detail)
+
+
+def parse_type(obj: Any, pointer: str = "") -> TypeNode:
+    """Parse a type in any accepted JSON form; raise ``ValueMismatch(code='type.invalid')``."""
+    if isinstance(obj, str):
+        if obj in PRIMS:
+            return Prim(obj)
+        if is_def_name(obj):
+            return Ref(obj)
+        raise _bad(pointer, f"unknown type {obj!r}")
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise _bad(pointer, "a type is a name or an object with exactly one key")
+    ((kind, body),) = obj.items()
+    at = f"{pointer}/{kind}"
+    if kind in PRIMS:
+        if body not in ({}, None):
+            raise _bad(at, f"primitive {kind} takes no parameters")
+        return Prim(kind)
+    if kind == "ref":
+        if not isinstance(body, str) or not is_def_name(body):
+            raise _bad(at, "ref must name a schema as namespace/name@version")
+        return Ref(body)
+    if kind in ("record", "variant"):
+        return _parse_fields(kind, body, at)
+    if kind in _WRAPPERS:
+        return _WRAPPERS[kind](parse_type(body, at))
+    if kind == "map":
+        if not isinstance(body, dict) or set(body) != {"key", "value"}:
+            raise _bad(at, "map needs exactly 'key' and 'value'")
+        key = parse_type(body["key"], f"{at}/key")
+        if isinstance(key, Prim) and key.name not in MAP_KEY_PRIMS:
+            raise _bad(f"{at}/key", f"map keys must be one of {sorted(MAP_KEY_PRIMS)}")
+        return MapT(key, parse_type(body["value"], f"{at}/value"))
+    raise _bad(pointer, f"unknown type kind {kind!r}")
+
+
+def _parse_fields(kind: str, body: Any, at: str) -> TypeNode:
+    if not isinstance(body, dict):
+        raise _bad(at, f"{kind} takes an object of names to types")
+    if kind == "variant" and not body:
+        raise _bad(at, "a variant needs at least one case")
+    items = []
+    for name, sub in body.items():
+        if not isinstance(name, str) or not name or name.startswith("$"):
+            raise _bad(at, f"invalid {kind} member name {name!r}")
+        items.append((name, parse_type(sub, f"{at}/{_escape(name)}")))
+    items.sort()
+    return Record(tuple(items)) if kind == "record" else Variant(tuple(items))
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def type_to_obj(node: TypeNode) -> Any:
+    """The canonical JSON/CBOR object of a type (the form that is hashed)."""
+    if isinstance(node, Prim):
+        return {node.name: {}}
+    if isinstance(node, Ref):
+        return {"ref": node.name}
+    if isinstance(node, Record):
+        return {"record": {name: type_to_obj(sub) for name, sub in node.fields}}
+    if isinstance(node, Variant):
+        return {"variant": {name: type_to_obj(sub) for name, sub in node.cases}}
+    if isinstance(node, MapT):
+        return {"map": {"key": type_to_obj(node.key), "value": type_to_obj(node.value)}}
+    kind = {ListT: "list", SetT: "set", OptionT: "option"}[type(node)]
+    return {kind: type_to_obj(node.item)}
+
+
+def type_refs(node: TypeNode) -> set[str]:
+    """Every schema name a type refers to directly (not transitively)."""
+    if isinstance(node, Ref):
+        return {node.name}
+    if isinstance(node, Record | Variant):
+        members = node.fields if isinstance(node, Record) else node.cases
+        return set().union(*(type_refs(sub) for _, sub in members)) if members else set()
+    if isinstance(node, MapT):
+        return type_refs(node.key) | type_refs(node.value)
+    if isinstance(node, ListT | SetT | OptionT):
+        return type_refs(node.item)
+    return set()
+
+
+def resolve(node: TypeNode, schemas: Schemas, pointer: str = "") -> TypeNode:
+    """Follow refs until a structural node; raise ``ValueMismatch`` for an unknown or cyclic ref."""
+    seen: set[str] = set()
+    while isinstance(node, Ref):
+        if node.name in seen:
+            raise ValueMismatch(pointer, "type.ref_cycle", f"schema {node.name} refers to itself")
+        seen.add(node.name)
+        target = schemas.get(node.name)
+        if target is None:
+            raise ValueMismatch(pointer, "type.ref_unknown", f"unknown schema {node.name}")
+        node = target
+    return node
+
+
+def schema_hash(node: TypeNode) -> str:
+    """Content address of a type's canonical form (refs are hashed by name)."""
+    return cbor.content_hash(cbor.dumps(type_to_obj(node)))

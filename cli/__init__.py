@@ -1,0 +1,1 @@
+"""The ``world`` command line: one module per command group, rendering with rich."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import validate
+from cli import cells, core, demo, journal, replay, validate
 
 __all__ = ["app", "main"]
 
@@ -16,6 +16,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("validate")(validate.validate)
+app.command("init")(core.init)
+app.command("send")(core.send)
+app.command("step")(core.step)
+app.command("run")(core.run)
+app.command("state")(core.state)
+app.command("info")(core.info)
+app.command("snapshot")(core.snapshot)
+app.command("replay")(replay.replay)
+app.command("demo")(demo.demo)
+app.add_typer(cells.app, name="cells")
+app.add_typer(journal.app, name="journal")
 
 
 @app.callback()

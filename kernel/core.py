@@ -1,0 +1,365 @@
+"""The deterministic kernel: routing, cells, ticks, and the journal records they produce.
+
+``Kernel`` is a state machine over three injected stores: a ``Journal`` (the source of truth),
+a ``CellStore`` (the materialised states) and a reducer ``Runner`` (the WASM host). It reads no
+clock and no file; everything that happens enters through ``ingest`` (an event from outside)
+and ``tick`` (one step of one ready entity), and is written as journal records:
+
+    kind          subject                                   body
+    event.in      /world/event/<schema>                     {schema, value}
+    step          /world/cell/<reducer>/<key hash>/step     {reducer, key, input, out_hash,
+                  /world/reducer/<reducer>/step               state_hash, events, effects}
+    step.failed   (same subjects, leaf step.failed)         {reducer, key, input, reason}
+
+``input`` is the delivery's identity ``[src_seq, index]``. ``out_hash`` is blake3 of the
+reducer's raw output bytes, so replay can say exactly where behaviour first differed.
+
+Replay. ``apply(record)`` re-executes a journal record instead of creating one: ``event.in``
+is routed again, ``step``/``step.failed`` runs the next tick and compares the record it would
+have written with the one in the journal, raising ``ReplayDivergence`` at the first difference.
+Recovery (snapshot + journal tail) and ``world replay --verify`` (from genesis) both use it.
+
+Semantics (SPEC §6): a keyed route takes the key from the normalised event's ``key_field``; the
+first event for a key steps the cell with ``state=null``; a reducer returning ``state=null``
+deletes its cell. Events a step emits are routed after the step, so they run no earlier than
+the next tick. A step that fails (trap, fuel, bad output) is journaled as ``step.failed`` with
+its reason, its delivery goes to the dead-letter list, and the world goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from air import cbor
+from air.errors import CborError, LimitExceeded, UsageError, ValueMismatch, WorldError
+from air.loader import LoadedAir
+from air.types import Ref
+from air.values import check, normalise
+from kernel import abi
+from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore, key_hash
+from kernel.journal import Journal, JournalRecord, make_subject
+from kernel.scheduler import Delivery, Entity, Scheduler
+
+__all__ = [
+    "EVENTS_PER_STEP_MAX",
+    "DeadLetter",
+    "Kernel",
+    "KernelLimits",
+    "ReplayDivergence",
+    "Runner",
+]
+
+EVENTS_PER_STEP_MAX: Final = 64
+STEPS_PER_RUN_MAX: Final = 1_000_000
+DEAD_LETTERS_KEPT: Final = 10_000
+
+
+class Runner(Protocol):
+    """Runs one reducer step: canonical envelope in, raw output bytes out (or a WorldError)."""
+
+    def run(self, reducer: str, input_cbor: bytes) -> bytes: ...
+
+
+class ReplayDivergence(WorldError):
+    """Re-executing the journal produced something other than what it recorded."""
+
+    def __init__(self, seq: int, entity: str, expected: str, actual: str) -> None:
+        self.seq = seq
+        self.entity = entity
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"replay diverged at seq {seq} ({entity}): expected {expected}, got {actual}"
+        )
+
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """Named limits; each has a test that hits it."""
+
+    events_per_step_max: int = EVENTS_PER_STEP_MAX
+    steps_per_run_max: int = STEPS_PER_RUN_MAX
+    dead_letters_kept: int = DEAD_LETTERS_KEPT
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    seq: int
+    reducer: str
+    key_cbor: bytes | None
+    schema: str
+    value_cbor: bytes
+    code: str
+    detail: str
+
+    def to_obj(self) -> list[Any]:
+        return [
+            self.seq,
+            self.reducer,
+            self.key_cbor,
+            self.schema,
+            self.value_cbor,
+            self.code,
+            self.detail,
+        ]
+
+
+@dataclass(frozen=True)
+class _Route:
+    reducer: str
+    key_field: str | None
+
+
+@dataclass
+class _Replay:
+    record: JournalRecord | None = None
+
+
+@dataclass
+class Kernel:
+    air: LoadedAir
+    journal: Journal
+    cells: CellStore
+    runner: Runner
+    limits: KernelLimits = field(default_factory=KernelLimits)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    steps_total: int = 0
+    _routes: dict[str, list[_Route]] = field(default_factory=dict)
+    _module_hash: dict[str, str] = field(default_factory=dict)
+    _manifest_raw: bytes = b""
+    _reducer_effects: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for route in self.air.manifest.routing.events:
+            self._routes.setdefault(route.event, []).append(_Route(route.reducer, route.key_field))
+        for name in self.air.modules:
+            self._module_hash[name] = self.air.wasm_hashes[name].removeprefix("blake3:")
+        self._manifest_raw = cbor.hash_to_raw(self.air.manifest_hash)
+        self._reducer_effects = {
+            k: e.params_schema for k, e in self.air.effects.items() if "reducer" in e.origins
+        }
+
+    # --- ingress ----------------------------------------------------------------------------
+
+    def normalise_event(self, schema: str, value: Any) -> bytes:
+        """Normalise an outside value (either lens) by its schema; return its canonical CBOR."""
+        if schema not in self.air.schemas:
+            raise UsageError(f"unknown event schema {schema}")
+        if schema not in self._routes:
+            raise UsageError(f"no route for {schema}; the manifest routes {sorted(self._routes)}")
+        return cbor.dumps(normalise(Ref(schema), value, self.air.schemas))
+
+    def ingest(self, schema: str, value_cbor: bytes) -> int:
+        """Journal an outside event and route it; return its seq."""
+        seq = self.journal.append(
+            "event.in",
+            make_subject("world", "event", schema),
+            {"schema": schema, "value": value_cbor},
+        )
+        self._route(seq, 0, schema, value_cbor)
+        return seq
+
+    def _route(self, src_seq: int, first_index: int, schema: str, value_cbor: bytes) -> int:
+        """Deliver one event to every route for its schema; return the next delivery index."""
+        index = first_index
+        routes = self._routes.get(schema, ())
+        value = cbor.loads(value_cbor) if any(r.key_field for r in routes) else None
+        for route in routes:
+            key_cbor = cbor.dumps(value[route.key_field]) if route.key_field else None
+            self.scheduler.deliver(
+                Entity(route.reducer, key_cbor), Delivery(src_seq, index, schema, value_cbor)
+            )
+            index += 1
+        return index
+
+    # --- ticks ------------------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        return self.scheduler.idle()
+
+    def tick(self, expected: JournalRecord | None = None) -> bool:
+        """Run one step of the next ready entity; False when nothing is ready."""
+        taken = self.scheduler.next()
+        if taken is None:
+            if expected is not None:
+                raise ReplayDivergence(
+                    expected.seq, expected.subject, expected.kind, "nothing ready"
+                )
+            return False
+        entity, delivery = taken
+        self.steps_total += 1
+        current = self._load_state(entity)
+        try:
+            kind, body, effects = self._step(entity, delivery, current)
+        except (WorldError, CborError) as exc:
+            kind, body, effects = "step.failed", self._failure_body(entity, delivery, exc), None
+        subject = self._entity_subject(entity, kind)
+        seq = self._record(kind, subject, body, expected)
+        if kind == "step.failed":
+            self._dead_letter(seq, entity, delivery, body["reason"])
+            return True
+        self._commit_step(seq, entity, current, body, effects)
+        return True
+
+    def _entity_subject(self, entity: Entity, leaf: str) -> str:
+        if entity.key_cbor is None:
+            return make_subject("world", "reducer", entity.reducer, leaf)
+        return make_subject("world", "cell", entity.reducer, key_hash(entity.key_cbor).hex(), leaf)
+
+    def _store_key(self, entity: Entity) -> tuple[str, bytes]:
+        key_cbor = NULL_KEY_CBOR if entity.key_cbor is None else entity.key_cbor
+        return self._module_hash[entity.reducer], key_hash(key_cbor)
+
+    def _load_state(self, entity: Entity) -> tuple[CellEntry, bytes] | None:
+        return self.cells.get(*self._store_key(entity))
+
+    def _step(
+        self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
+    ) -> tuple[str, dict[str, Any], abi.StepOutput]:
+        module = self.air.modules[entity.reducer]
+        cell_mode = module.key_schema is not None
+        state_cbor = current[1] if current else None
+        envelope = abi.encode_input(
+            state_cbor, delivery.schema, delivery.value_cbor, entity.key_cbor, cell_mode
+        )
+        raw = self.runner.run(entity.reducer, envelope)
+        out = abi.decode_output(raw, module=entity.reducer)
+        self._validate(entity, out)
+        body: dict[str, Any] = {
+            "reducer": entity.reducer,
+            "key": entity.key_cbor,
+            "input": [delivery.src_seq, delivery.index],
+            "out_hash": cbor.digest(raw),
+            "state_hash": None if out.state_cbor is None else cbor.digest(out.state_cbor),
+            "events": [[e.schema, e.value_cbor] for e in out.domain_events],
+            "effects": [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects],
+        }
+        return "step", body, out
+
+    def _validate(self, entity: Entity, out: abi.StepOutput) -> None:
+        if len(out.domain_events) > self.limits.events_per_step_max:
+            raise LimitExceeded("events_per_step_max", self.limits.events_per_step_max)
+        reducer_abi = self.air.modules[entity.reducer].abi.reducer
+        abi.validate_output(
+            out,
+            check=self._check_schema,
+            state_schema=reducer_abi.state,
+            effects_emitted=frozenset(reducer_abi.effects_emitted),
+            reducer_effect_kinds=self._reducer_effects,
+            effect_params=self._reducer_effects,
+            ann_schema=reducer_abi.annotations,
+            cap_slots=frozenset(reducer_abi.cap_slots),
+            module=entity.reducer,
+        )
+
+    def _check_schema(self, name: str, obj: Any) -> None:
+        if name not in self.air.schemas:
+            raise ValueMismatch("/", "schema.unknown", f"unknown schema {name}")
+        check(Ref(name), obj, self.air.schemas)
+
+    def _failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
+        code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__
+        return {
+            "reducer": entity.reducer,
+            "key": entity.key_cbor,
+            "input": [delivery.src_seq, delivery.index],
+            "reason": {"code": str(code), "error": type(exc).__name__, "detail": str(exc)[:500]},
+        }
+
+    def _record(
+        self, kind: str, subject: str, body: dict[str, Any], expected: JournalRecord | None
+    ) -> int:
+        if expected is None:
+            return self.journal.append(kind, subject, body)
+        actual = cbor.dumps({"kind": kind, "subject": subject, "body": body})
+        wanted = cbor.dumps(
+            {"kind": expected.kind, "subject": expected.subject, "body": expected.body}
+        )
+        if actual != wanted:
+            raise ReplayDivergence(
+                expected.seq,
+                subject,
+                _describe(expected.kind, expected.body),
+                _describe(kind, body),
+            )
+        return expected.seq
+
+    def _dead_letter(
+        self, seq: int, entity: Entity, delivery: Delivery, reason: dict[str, Any]
+    ) -> None:
+        letter = DeadLetter(
+            seq,
+            entity.reducer,
+            entity.key_cbor,
+            delivery.schema,
+            delivery.value_cbor,
+            reason["code"],
+            reason["detail"],
+        )
+        self.dead_letters.append(letter)
+        del self.dead_letters[: -self.limits.dead_letters_kept]
+
+    def _commit_step(
+        self,
+        seq: int,
+        entity: Entity,
+        current: tuple[CellEntry, bytes] | None,
+        body: dict[str, Any],
+        out: Any,
+    ) -> None:
+        module, khash = self._store_key(entity)
+        if out.state_cbor is None:
+            if current is not None:
+                self.cells.delete(module, khash)
+        else:
+            pinned = current[0].manifest_hash if current else self._manifest_raw
+            key_cbor = NULL_KEY_CBOR if entity.key_cbor is None else entity.key_cbor
+            entry = CellEntry.of(key_cbor, out.state_cbor, last_active=seq, manifest_hash=pinned)
+            self.cells.put(module, khash, entry, out.state_cbor)
+        index = 0
+        for event in out.domain_events:
+            index = self._route(seq, index, event.schema, event.value_cbor)
+
+    # --- replay -----------------------------------------------------------------------------
+
+    def apply(self, record: JournalRecord) -> None:
+        """Re-execute one journal record (recovery and verification)."""
+        if record.kind == "event.in":
+            self._route(record.seq, 0, record.body["schema"], record.body["value"])
+        elif record.kind in ("step", "step.failed"):
+            self.tick(expected=record)
+        # other kinds (manifest, snapshot markers) carry no kernel state
+
+    # --- views ------------------------------------------------------------------------------
+
+    def state_of(self, reducer: str, key_cbor: bytes | None) -> bytes | None:
+        found = self._load_state(Entity(reducer, key_cbor))
+        return None if found is None else found[1]
+
+    def module_hash(self, reducer: str) -> str:
+        return self._module_hash[reducer]
+
+    def key_field_type(self, reducer: str) -> Any:
+        return self.air.key_types.get(reducer)
+
+    def snapshot_obj(self, seq_next: int) -> dict[str, Any]:
+        return {
+            "seq_next": seq_next,
+            "manifest_hash": self._manifest_raw,
+            "scheduler": self.scheduler.to_obj(),
+            "dead_letters": [d.to_obj() for d in self.dead_letters],
+            "steps_total": self.steps_total,
+        }
+
+    def restore(self, obj: dict[str, Any]) -> None:
+        self.scheduler = Scheduler.from_obj(obj["scheduler"])
+        self.dead_letters = [DeadLetter(*d) for d in obj["dead_letters"]]
+        self.steps_total = obj["steps_total"]
+
+
+def _describe(kind: str, body: Any) -> str:
+    if kind == "step" and isinstance(body, dict) and isinstance(body.get("out_hash"), bytes):
+        return f"step out_hash {cbor.raw_to_hash(body['out_hash'])}"
+    return f"{kind} {cbor.content_hash(cbor.dumps(body))}"

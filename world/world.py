@@ -26,7 +26,7 @@ journal; any other damage refuses to open and points at ``world journal verify``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -46,7 +46,7 @@ from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal import FileJournal
 from world.runner import HostRunner
 
-__all__ = ["SNAPSHOT_DIRTY_MAX", "CellView", "World", "WorldExists"]
+__all__ = ["SNAPSHOT_DIRTY_MAX", "CellView", "CheckpointAhead", "World", "WorldExists"]
 
 SNAPSHOT_DIRTY_MAX: Final = 200_000
 """Checkpoint automatically once this many cells are dirty (bounds memory and replay time)."""
@@ -58,6 +58,19 @@ class WorldExists(WorldError):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"{path} already holds something; a new world needs an empty folder")
+
+
+class CheckpointAhead(WorldError):
+    """The cell checkpoint covers journal records that are no longer there (the journal lost
+    committed records after the checkpoint was written). Never guessed around."""
+
+    def __init__(self, checkpoint_seq_next: int, journal_seq_next: int) -> None:
+        self.checkpoint_seq_next = checkpoint_seq_next
+        self.journal_seq_next = journal_seq_next
+        super().__init__(
+            f"the state checkpoint reaches seq {checkpoint_seq_next} but the journal ends at "
+            f"{journal_seq_next}; run `world journal verify` and restore the journal"
+        )
 
 
 @dataclass(frozen=True)
@@ -87,11 +100,16 @@ class World:
     @classmethod
     def create(cls, path: Path, air_path: Path, limits: KernelLimits | None = None) -> World:
         """Create a world at ``path`` (absent or empty) from the AIR at ``air_path``."""
-        path = Path(path)
+        sources = builtin_sources() + air_sources(Path(air_path))
+        return cls._create(Path(path), sources, _read_file, limits)
+
+    @classmethod
+    def _create(
+        cls, path: Path, sources: list[AirSource], read_wasm: Callable[[str], bytes | None], limits: KernelLimits | None
+    ) -> World:
         if path.exists() and any(path.iterdir()):
             raise WorldExists(str(path))
-        sources = builtin_sources() + air_sources(Path(air_path))
-        air = load_air(sources, _read_file, inspect_wasm)
+        air = load_air(sources, read_wasm, inspect_wasm)
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
             raise UsageError(f"modules without a wasm binary cannot run: {', '.join(missing)}")
@@ -121,6 +139,18 @@ class World:
         return world
 
     @classmethod
+    def create_from_world_air(cls, path: Path, air_dir: Path, limits: KernelLimits | None = None) -> World:
+        """Create a world from another world's ``air/`` folder (same sources, same wasm)."""
+        doc = json.loads((air_dir / "sources.json").read_text(encoding="utf-8"))
+        source_cas = FileCas(air_dir.parent)
+        return cls._create(
+            Path(path),
+            [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]],
+            {p: source_cas.get(h) for p, h in doc["wasm"].items()}.get,
+            limits,
+        )
+
+    @classmethod
     def open(cls, path: Path, limits: KernelLimits | None = None) -> World:
         """Open an existing world: checkpoint, then re-execute the journal after it."""
         path = Path(path)
@@ -143,8 +173,10 @@ class World:
         seq_from = 0
         if checkpoint:
             snap = cbor.loads(checkpoint)
-            self.kernel.restore(snap)
             seq_from = snap["seq_next"]
+            if seq_from > self.journal.seq_next:
+                raise CheckpointAhead(seq_from, self.journal.seq_next)
+            self.kernel.restore(snap)
         for record in self.journal.read(seq_from):
             self._check_genesis(record)
             self.kernel.apply(record)

@@ -24,7 +24,7 @@ import json
 import posixpath
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 
@@ -46,13 +46,15 @@ class AirSource:
     builtin: bool = False
 
 
-@dataclass(frozen=True)
-class WasmInfo:
-    """What the validator needs to know about a module binary."""
+class WasmInfo(Protocol):
+    """What the validator needs to know about a module binary (``kernel.wasminfo`` has it)."""
 
-    imports: list[str]
-    exports: dict[str, str]
-    error: str | None = None
+    @property
+    def imports(self) -> list[str]: ...
+    @property
+    def exports(self) -> dict[str, str]: ...
+    @property
+    def error(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,3 @@ def resolve_relative(air_file: str, path: str) -> str:
     if posixpath.isabs(path):
         return posixpath.normpath(path)
     return posixpath.normpath(posixpath.join(posixpath.dirname(air_file), path))
-
-
-def manifest_cbor_to_hash(data: bytes) -> str:
-    return cbor.content_hash(data)

@@ -27,7 +27,7 @@ from air.model import (
     End,
     RaiseEvent,
 )
-from air.types import Prim, Record, TypeNode, parse_type, resolve, type_to_obj
+from air.types import Record, TypeNode, parse_type, resolve, type_to_obj
 from air.values import normalise
 
 if TYPE_CHECKING:
@@ -435,7 +435,3 @@ def _expr(
             ctx.diags.add(loc.file, f"{loc.pointer}{at}", "air.plan.ref.event_outside_where",
                           "@event is only available inside await_event.where")
     return node
-
-
-def key_is_text(node: TypeNode) -> bool:
-    return isinstance(node, Prim) and node.name == "text"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from air.errors import Diagnostic, ManifestError
 from air.loader import AirSource, LoadedAir, WasmInfo, load_air
+from kernel.wasminfo import inspect_wasm_report
 
 __all__ = ["air_sources", "builtin_sources", "inspect_wasm", "load_air_path", "read_file"]
 
@@ -43,9 +44,7 @@ def read_file(path: str) -> bytes | None:
 
 
 def inspect_wasm(data: bytes) -> WasmInfo:
-    from kernel.host import inspect_wasm as host_inspect  # noqa: PLC0415 - wasmtime loads lazily
-
-    return host_inspect(data)
+    return inspect_wasm_report(data)
 
 
 def load_air_path(path: Path) -> LoadedAir:

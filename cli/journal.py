@@ -85,10 +85,12 @@ def tail(
         pattern = SubjectPattern.compile(subject) if subject else None
         seq = from_seq
         while True:
-            for record in file_journal.read_records(directory / "journal", seq):
+            reader = file_journal.FileJournal(directory / "journal", readonly=True)
+            for record in reader.read(seq):
                 seq = record.seq + 1
                 if pattern is None or pattern.matches(record.subject):
                     console.print(json.dumps(_render(record)), soft_wrap=True, highlight=False, markup=False)
+            reader.close()
             if not follow:
                 return
             time.sleep(0.2)

@@ -1,0 +1,514 @@
+"""The file journal: segments, torn tails, corruption, verify/repair, kill -9 at every commit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from journal_crash_child import KIND, SUBJECT, crash_body
+
+import world.journal
+from air.errors import UsageError
+from kernel.journal import JournalCorrupt, encode_record
+from world.journal import (
+    FRAME_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
+    SEGMENT_MAGIC,
+    FileJournal,
+    repair,
+    segment_name,
+    verify,
+)
+
+CHILD = Path(__file__).with_name("journal_crash_child.py")
+EVENT = "/world/event/demo/CounterEvent@1"
+CHECKED = {"check_writes": True, "check_reads": True}
+
+
+def _write(directory: Path, count: int, segment_bytes_max: int = 1 << 20, **body: Any) -> None:
+    with FileJournal(directory, segment_bytes_max=segment_bytes_max, **CHECKED) as journal:
+        for n in range(count):
+            journal.append("event.in", EVENT, {"n": n, **body})
+            journal.commit()
+
+
+def _frame_offsets(segment: Path) -> list[int]:
+    """Frame offsets in a segment, by an independent walk of the length fields."""
+    data, offsets, offset = segment.read_bytes(), [], SEGMENT_HEADER_BYTES
+    while offset + 4 <= len(data):
+        offsets.append(offset)
+        offset += FRAME_HEADER_BYTES + struct.unpack_from("<I", data, offset)[0]
+    return offsets
+
+
+def _flip(path: Path, offset: int, mask: int = 0x01) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def _bodies(directory: Path) -> list[Any]:
+    with FileJournal(directory, **CHECKED) as journal:
+        return [record.body["n"] for record in journal.read()]
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {entry.name: entry.read_bytes() for entry in sorted(directory.iterdir())}
+
+
+# --- segments ---------------------------------------------------------------------------------
+
+
+def test_segments_roll_over_at_the_size_limit_and_are_named_by_first_seq(tmp_path: Path) -> None:
+    _write(tmp_path, 40, segment_bytes_max=300)
+    with FileJournal(tmp_path) as journal:
+        names = journal.segments
+        assert len(names) > 3
+        firsts = [int(name.removesuffix(".log")) for name in names]
+        assert firsts[0] == 0
+        assert names == tuple(segment_name(first) for first in firsts)
+        for name, first, following in zip(names, firsts, [*firsts[1:], 40], strict=True):
+            assert (tmp_path / name).stat().st_size <= 300
+            assert len(_frame_offsets(tmp_path / name)) == following - first
+    assert _bodies(tmp_path) == list(range(40))
+
+
+def test_one_commit_spanning_a_rollover_fills_both_segments(tmp_path: Path) -> None:
+    with FileJournal(tmp_path, segment_bytes_max=300, **CHECKED) as journal:
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(20))
+        journal.commit()
+        assert len(journal.segments) > 2
+    assert _bodies(tmp_path) == list(range(20))
+
+
+def test_a_record_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path) -> None:
+    with FileJournal(tmp_path, segment_bytes_max=100, **CHECKED) as journal:
+        journal.append("event.in", EVENT, {"n": 0})
+        journal.append("event.in", EVENT, {"n": 1, "big": b"x" * 500})
+        journal.append("event.in", EVENT, {"n": 2})
+        journal.commit()
+        assert journal.segments == tuple(segment_name(n) for n in range(3))
+    assert _bodies(tmp_path) == [0, 1, 2]
+
+
+def test_reads_from_any_cursor_after_reopen_use_the_sparse_index(tmp_path: Path) -> None:
+    with FileJournal(tmp_path, segment_bytes_max=40_000) as journal:
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(1200))
+        journal.commit()
+    with FileJournal(tmp_path, **CHECKED) as journal:
+        assert len(journal.segments) > 1
+        for cursor in (0, 1, 255, 256, 257, 511, 600, 1199):
+            first = next(journal.read(cursor))
+            assert (first.seq, first.body["n"]) == (cursor, cursor)
+        assert sum(1 for _ in journal.read(700)) == 500
+
+
+def test_an_empty_last_segment_is_reused_for_the_next_append(tmp_path: Path) -> None:
+    _write(tmp_path, 3)
+    header = SEGMENT_MAGIC + bytes([1]) + (3).to_bytes(8, "little")
+    (tmp_path / segment_name(3)).write_bytes(header)
+    with FileJournal(tmp_path, **CHECKED) as journal:
+        assert journal.seq_next == 3
+        journal.append("event.in", EVENT, {"n": 3})
+        journal.commit()
+        assert journal.segments == (segment_name(0), segment_name(3))
+    assert _bodies(tmp_path) == [0, 1, 2, 3]
+
+
+def test_stale_temp_files_of_a_crashed_rollover_are_removed_on_open(tmp_path: Path) -> None:
+    _write(tmp_path, 2)
+    stale = tmp_path / f".{segment_name(2)}.abc123.tmp"
+    stale.write_bytes(SEGMENT_MAGIC)
+    with FileJournal(tmp_path) as journal:
+        assert journal.seq_next == 2
+    assert not stale.exists()
+
+
+# --- torn tails -------------------------------------------------------------------------------
+
+
+def _last_frame(directory: Path) -> tuple[Path, int, int]:
+    segment = directory / segment_name(0)
+    offset = _frame_offsets(segment)[-1]
+    return segment, offset, segment.stat().st_size - offset
+
+
+@pytest.mark.parametrize("kept", [1, 4, 8, 11, 12, 13, 20, -1])
+def test_a_truncated_tail_is_dropped_on_open(tmp_path: Path, kept: int) -> None:
+    _write(tmp_path, 5)
+    segment, offset, frame_bytes = _last_frame(tmp_path)
+    kept = kept % frame_bytes
+    os.truncate(segment, offset + kept)
+    with FileJournal(tmp_path, **CHECKED) as journal:
+        assert journal.dropped is not None
+        assert (journal.dropped.segment, journal.dropped.offset) == (segment.name, offset)
+        assert journal.dropped.bytes_dropped == kept
+        expected = "short_header" if kept < FRAME_HEADER_BYTES else "short_payload"
+        assert journal.dropped.reason == expected
+        assert journal.seq_next == 4
+        assert segment.stat().st_size == offset
+        journal.append("event.in", EVENT, {"n": 4})
+        journal.commit()
+    with FileJournal(tmp_path, **CHECKED) as journal:
+        assert journal.dropped is None
+    assert _bodies(tmp_path) == [0, 1, 2, 3, 4]
+
+
+def test_a_zero_filled_tail_is_dropped_on_open(tmp_path: Path) -> None:
+    _write(tmp_path, 3)
+    segment = tmp_path / segment_name(0)
+    size = segment.stat().st_size
+    with segment.open("ab") as file:
+        file.write(bytes(4096))
+    with FileJournal(tmp_path) as journal:
+        assert journal.dropped is not None
+        assert (journal.dropped.offset, journal.dropped.reason) == (size, "zero_fill")
+        assert journal.dropped.bytes_dropped == 4096
+    assert _bodies(tmp_path) == [0, 1, 2]
+
+
+def test_a_last_frame_with_a_zeroed_sector_is_dropped_as_a_partial_write(tmp_path: Path) -> None:
+    _write(tmp_path, 3, pad=b"\x07" * 2000)
+    segment, offset, _ = _last_frame(tmp_path)
+    sector = (offset // 512 + 2) * 512
+    data = bytearray(segment.read_bytes())
+    data[sector : sector + 512] = bytes(512)
+    segment.write_bytes(bytes(data))
+    with FileJournal(tmp_path) as journal:
+        assert journal.dropped is not None
+        assert (journal.dropped.offset, journal.dropped.reason) == (offset, "partial_write")
+    assert _bodies(tmp_path) == [0, 1]
+
+
+def test_a_flipped_byte_in_the_last_record_is_corruption_not_a_torn_tail(tmp_path: Path) -> None:
+    _write(tmp_path, 4)
+    segment, offset, frame_bytes = _last_frame(tmp_path)
+    _flip(segment, offset + frame_bytes - 3)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    error = raised.value
+    assert (error.segment, error.offset, error.seq, error.reason) == (
+        segment.name,
+        offset,
+        3,
+        "payload_checksum",
+    )
+
+
+# --- corruption -------------------------------------------------------------------------------
+
+
+def test_a_flipped_byte_in_a_middle_record_is_reported_with_segment_offset_and_seq(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, 30, segment_bytes_max=400)
+    with FileJournal(tmp_path) as journal:
+        name = journal.segments[1]
+    first = int(name.removesuffix(".log"))
+    offset = _frame_offsets(tmp_path / name)[2]
+    _flip(tmp_path / name, offset + FRAME_HEADER_BYTES + 10)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    error = raised.value
+    assert (error.segment, error.offset, error.seq) == (name, offset, first + 2)
+    assert error.reason == "payload_checksum"
+
+
+def test_a_flipped_length_bit_in_a_middle_record_is_corruption_not_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, 6)
+    segment = tmp_path / segment_name(0)
+    offset = _frame_offsets(segment)[3]
+    _flip(segment, offset + 3, 0x40)  # the length now runs far past the end of the file
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.offset, raised.value.seq, raised.value.reason) == (
+        offset,
+        3,
+        "header_checksum",
+    )
+
+
+def test_a_short_frame_at_the_end_of_an_earlier_segment_is_corruption(tmp_path: Path) -> None:
+    _write(tmp_path, 20, segment_bytes_max=300)
+    first = tmp_path / segment_name(0)
+    last_offset = _frame_offsets(first)[-1]
+    os.truncate(first, first.stat().st_size - 2)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.segment, raised.value.offset) == (first.name, last_offset)
+    assert raised.value.reason == "short_payload"
+
+
+def test_a_frame_with_a_valid_checksum_but_the_wrong_seq_is_corruption(tmp_path: Path) -> None:
+    _write(tmp_path, 2)
+    with FileJournal(tmp_path, check_writes=True) as checked:
+        checked._pending.append(encode_record(7, EVENT, "event.in", None))
+        with pytest.raises(AssertionError):
+            checked.commit()
+    journal = FileJournal(tmp_path)
+    journal._pending.append(encode_record(7, EVENT, "event.in", None))  # a writer bug, simulated
+    journal.commit()
+    journal.close()
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.seq, raised.value.reason) == (2, "seq_mismatch")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"hello, world\n" * 4,
+        b"WJRNL1\n\x02" + bytes(8),
+        b"WJRNL1\n\x01" + (5).to_bytes(8, "little"),
+    ],
+    ids=["empty", "text", "version-2", "wrong-first-seq"],
+)
+def test_a_foreign_segment_header_is_refused(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / segment_name(0)).write_bytes(content)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.segment, raised.value.offset) == (segment_name(0), 0)
+    assert raised.value.reason == "segment_header"
+
+
+def test_a_missing_middle_segment_is_a_gap(tmp_path: Path) -> None:
+    _write(tmp_path, 20, segment_bytes_max=300)
+    with FileJournal(tmp_path) as journal:
+        names = journal.segments
+    (tmp_path / names[1]).unlink()
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.segment, raised.value.reason) == (names[2], "segment_gap")
+    assert raised.value.seq == int(names[1].removesuffix(".log"))
+
+
+def test_a_record_corrupted_after_open_is_caught_by_read(tmp_path: Path) -> None:
+    _write(tmp_path, 5)
+    segment = tmp_path / segment_name(0)
+    offset = _frame_offsets(segment)[3]
+    with FileJournal(tmp_path) as journal:
+        _flip(segment, offset + FRAME_HEADER_BYTES + 1)
+        with pytest.raises(JournalCorrupt) as raised:
+            list(journal.read())
+        assert (raised.value.offset, raised.value.seq) == (offset, 3)
+
+
+# --- verify and repair ------------------------------------------------------------------------
+
+
+def test_verify_counts_the_records_of_a_healthy_journal(tmp_path: Path) -> None:
+    _write(tmp_path, 25, segment_bytes_max=400)
+    report = verify(tmp_path)
+    assert report.ok
+    assert (report.records, report.seq_last_good) == (25, 24)
+    assert (report.problem, report.torn_tail) == (None, None)
+    assert len(report.segments) > 1
+
+
+def test_verify_reports_a_torn_tail_without_dropping_it(tmp_path: Path) -> None:
+    _write(tmp_path, 3)
+    segment, offset, _ = _last_frame(tmp_path)
+    os.truncate(segment, offset + 5)
+    before = _snapshot(tmp_path)
+    report = verify(tmp_path)
+    assert report.ok
+    assert report.torn_tail is not None
+    assert (report.torn_tail.offset, report.torn_tail.bytes_dropped) == (offset, 5)
+    assert report.seq_last_good == 1
+    assert _snapshot(tmp_path) == before
+
+
+def test_verify_reports_corruption_without_modifying_anything(tmp_path: Path) -> None:
+    _write(tmp_path, 30, segment_bytes_max=400)
+    name = verify(tmp_path).segments[1]
+    offset = _frame_offsets(tmp_path / name)[1]
+    _flip(tmp_path / name, offset + FRAME_HEADER_BYTES + 4)
+    before = _snapshot(tmp_path)
+    report = verify(tmp_path)
+    assert not report.ok
+    assert report.problem is not None
+    first = int(name.removesuffix(".log"))
+    assert (report.problem.segment, report.problem.offset, report.problem.seq) == (
+        name,
+        offset,
+        first + 1,
+    )
+    assert (report.records, report.seq_last_good) == (first + 1, first)
+    assert _snapshot(tmp_path) == before
+
+
+def test_verify_decodes_strictly_where_open_only_checks_frames(tmp_path: Path) -> None:
+    _write(tmp_path, 2)
+    journal = FileJournal(tmp_path)
+    # Non-canonical (a one-byte integer written in two bytes) but correctly framed and numbered.
+    payload = encode_record(2, EVENT, "event.in", 5).replace(b"dbody\x05", b"dbody\x18\x05")
+    journal._pending.append(payload)
+    journal.commit()
+    journal.close()
+    report = verify(tmp_path)
+    assert report.problem is not None
+    assert (report.problem.seq, report.problem.reason) == (2, "record_decode")
+    with FileJournal(tmp_path) as lenient:
+        assert lenient.seq_next == 3
+    with pytest.raises(JournalCorrupt):
+        FileJournal(tmp_path, check_reads=True)
+
+
+def test_repair_keeps_a_backup_and_cuts_after_the_last_good_record(tmp_path: Path) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    _write(journal_dir, 30, segment_bytes_max=400)
+    names = verify(journal_dir).segments
+    offset = _frame_offsets(journal_dir / names[1])[2]
+    _flip(journal_dir / names[1], offset + FRAME_HEADER_BYTES + 4)
+    originals = _snapshot(journal_dir)
+    report = repair(journal_dir, backup_dir)
+    assert report.changed
+    assert (report.cut_segment, report.cut_offset) == (names[1], offset)
+    assert report.segments_moved == names[2:]
+    assert _snapshot(backup_dir) == {name: originals[name] for name in names[1:]}
+    assert (journal_dir / names[1]).read_bytes() == originals[names[1]][:offset]
+    assert report.bytes_removed == sum(len(originals[n]) for n in names[1:]) - offset
+    first = int(names[1].removesuffix(".log"))
+    assert report.seq_next == first + 2
+    assert verify(journal_dir).ok
+    assert _bodies(journal_dir) == list(range(first + 2))
+
+
+def test_repair_moves_a_segment_with_a_foreign_header_out_whole(tmp_path: Path) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    _write(journal_dir, 20, segment_bytes_max=300)
+    names = verify(journal_dir).segments
+    (journal_dir / names[1]).write_bytes(b"not a journal segment")
+    report = repair(journal_dir, backup_dir)
+    assert report.segments_moved == names[1:]
+    assert sorted(path.name for path in backup_dir.iterdir()) == list(names[1:])
+    assert verify(journal_dir).segments == names[:1]
+    with FileJournal(journal_dir) as journal:
+        assert journal.seq_next == report.seq_next == int(names[1].removesuffix(".log"))
+
+
+def test_repair_of_a_healthy_journal_changes_nothing(tmp_path: Path) -> None:
+    _write(tmp_path / "journal", 5)
+    before = _snapshot(tmp_path / "journal")
+    report = repair(tmp_path / "journal", tmp_path / "backup")
+    assert not report.changed
+    assert report.seq_next == 5
+    assert _snapshot(tmp_path / "journal") == before
+    assert not (tmp_path / "backup").exists()
+
+
+def test_repair_refuses_to_overwrite_an_existing_backup(tmp_path: Path) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    _write(journal_dir, 4)
+    segment, offset, _ = _last_frame(journal_dir)
+    _flip(segment, offset - 2)
+    backup_dir.mkdir()
+    (backup_dir / segment.name).write_bytes(b"earlier backup")
+    before = _snapshot(journal_dir)
+    with pytest.raises(UsageError):
+        repair(journal_dir, backup_dir)
+    assert _snapshot(journal_dir) == before
+
+
+# --- handles ----------------------------------------------------------------------------------
+
+
+def test_a_readonly_open_neither_truncates_a_torn_tail_nor_appends(tmp_path: Path) -> None:
+    _write(tmp_path, 3)
+    segment, offset, _ = _last_frame(tmp_path)
+    os.truncate(segment, offset + 7)
+    with FileJournal(tmp_path, readonly=True) as journal:
+        assert journal.dropped is not None
+        assert [record.seq for record in journal.read()] == [0, 1]
+        with pytest.raises(UsageError):
+            journal.append("event.in", EVENT, None)
+    assert segment.stat().st_size == offset + 7
+
+
+def test_a_failed_write_poisons_the_handle_until_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, 2)
+    journal = FileJournal(tmp_path)
+    journal.append("event.in", EVENT, {"n": 2})
+
+    def no_space(fd: int, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(world.journal, "_write_all", no_space)
+    with pytest.raises(OSError):
+        journal.commit()
+    with pytest.raises(UsageError):
+        journal.append("event.in", EVENT, None)
+    journal.close()
+    monkeypatch.undo()
+    assert _bodies(tmp_path) == [0, 1]
+
+
+# --- kill -9 at every commit ------------------------------------------------------------------
+
+_COMMITS = 20
+
+
+def _crash(directory: Path, mode: str, die_at: int, group: int, segment_bytes: int) -> list[int]:
+    """Run the child until it kills itself; return the seqs it acknowledged."""
+    argv = [sys.executable, str(CHILD), str(directory), "--mode", mode, "--die-at", str(die_at)]
+    argv += ["--commits", str(_COMMITS), "--group", str(group)]
+    argv += ["--segment-bytes", str(segment_bytes)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode in (-signal.SIGKILL, 0), done.stderr
+    return [int(line) for line in done.stdout.split()]
+
+
+def _check_survivors(directory: Path, acknowledged: list[int], attempted: int) -> tuple[int, bool]:
+    """Every acknowledged record is present and intact, and the journal is a clean prefix."""
+    with FileJournal(directory, **CHECKED) as journal:
+        torn = journal.dropped is not None
+        records = list(journal.read())
+        assert [record.seq for record in records] == list(range(len(records)))
+        assert all(
+            (r.kind, r.subject, r.body) == (KIND, SUBJECT, crash_body(r.seq)) for r in records
+        )
+        assert len(records) <= attempted
+        assert not acknowledged or acknowledged[-1] < len(records)
+        journal.append(KIND, SUBJECT, crash_body(len(records)))
+        journal.commit()
+    report = verify(directory)
+    assert (report.ok, report.torn_tail, report.records) == (True, None, len(records) + 1)
+    return len(records), torn
+
+
+@pytest.mark.parametrize(
+    ("mode", "group", "segment_bytes"),
+    [
+        ("after-commit", 1, 400),
+        ("mid-write", 1, 400),
+        ("mid-write", 3, 700),
+        ("at-roll", 2, 300),
+    ],
+)
+def test_kill_9_at_every_commit_loses_nothing_acknowledged(
+    tmp_path: Path, mode: str, group: int, segment_bytes: int
+) -> None:
+    for die_at in range(_COMMITS):
+        directory = tmp_path / f"crash-{die_at}"
+        acknowledged = _crash(directory, mode, die_at, group, segment_bytes)
+        attempted = (die_at + 1) * group
+        if mode != "at-roll":
+            assert acknowledged == [group * (n + 1) - 1 for n in range(die_at)]
+        survivors, torn = _check_survivors(directory, acknowledged, _COMMITS * group)
+        if mode == "after-commit":
+            assert (survivors, torn) == (attempted, False)
+        if mode == "mid-write":
+            assert group * die_at <= survivors < attempted
+            # Half of one commit's bytes can end on a frame boundary when it holds several.
+            assert torn or group > 1

@@ -7,11 +7,12 @@ and ``tick`` (one step of one ready entity), and is written as journal records:
 
     kind          subject                                   body
     event.in      /world/event/<schema>                     {schema, value}
-    step          /world/cell/<reducer>/<key hash>/step     {reducer, key, input, out_hash,
-                  /world/reducer/<reducer>/step               state_hash, events, effects}
-    step.failed   (same subjects, leaf step.failed)         {reducer, key, input, reason}
+    step          /world/cell/<reducer>/<key hash>/step     {reducer, key, src, idx, out_hash,
+                  /world/reducer/<reducer>/step               state_hash, events?, effects?}
+    step.failed   (same subjects, leaf step.failed)         {reducer, key, src, idx, reason}
 
-``input`` is the delivery's identity ``[src_seq, index]``. ``out_hash`` is blake3 of the
+``src, idx`` is the delivery's identity (the seq of the record that produced it and its
+position there); ``events``/``effects`` are present only when the step emitted some. ``out_hash`` is blake3 of the
 reducer's raw output bytes, so replay can say exactly where behaviour first differed.
 
 Replay. ``apply(record)`` re-executes a journal record instead of creating one: ``event.in``
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
+
+import cbor2
 
 from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError, ValueMismatch, WorldError
@@ -130,11 +133,14 @@ class Kernel:
     _module_hash: dict[str, str] = field(default_factory=dict)
     _manifest_raw: bytes = b""
     _reducer_effects: dict[str, str] = field(default_factory=dict)
+    _modules: dict[str, Any] = field(default_factory=dict)
+    _event_subjects: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for route in self.air.manifest.routing.events:
             self._routes.setdefault(route.event, []).append(_Route(route.reducer, route.key_field))
-        for name in self.air.modules:
+        self._modules = self.air.modules  # computed once: LoadedAir.modules builds a dict per call
+        for name in self._modules:
             self._module_hash[name] = self.air.wasm_hashes[name].removeprefix("blake3:")
         self._manifest_raw = cbor.hash_to_raw(self.air.manifest_hash)
         self._reducer_effects = {
@@ -143,29 +149,34 @@ class Kernel:
 
     # --- ingress ----------------------------------------------------------------------------
 
-    def normalise_event(self, schema: str, value: Any) -> bytes:
-        """Normalise an outside value (either lens) by its schema; return its canonical CBOR."""
+    def normalise_event(self, schema: str, value: Any) -> tuple[bytes, Any]:
+        """Normalise an outside value (either lens) by its schema: (canonical CBOR, value)."""
         if schema not in self.air.schemas:
             raise UsageError(f"unknown event schema {schema}")
         if schema not in self._routes:
             raise UsageError(f"no route for {schema}; the manifest routes {sorted(self._routes)}")
-        return cbor.dumps(normalise(Ref(schema), value, self.air.schemas))
+        normalised = normalise(Ref(schema), value, self.air.schemas)
+        return cbor.dumps(normalised), normalised
 
-    def ingest(self, schema: str, value_cbor: bytes) -> int:
-        """Journal an outside event and route it; return its seq."""
-        seq = self.journal.append(
-            "event.in",
-            make_subject("world", "event", schema),
-            {"schema": schema, "value": value_cbor},
-        )
-        self._route(seq, 0, schema, value_cbor)
+    def ingest(self, schema: str, value_cbor: bytes, value: Any = None) -> int:
+        """Journal an outside event and route it; return its seq. ``value`` is the decoded
+        ``value_cbor`` when the caller has it (saves a decode)."""
+        subject = self._event_subjects.get(schema)
+        if subject is None:
+            subject = self._event_subjects[schema] = make_subject("world", "event", schema)
+        seq = self.journal.append("event.in", subject, {"schema": schema, "value": value_cbor})
+        self._route(seq, 0, schema, value_cbor, value)
         return seq
 
-    def _route(self, src_seq: int, first_index: int, schema: str, value_cbor: bytes) -> int:
-        """Deliver one event to every route for its schema; return the next delivery index."""
+    def _route(
+        self, src_seq: int, first_index: int, schema: str, value_cbor: bytes, value: Any = None
+    ) -> int:
+        """Deliver one event to every route for its schema; return the next delivery index.
+        ``value_cbor`` was validated when it entered the journal, so it is decoded trusted."""
         index = first_index
         routes = self._routes.get(schema, ())
-        value = cbor.loads(value_cbor) if any(r.key_field for r in routes) else None
+        if value is None and any(r.key_field for r in routes):
+            value = cbor2.loads(value_cbor)
         for route in routes:
             key_cbor = cbor.dumps(value[route.key_field]) if route.key_field else None
             self.scheduler.deliver(
@@ -206,11 +217,10 @@ class Kernel:
     def _entity_subject(self, entity: Entity, leaf: str) -> str:
         if entity.key_cbor is None:
             return make_subject("world", "reducer", entity.reducer, leaf)
-        return make_subject("world", "cell", entity.reducer, key_hash(entity.key_cbor).hex(), leaf)
+        return make_subject("world", "cell", entity.reducer, entity.store_key_hash.hex(), leaf)
 
     def _store_key(self, entity: Entity) -> tuple[str, bytes]:
-        key_cbor = NULL_KEY_CBOR if entity.key_cbor is None else entity.key_cbor
-        return self._module_hash[entity.reducer], key_hash(key_cbor)
+        return self._module_hash[entity.reducer], entity.store_key_hash
 
     def _load_state(self, entity: Entity) -> tuple[CellEntry, bytes] | None:
         return self.cells.get(*self._store_key(entity))
@@ -218,7 +228,7 @@ class Kernel:
     def _step(
         self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
     ) -> tuple[str, dict[str, Any], abi.StepOutput]:
-        module = self.air.modules[entity.reducer]
+        module = self._modules[entity.reducer]
         cell_mode = module.key_schema is not None
         state_cbor = current[1] if current else None
         envelope = abi.encode_input(
@@ -230,18 +240,22 @@ class Kernel:
         body: dict[str, Any] = {
             "reducer": entity.reducer,
             "key": entity.key_cbor,
-            "input": [delivery.src_seq, delivery.index],
+            "src": delivery.src_seq,
+            "idx": delivery.index,
             "out_hash": cbor.digest(raw),
             "state_hash": None if out.state_cbor is None else cbor.digest(out.state_cbor),
-            "events": [[e.schema, e.value_cbor] for e in out.domain_events],
-            "effects": [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects],
         }
+        # Empty lists are left out, so the common body is flat (the journal's fast encode path).
+        if out.domain_events:
+            body["events"] = [[e.schema, e.value_cbor] for e in out.domain_events]
+        if out.effects:
+            body["effects"] = [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects]
         return "step", body, out
 
     def _validate(self, entity: Entity, out: abi.StepOutput) -> None:
         if len(out.domain_events) > self.limits.events_per_step_max:
             raise LimitExceeded("events_per_step_max", self.limits.events_per_step_max)
-        reducer_abi = self.air.modules[entity.reducer].abi.reducer
+        reducer_abi = self._modules[entity.reducer].abi.reducer
         abi.validate_output(
             out,
             check=self._check_schema,
@@ -264,7 +278,8 @@ class Kernel:
         return {
             "reducer": entity.reducer,
             "key": entity.key_cbor,
-            "input": [delivery.src_seq, delivery.index],
+            "src": delivery.src_seq,
+            "idx": delivery.index,
             "reason": {"code": str(code), "error": type(exc).__name__, "detail": str(exc)[:500]},
         }
 
@@ -319,8 +334,9 @@ class Kernel:
             entry = CellEntry.of(key_cbor, out.state_cbor, last_active=seq, manifest_hash=pinned)
             self.cells.put(module, khash, entry, out.state_cbor)
         index = 0
-        for event in out.domain_events:
-            index = self._route(seq, index, event.schema, event.value_cbor)
+        values = out.values.events if out.values is not None else (None,) * len(out.domain_events)
+        for event, value in zip(out.domain_events, values, strict=True):
+            index = self._route(seq, index, event.schema, event.value_cbor, value)
 
     # --- replay -----------------------------------------------------------------------------
 

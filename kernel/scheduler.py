@@ -18,18 +18,28 @@ The whole state serialises to a canonical-CBOR-able object for snapshots, in rea
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from kernel.cells import NULL_KEY_CBOR, key_hash
 
 __all__ = ["Delivery", "Entity", "Scheduler"]
 
 
 @dataclass(frozen=True, slots=True)
 class Entity:
-    """A schedulable thing: ``key_cbor`` is None for a non-keyed reducer."""
+    """A schedulable thing: ``key_cbor`` is None for a non-keyed reducer. ``store_key_hash``
+    is the digest the cell store files it under (of ``key_cbor``, or of CBOR null), computed
+    once here because every step needs it several times."""
 
     reducer: str
     key_cbor: bytes | None = None
+    store_key_hash: bytes = field(default=b"", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.store_key_hash:
+            key = NULL_KEY_CBOR if self.key_cbor is None else self.key_cbor
+            object.__setattr__(self, "store_key_hash", key_hash(key))
 
     def to_obj(self) -> list[Any]:
         return [self.reducer, self.key_cbor]

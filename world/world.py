@@ -212,8 +212,8 @@ class World:
 
     def send_many(self, events: Iterable[tuple[str, Any]]) -> list[int]:
         """All events are normalised first (nothing is journaled if one is bad), then one commit."""
-        encoded = [(schema, self.kernel.normalise_event(schema, value)) for schema, value in events]
-        seqs = [self.kernel.ingest(schema, value_cbor) for schema, value_cbor in encoded]
+        encoded = [(schema, *self.kernel.normalise_event(schema, value)) for schema, value in events]
+        seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
         self.journal.commit()
         return seqs
 

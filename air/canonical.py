@@ -38,7 +38,7 @@ def _expr(raw: Any) -> Any:
 
 
 def _step(step: Any) -> dict[str, Any]:
-    data = step.model_dump(by_alias=True, exclude_none=True)
+    data: dict[str, Any] = step.model_dump(by_alias=True, exclude_none=True)
     for field_name in ("params", "value", "key", "where", "result"):
         if field_name in data:
             data[field_name] = _expr(data[field_name])
@@ -46,35 +46,45 @@ def _step(step: Any) -> dict[str, Any]:
 
 
 def _plan(model: DefPlan) -> dict[str, Any]:
-    edges = [_drop_none({"from": e.from_step, "to": e.to, "when": _expr(e.when)}) for e in model.edges]
-    return _drop_none({
-        "$kind": "defplan",
-        "name": model.name,
-        "input": model.input,
-        "output": model.output,
-        "locals": {k: _type(v) for k, v in model.locals.items()},
-        "steps": sorted((_step(s) for s in model.steps), key=lambda s: str(s["id"])),
-        "edges": sorted(edges, key=lambda e: (e["from"], e["to"], cbor.dumps(e.get("when")))),
-        "invariants": [_expr(i) for i in model.invariants],
-    })
+    edges = [
+        _drop_none({"from": e.from_step, "to": e.to, "when": _expr(e.when)}) for e in model.edges
+    ]
+    return _drop_none(
+        {
+            "$kind": "defplan",
+            "name": model.name,
+            "input": model.input,
+            "output": model.output,
+            "locals": {k: _type(v) for k, v in model.locals.items()},
+            "steps": sorted((_step(s) for s in model.steps), key=lambda s: str(s["id"])),
+            "edges": sorted(edges, key=lambda e: (e["from"], e["to"], cbor.dumps(e.get("when")))),
+            "invariants": [_expr(i) for i in model.invariants],
+        }
+    )
 
 
 def _module(model: DefModule, wasm_hash: str | None) -> dict[str, Any]:
     abi = model.abi.reducer
-    return _drop_none({
-        "$kind": "defmodule",
-        "name": model.name,
-        "module_kind": model.module_kind,
-        "wasm_hash": wasm_hash,
-        "key_schema": None if model.key_schema is None else _type(model.key_schema),
-        "abi": {"reducer": _drop_none({
-            "state": abi.state,
-            "event": abi.event,
-            "annotations": abi.annotations,
-            "effects_emitted": sorted(set(abi.effects_emitted)),
-            "cap_slots": dict(abi.cap_slots),
-        })},
-    })
+    return _drop_none(
+        {
+            "$kind": "defmodule",
+            "name": model.name,
+            "module_kind": model.module_kind,
+            "wasm_hash": wasm_hash,
+            "key_schema": None if model.key_schema is None else _type(model.key_schema),
+            "abi": {
+                "reducer": _drop_none(
+                    {
+                        "state": abi.state,
+                        "event": abi.event,
+                        "annotations": abi.annotations,
+                        "effects_emitted": sorted(set(abi.effects_emitted)),
+                        "cap_slots": dict(abi.cap_slots),
+                    }
+                )
+            },
+        }
+    )
 
 
 def def_canonical(model: Any, wasm_hash: str | None = None) -> dict[str, Any]:
@@ -86,7 +96,12 @@ def def_canonical(model: Any, wasm_hash: str | None = None) -> dict[str, Any]:
     if isinstance(model, DefPlan):
         return _plan(model)
     if isinstance(model, DefCap):
-        return {"$kind": "defcap", "name": model.name, "cap_type": model.cap_type, "schema": _type(model.schema_)}
+        return {
+            "$kind": "defcap",
+            "name": model.name,
+            "cap_type": model.cap_type,
+            "schema": _type(model.schema_),
+        }
     if isinstance(model, DefEffect):
         data = model.model_dump(by_alias=True, exclude_none=True)
         data["origins"] = sorted(set(model.origins))
@@ -96,25 +111,48 @@ def def_canonical(model: Any, wasm_hash: str | None = None) -> dict[str, Any]:
 
 
 def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
-    lists: dict[str, list[Any]] = {k: [] for k in ("schemas", "modules", "plans", "caps", "policies", "effects")}
-    kind_list = {DefSchema: "schemas", DefModule: "modules", DefPlan: "plans", DefCap: "caps",
-                 DefPolicy: "policies", DefEffect: "effects"}
+    lists: dict[str, list[Any]] = {
+        k: [] for k in ("schemas", "modules", "plans", "caps", "policies", "effects")
+    }
+    kind_list: dict[type, str] = {
+        DefSchema: "schemas",
+        DefModule: "modules",
+        DefPlan: "plans",
+        DefCap: "caps",
+        DefPolicy: "policies",
+        DefEffect: "effects",
+    }
     for name in sorted(air.defs):
         entry = {"name": name, "hash": cbor.hash_to_raw(air.def_hashes[name])}
         lists[kind_list[type(air.defs[name].model)]].append(entry)
     grants = []
     for grant in sorted(manifest.defaults.cap_grants, key=lambda g: g.name):
         params = normalise(parse_type(air.defs[grant.cap].model.schema_), grant.params, air.schemas)
-        grants.append(_drop_none({"name": grant.name, "cap": grant.cap, "params": params, "expiry_ns": grant.expiry_ns}))
-    return _drop_none({
-        "$kind": "manifest",
-        "air_version": manifest.air_version,
-        **lists,
-        "routing": {"events": [r.model_dump(exclude_none=True) for r in manifest.routing.events]},
-        "triggers": [t.model_dump(exclude_none=True) for t in manifest.triggers],
-        "defaults": _drop_none({"policy": manifest.defaults.policy, "cap_grants": grants}),
-        "module_bindings": {m: {"slots": dict(b.slots)} for m, b in manifest.module_bindings.items()},
-    })
+        grants.append(
+            _drop_none(
+                {
+                    "name": grant.name,
+                    "cap": grant.cap,
+                    "params": params,
+                    "expiry_ns": grant.expiry_ns,
+                }
+            )
+        )
+    return _drop_none(
+        {
+            "$kind": "manifest",
+            "air_version": manifest.air_version,
+            **lists,
+            "routing": {
+                "events": [r.model_dump(exclude_none=True) for r in manifest.routing.events]
+            },
+            "triggers": [t.model_dump(exclude_none=True) for t in manifest.triggers],
+            "defaults": _drop_none({"policy": manifest.defaults.policy, "cap_grants": grants}),
+            "module_bindings": {
+                m: {"slots": dict(b.slots)} for m, b in manifest.module_bindings.items()
+            },
+        }
+    )
 
 
 def _check_declared_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnostics) -> None:
@@ -123,8 +161,12 @@ def _check_declared_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnos
             if isinstance(item, str) or item.hash is None or item.name not in air.def_hashes:
                 continue
             if item.hash != air.def_hashes[item.name]:
-                diags.add(manifest_loc.file, f"{manifest_loc.pointer}/{field_name}/{i}/hash", "air.hash.mismatch",
-                          f"{item.name} hashes to {air.def_hashes[item.name]}, not {item.hash}")
+                diags.add(
+                    manifest_loc.file,
+                    f"{manifest_loc.pointer}/{field_name}/{i}/hash",
+                    "air.hash.mismatch",
+                    f"{item.name} hashes to {air.def_hashes[item.name]}, not {item.hash}",
+                )
 
 
 def fill_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnostics) -> None:

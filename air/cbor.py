@@ -28,7 +28,16 @@ import cbor2
 
 from air.errors import CborError
 
-__all__ = ["DEC128_TAG", "Tag", "content_hash", "digest", "dumps", "hash_to_raw", "loads", "raw_to_hash"]
+__all__ = [
+    "DEC128_TAG",
+    "Tag",
+    "content_hash",
+    "digest",
+    "dumps",
+    "hash_to_raw",
+    "loads",
+    "raw_to_hash",
+]
 
 DEC128_TAG: Final = 2000
 _UINT_MAX: Final = 2**64 - 1
@@ -49,13 +58,50 @@ def _text_key_sort(key: str) -> tuple[int, bytes]:
     return (len(raw), raw)
 
 
+class _Outside(Exception):
+    """Raised by the fast walk; ``dumps`` then re-walks slowly to say where and why."""
+
+
+def _fast(obj: Any) -> Any:
+    """The hot path: reorder maps, check types, build no pointers. Raises ``_Outside``."""
+    kind = type(obj)
+    if kind is str or kind is bytes or kind is bool or obj is None:
+        return obj
+    if kind is int:
+        if _NINT_MIN <= obj <= _UINT_MAX:
+            return obj
+        raise _Outside
+    if kind is dict:
+        keys = list(obj)
+        if all(type(key) is str for key in keys):
+            keys.sort(key=_text_key_sort)
+        else:
+            for key in keys:
+                if type(key) not in (int, str, bytes):
+                    raise _Outside
+            keys.sort(key=_key_sort)
+        return {key: _fast(obj[key]) for key in keys}
+    if kind is list or kind is tuple:
+        return [_fast(item) for item in obj]
+    if (
+        kind is cbor2.CBORTag
+        and obj.tag == DEC128_TAG
+        and type(obj.value) is bytes
+        and len(obj.value) == 16
+    ):
+        return obj
+    raise _Outside
+
+
 def _prepare(obj: Any, path: str) -> Any:
-    """Return ``obj`` with every map reordered canonically; reject values outside the model."""
+    """The slow walk, with JSON pointers: only run to explain a value ``_fast`` refused."""
     if obj is None or obj is True or obj is False or isinstance(obj, str | bytes):
         return obj
     if isinstance(obj, int):
         if not _NINT_MIN <= obj <= _UINT_MAX:
-            raise CborError(path or "/", "int.range", f"integer {obj} does not fit CBOR major type 0/1")
+            raise CborError(
+                path or "/", "int.range", f"integer {obj} does not fit CBOR major type 0/1"
+            )
         return obj
     if isinstance(obj, list | tuple):
         return [_prepare(item, f"{path}/{i}") for i, item in enumerate(obj)]
@@ -63,7 +109,9 @@ def _prepare(obj: Any, path: str) -> Any:
         return _prepare_map(obj, path)
     if isinstance(obj, cbor2.CBORTag):
         if obj.tag != DEC128_TAG or not isinstance(obj.value, bytes) or len(obj.value) != 16:
-            raise CborError(path or "/", "tag.unsupported", f"only tag {DEC128_TAG} over 16 bytes is allowed")
+            raise CborError(
+                path or "/", "tag.unsupported", f"only tag {DEC128_TAG} over 16 bytes is allowed"
+            )
         return obj
     if isinstance(obj, float):
         raise CborError(path or "/", "float", "floats are not allowed in canonical values")
@@ -84,7 +132,12 @@ def _prepare_map(obj: dict[Any, Any], path: str) -> dict[Any, Any]:
 
 def dumps(obj: Any) -> bytes:
     """Encode ``obj`` as canonical CBOR; raise ``CborError`` for values outside the model."""
-    return cbor2.dumps(_prepare(obj, ""))
+    try:
+        prepared = _fast(obj)
+    except _Outside:
+        prepared = _prepare(obj, "")  # raises CborError with a pointer
+        raise AssertionError("the slow walk accepted what the fast walk refused") from None
+    return cbor2.dumps(prepared)
 
 
 def loads(data: bytes) -> Any:

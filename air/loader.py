@@ -28,13 +28,21 @@ from typing import Any, Protocol
 
 import pydantic
 
-from air import cbor
 from air.diagnostics import Diagnostics, escape_pointer
 from air.errors import ValueMismatch
-from air.model import AIR_KINDS, DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, Manifest
+from air.model import (
+    AIR_KINDS,
+    DefCap,
+    DefEffect,
+    DefModule,
+    DefPlan,
+    DefPolicy,
+    DefSchema,
+    Manifest,
+)
 from air.types import Ref, TypeNode, is_def_name, parse_type, resolve, type_refs
 
-__all__ = ["AirSource", "Located", "LoadedAir", "WasmInfo", "load_air"]
+__all__ = ["AirSource", "LoadedAir", "Located", "WasmInfo", "load_air"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,9 @@ class LoadedAir:
         return self.of_kind(DefPolicy)
 
 
-def _parse_documents(sources: Iterable[AirSource], diags: Diagnostics) -> list[tuple[AirSource, str, Any]]:
+def _parse_documents(
+    sources: Iterable[AirSource], diags: Diagnostics
+) -> list[tuple[AirSource, str, Any]]:
     out = []
     for source in sources:
         try:
@@ -127,7 +137,9 @@ def _parse_documents(sources: Iterable[AirSource], diags: Diagnostics) -> list[t
         elif isinstance(obj, list):
             out.extend((source, f"/{i}", item) for i, item in enumerate(obj))
         else:
-            diags.add(source.file, "", "air.json", "an AIR file holds an object or an array of objects")
+            diags.add(
+                source.file, "", "air.json", "an AIR file holds an object or an array of objects"
+            )
     return out
 
 
@@ -141,13 +153,17 @@ def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Loc
         model = model_type.model_validate(obj)
     except pydantic.ValidationError as exc:
         for err in exc.errors():
-            loc = "".join(f"/{escape_pointer(p)}" for p in err["loc"] if not str(p).startswith("function"))
+            loc = "".join(
+                f"/{escape_pointer(p)}" for p in err["loc"] if not str(p).startswith("function")
+            )
             diags.add(source.file, pointer + loc, "air.shape", f"{kind}: {err['msg']}")
         return None
     return Located(source.file, pointer, model, obj, source.builtin)
 
 
-def _register(located: list[Located], diags: Diagnostics) -> tuple[dict[str, Located], list[Located]]:
+def _register(
+    located: list[Located], diags: Diagnostics
+) -> tuple[dict[str, Located], list[Located]]:
     defs: dict[str, Located] = {}
     manifests = []
     for loc in located:
@@ -156,7 +172,12 @@ def _register(located: list[Located], diags: Diagnostics) -> tuple[dict[str, Loc
             continue
         name = loc.model.name
         if not is_def_name(name):
-            diags.add(loc.file, f"{loc.pointer}/name", "air.name.invalid", f"{name!r} is not namespace/name@version")
+            diags.add(
+                loc.file,
+                f"{loc.pointer}/name",
+                "air.name.invalid",
+                f"{name!r} is not namespace/name@version",
+            )
             continue
         previous = defs.get(name)
         if previous is None:
@@ -165,7 +186,12 @@ def _register(located: list[Located], diags: Diagnostics) -> tuple[dict[str, Loc
             continue  # listing a built-in sys/ def again is allowed and harmless
         else:
             where = f"{previous.file}:{previous.pointer or '/'}"
-            diags.add(loc.file, f"{loc.pointer}/name", "air.name.duplicate", f"{name} is already defined at {where}")
+            diags.add(
+                loc.file,
+                f"{loc.pointer}/name",
+                "air.name.duplicate",
+                f"{name} is already defined at {where}",
+            )
     return defs, manifests
 
 
@@ -174,7 +200,9 @@ def _one_manifest(manifests: list[Located], diags: Diagnostics) -> Located | Non
         diags.add("<air>", "", "air.manifest.missing", "the AIR has no manifest")
         return None
     for extra in manifests[1:]:
-        diags.add(extra.file, extra.pointer, "air.manifest.multiple", "a world has exactly one manifest")
+        diags.add(
+            extra.file, extra.pointer, "air.manifest.multiple", "a world has exactly one manifest"
+        )
     return manifests[0]
 
 
@@ -189,8 +217,15 @@ def _parse_schemas(defs: dict[str, Located], diags: Diagnostics) -> dict[str, Ty
     for name, node in schemas.items():
         loc = defs[name]
         for ref in sorted(type_refs(node)):
-            if ref not in schemas and (ref not in defs or not isinstance(defs[ref].model, DefSchema)):
-                diags.add(loc.file, f"{loc.pointer}/type", "air.ref.unknown_schema", f"unknown schema {ref}")
+            if ref not in schemas and (
+                ref not in defs or not isinstance(defs[ref].model, DefSchema)
+            ):
+                diags.add(
+                    loc.file,
+                    f"{loc.pointer}/type",
+                    "air.ref.unknown_schema",
+                    f"unknown schema {ref}",
+                )
         if isinstance(node, Ref):
             try:
                 resolve(node, schemas)
@@ -206,7 +241,7 @@ def load_air(
     inspect_wasm: InspectWasm | None = None,
 ) -> LoadedAir:
     """Load and validate AIR; raise ``ManifestError`` with every error diagnostic found."""
-    from air import canonical, validate  # noqa: PLC0415 - these import this module's types
+    from air import canonical, validate
 
     diags = Diagnostics()
     docs = _parse_documents(sources, diags)

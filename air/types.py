@@ -104,7 +104,11 @@ class MapT:
 TypeNode: TypeAlias = Prim | Ref | Record | Variant | ListT | SetT | OptionT | MapT
 Schemas: TypeAlias = Mapping[str, TypeNode]
 
-_WRAPPERS: Final = {"list": ListT, "set": SetT, "option": OptionT}
+_WRAPPERS: Final[dict[str, type[ListT] | type[SetT] | type[OptionT]]] = {
+    "list": ListT,
+    "set": SetT,
+    "option": OptionT,
+}
 
 
 def is_def_name(text: str) -> bool:

@@ -79,7 +79,9 @@ def validate(
             _type_field(ctx, loc, loc.model.schema_, "/schema")
         elif isinstance(loc.model, DefEffect):
             for field_name in ("params_schema", "receipt_schema"):
-                ctx.need_schema(getattr(loc.model, field_name), loc.file, f"{loc.pointer}/{field_name}")
+                ctx.need_schema(
+                    getattr(loc.model, field_name), loc.file, f"{loc.pointer}/{field_name}"
+                )
     _routing(ctx, manifest)
     _defaults(ctx, manifest)
     correlated = {t.plan for t in manifest.model.triggers if t.correlate_by}
@@ -95,9 +97,11 @@ def _type_field(ctx: _Ctx, loc: Located, raw: Any, pointer: str) -> TypeNode | N
     except ValueMismatch as exc:
         ctx.diags.add(loc.file, exc.pointer, "air.type.invalid", exc.detail)
         return None
-    from air.types import type_refs  # noqa: PLC0415
+    from air.types import type_refs
 
-    ok = all(ctx.need_schema(ref, loc.file, loc.pointer + pointer) for ref in sorted(type_refs(node)))
+    ok = all(
+        ctx.need_schema(ref, loc.file, loc.pointer + pointer) for ref in sorted(type_refs(node))
+    )
     return node if ok else None
 
 
@@ -116,7 +120,9 @@ def _manifest_lists(ctx: _Ctx, manifest: Located) -> None:
             ctx.need(name, model_type, manifest.file, f"{manifest.pointer}/{field_name}/{i}", code)
 
 
-def _module(ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None) -> None:
+def _module(
+    ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
+) -> None:
     model: DefModule = loc.model
     abi = model.abi.reducer
     base = f"{loc.pointer}/abi/reducer"
@@ -132,7 +138,9 @@ def _module(ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, insp
     for i, kind in enumerate(abi.effects_emitted):
         _effect_origin(ctx, effects, kind, "reducer", loc.file, f"{base}/effects_emitted/{i}")
     for slot, cap in abi.cap_slots.items():
-        ctx.need(cap, DefCap, loc.file, f"{base}/cap_slots/{escape_pointer(slot)}", "air.ref.unknown_cap")
+        ctx.need(
+            cap, DefCap, loc.file, f"{base}/cap_slots/{escape_pointer(slot)}", "air.ref.unknown_cap"
+        )
     _wasm(ctx, name, loc, read_wasm, inspect)
 
 
@@ -141,32 +149,50 @@ def _effect_origin(
 ) -> DefEffect | None:
     effect = effects.get(kind)
     if effect is None:
-        ctx.diags.add(file, pointer, "air.ref.unknown_effect", f"no defeffect provides effect kind {kind!r}")
+        ctx.diags.add(
+            file, pointer, "air.ref.unknown_effect", f"no defeffect provides effect kind {kind!r}"
+        )
         return None
     if origin not in effect.origins:
         allowed = " or ".join(effect.origins)
-        ctx.diags.add(file, pointer, "air.effect.origin", f"effect {kind} may be emitted by {allowed}, not a {origin}")
+        ctx.diags.add(
+            file,
+            pointer,
+            "air.effect.origin",
+            f"effect {kind} may be emitted by {allowed}, not a {origin}",
+        )
         return None
     return effect
 
 
-def _wasm(ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None) -> None:
-    from air.loader import resolve_relative  # noqa: PLC0415
+def _wasm(
+    ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
+) -> None:
+    from air.loader import resolve_relative
 
     model: DefModule = loc.model
     data = read_wasm(resolve_relative(loc.file, model.wasm)) if model.wasm and read_wasm else None
     if data is None:
         if model.wasm_hash is None:
             where = model.wasm or "(no wasm path)"
-            ctx.diags.add(loc.file, f"{loc.pointer}/wasm", "air.module.wasm_missing",
-                          f"wasm {where} not found; module {name} is not validated", "warning")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}/wasm",
+                "air.module.wasm_missing",
+                f"wasm {where} not found; module {name} is not validated",
+                "warning",
+            )
         else:
             ctx.air.wasm_hashes[name] = model.wasm_hash
         return
     actual = cbor.content_hash(data)
     if model.wasm_hash is not None and model.wasm_hash != actual:
-        ctx.diags.add(loc.file, f"{loc.pointer}/wasm_hash", "air.hash.mismatch",
-                      f"wasm_hash {model.wasm_hash} but {model.wasm} hashes to {actual}")
+        ctx.diags.add(
+            loc.file,
+            f"{loc.pointer}/wasm_hash",
+            "air.hash.mismatch",
+            f"wasm_hash {model.wasm_hash} but {model.wasm} hashes to {actual}",
+        )
     ctx.air.wasm_hashes[name] = actual
     ctx.air.wasm_bytes[name] = data
     if inspect is not None:
@@ -176,13 +202,22 @@ def _wasm(ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspec
 def _inspect(ctx: _Ctx, loc: Located, info: Any) -> None:
     pointer = f"{loc.pointer}/wasm"
     if info.error is not None:
-        ctx.diags.add(loc.file, pointer, "air.module.wasm_invalid", f"not a valid wasm module: {info.error}")
+        ctx.diags.add(
+            loc.file, pointer, "air.module.wasm_invalid", f"not a valid wasm module: {info.error}"
+        )
         return
     if info.imports:
-        ctx.diags.add(loc.file, pointer, "air.module.imports", f"reducers import nothing; found {', '.join(info.imports)}")
+        ctx.diags.add(
+            loc.file,
+            pointer,
+            "air.module.imports",
+            f"reducers import nothing; found {', '.join(info.imports)}",
+        )
     missing = [n for n, kind in REQUIRED_EXPORTS.items() if info.exports.get(n) != kind]
     if missing:
-        ctx.diags.add(loc.file, pointer, "air.module.exports", f"missing ABI exports: {', '.join(missing)}")
+        ctx.diags.add(
+            loc.file, pointer, "air.module.exports", f"missing ABI exports: {', '.join(missing)}"
+        )
 
 
 def _record_field(ctx: _Ctx, schema: str, field_name: str) -> TypeNode | None:
@@ -197,7 +232,9 @@ def _record_field(ctx: _Ctx, schema: str, field_name: str) -> TypeNode | None:
 
 def _same_type(ctx: _Ctx, a: TypeNode, b: TypeNode) -> bool:
     try:
-        return type_to_obj(resolve(a, ctx.air.schemas)) == type_to_obj(resolve(b, ctx.air.schemas))
+        return bool(
+            type_to_obj(resolve(a, ctx.air.schemas)) == type_to_obj(resolve(b, ctx.air.schemas))
+        )
     except ValueMismatch:
         return False
 
@@ -206,15 +243,25 @@ def _routing(ctx: _Ctx, manifest: Located) -> None:
     for i, route in enumerate(manifest.model.routing.events):
         at = f"{manifest.pointer}/routing/events/{i}"
         ok_event = ctx.need_schema(route.event, manifest.file, f"{at}/event")
-        if not ctx.need(route.reducer, DefModule, manifest.file, f"{at}/reducer", "air.ref.unknown_module"):
+        if not ctx.need(
+            route.reducer, DefModule, manifest.file, f"{at}/reducer", "air.ref.unknown_module"
+        ):
             continue
         keyed = ctx.loc(route.reducer).model.key_schema is not None
         if route.key_field is not None and not keyed:
-            ctx.diags.add(manifest.file, f"{at}/key_field", "air.route.keyed_to_unkeyed",
-                          f"route has key_field but {route.reducer} has no key_schema")
+            ctx.diags.add(
+                manifest.file,
+                f"{at}/key_field",
+                "air.route.keyed_to_unkeyed",
+                f"route has key_field but {route.reducer} has no key_schema",
+            )
         elif route.key_field is None and keyed:
-            ctx.diags.add(manifest.file, at, "air.route.unkeyed_to_keyed",
-                          f"{route.reducer} is keyed; the route needs a key_field")
+            ctx.diags.add(
+                manifest.file,
+                at,
+                "air.route.unkeyed_to_keyed",
+                f"{route.reducer} is keyed; the route needs a key_field",
+            )
         elif route.key_field is not None and ok_event:
             _route_key(ctx, manifest, at, route)
 
@@ -222,13 +269,21 @@ def _routing(ctx: _Ctx, manifest: Located) -> None:
 def _route_key(ctx: _Ctx, manifest: Located, at: str, route: Any) -> None:
     field_type = _record_field(ctx, route.event, route.key_field)
     if field_type is None:
-        ctx.diags.add(manifest.file, f"{at}/key_field", "air.route.key_field_missing",
-                      f"field {route.key_field!r} not in schema {route.event}")
+        ctx.diags.add(
+            manifest.file,
+            f"{at}/key_field",
+            "air.route.key_field_missing",
+            f"field {route.key_field!r} not in schema {route.event}",
+        )
         return
     key_type = ctx.air.key_types.get(route.reducer)
     if key_type is not None and not _same_type(ctx, field_type, key_type):
-        ctx.diags.add(manifest.file, f"{at}/key_field", "air.route.key_type_mismatch",
-                      f"field {route.key_field!r} does not have {route.reducer}'s key_schema type")
+        ctx.diags.add(
+            manifest.file,
+            f"{at}/key_field",
+            "air.route.key_type_mismatch",
+            f"field {route.key_field!r} does not have {route.reducer}'s key_schema type",
+        )
 
 
 def _triggers(ctx: _Ctx, manifest: Located) -> None:
@@ -238,18 +293,36 @@ def _triggers(ctx: _Ctx, manifest: Located) -> None:
         if not ctx.need(trigger.plan, DefPlan, manifest.file, f"{at}/plan", "air.ref.unknown_plan"):
             continue
         if ok_event and ctx.loc(trigger.plan).model.input != trigger.event:
-            ctx.diags.add(manifest.file, f"{at}/event", "air.trigger.input_mismatch",
-                          f"{trigger.plan} takes {ctx.loc(trigger.plan).model.input}, not {trigger.event}")
-        if ok_event and trigger.correlate_by and _record_field(ctx, trigger.event, trigger.correlate_by) is None:
-            ctx.diags.add(manifest.file, f"{at}/correlate_by", "air.trigger.correlate_missing",
-                          f"field {trigger.correlate_by!r} not in schema {trigger.event}")
+            ctx.diags.add(
+                manifest.file,
+                f"{at}/event",
+                "air.trigger.input_mismatch",
+                f"{trigger.plan} takes {ctx.loc(trigger.plan).model.input}, not {trigger.event}",
+            )
+        if (
+            ok_event
+            and trigger.correlate_by
+            and _record_field(ctx, trigger.event, trigger.correlate_by) is None
+        ):
+            ctx.diags.add(
+                manifest.file,
+                f"{at}/correlate_by",
+                "air.trigger.correlate_missing",
+                f"field {trigger.correlate_by!r} not in schema {trigger.event}",
+            )
 
 
 def _defaults(ctx: _Ctx, manifest: Located) -> None:
     model = manifest.model
     base = f"{manifest.pointer}/defaults"
     if model.defaults.policy is not None:
-        ctx.need(model.defaults.policy, DefPolicy, manifest.file, f"{base}/policy", "air.ref.unknown_policy")
+        ctx.need(
+            model.defaults.policy,
+            DefPolicy,
+            manifest.file,
+            f"{base}/policy",
+            "air.ref.unknown_policy",
+        )
     for i, grant in enumerate(model.defaults.cap_grants):
         at = f"{base}/cap_grants/{i}"
         if not ctx.need(grant.cap, DefCap, manifest.file, f"{at}/cap", "air.ref.unknown_cap"):
@@ -268,11 +341,19 @@ def _defaults(ctx: _Ctx, manifest: Located) -> None:
         slots = ctx.loc(module).model.abi.reducer.cap_slots
         for slot, grant in binding.slots.items():
             if slot not in slots:
-                ctx.diags.add(manifest.file, f"{at}/slots/{escape_pointer(slot)}", "air.ref.unknown_slot",
-                              f"{module} declares no cap slot {slot!r}")
+                ctx.diags.add(
+                    manifest.file,
+                    f"{at}/slots/{escape_pointer(slot)}",
+                    "air.ref.unknown_slot",
+                    f"{module} declares no cap slot {slot!r}",
+                )
             if grant not in grants:
-                ctx.diags.add(manifest.file, f"{at}/slots/{escape_pointer(slot)}", "air.ref.unknown_cap_grant",
-                              f"no cap grant named {grant!r} in defaults.cap_grants")
+                ctx.diags.add(
+                    manifest.file,
+                    f"{at}/slots/{escape_pointer(slot)}",
+                    "air.ref.unknown_cap_grant",
+                    f"no cap grant named {grant!r} in defaults.cap_grants",
+                )
 
 
 # --- plans -----------------------------------------------------------------------------------
@@ -298,8 +379,12 @@ def _plan_steps(ctx: _Ctx, loc: Located) -> dict[str, Any]:
     steps: dict[str, Any] = {}
     for i, step in enumerate(loc.model.steps):
         if step.id in steps:
-            ctx.diags.add(loc.file, f"{loc.pointer}/steps/{i}/id", "air.plan.step.duplicate",
-                          f"step id {step.id!r} is used twice")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}/steps/{i}/id",
+                "air.plan.step.duplicate",
+                f"step id {step.id!r} is used twice",
+            )
         steps[step.id] = step
     return steps
 
@@ -310,15 +395,29 @@ def _plan_edges(ctx: _Ctx, loc: Located, steps: dict[str, Any]) -> None:
         at = f"{loc.pointer}/edges/{i}"
         for end, pointer in ((edge.from_step, "from"), (edge.to, "to")):
             if end not in steps:
-                ctx.diags.add(loc.file, f"{at}/{pointer}", "air.plan.edge.unknown_step", f"no step {end!r}")
+                ctx.diags.add(
+                    loc.file, f"{at}/{pointer}", "air.plan.edge.unknown_step", f"no step {end!r}"
+                )
         if edge.from_step in steps and edge.to in steps:
             graph[edge.from_step].append(edge.to)
         if edge.when is not None:
-            _expr(ctx, loc, edge.when, f"/edges/{i}/when", steps, set(loc.model.locals), allow_event=False)
+            _expr(
+                ctx,
+                loc,
+                edge.when,
+                f"/edges/{i}/when",
+                steps,
+                set(loc.model.locals),
+                allow_event=False,
+            )
     cycle = _find_cycle(graph)
     if cycle:
-        ctx.diags.add(loc.file, f"{loc.pointer}/edges", "air.plan.cycle",
-                      f"plan edges form a cycle: {' -> '.join(cycle)}")
+        ctx.diags.add(
+            loc.file,
+            f"{loc.pointer}/edges",
+            "air.plan.cycle",
+            f"plan edges form a cycle: {' -> '.join(cycle)}",
+        )
 
 
 def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
@@ -345,7 +444,13 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
 
 
 def _plan_step(
-    ctx: _Ctx, loc: Located, i: int, step: Any, steps: dict[str, Any], variables: set[str], correlated: bool
+    ctx: _Ctx,
+    loc: Located,
+    i: int,
+    step: Any,
+    steps: dict[str, Any],
+    variables: set[str],
+    correlated: bool,
 ) -> None:
     at = f"/steps/{i}"
     check: Callable[[Any, str, bool], expr.Expr | None] = lambda raw, sub, ev: _expr(  # noqa: E731
@@ -355,8 +460,12 @@ def _plan_step(
         _emit_effect(ctx, loc, at, step, check(step.params, "params", False))
     elif isinstance(step, AwaitReceipt):
         if not isinstance(steps.get(step.for_step), EmitEffect):
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}/for", "air.plan.await_receipt.for",
-                          f"{step.for_step!r} is not an emit_effect step of this plan")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}/for",
+                "air.plan.await_receipt.for",
+                f"{step.for_step!r} is not an emit_effect step of this plan",
+            )
     elif isinstance(step, RaiseEvent):
         _raise_event(ctx, loc, at, step, check(step.value, "value", False))
         if step.key is not None:
@@ -366,8 +475,12 @@ def _plan_step(
         if step.where is not None:
             check(step.where, "where", True)
         elif correlated:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}", "air.plan.await_event.where_required",
-                          "a plan started by a correlated trigger must filter awaited events with 'where'")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}",
+                "air.plan.await_event.where_required",
+                "a plan started by a correlated trigger must filter awaited events with 'where'",
+            )
     elif isinstance(step, End):
         if step.result is not None:
             check(step.result, "result", False)
@@ -375,23 +488,39 @@ def _plan_step(
         check(step.value, "value", False)
 
 
-def _emit_effect(ctx: _Ctx, loc: Located, at: str, step: EmitEffect, params: expr.Expr | None) -> None:
-    effect = _effect_origin(ctx, ctx.air.effects, step.kind, "plan", loc.file, f"{loc.pointer}{at}/kind")
+def _emit_effect(
+    ctx: _Ctx, loc: Located, at: str, step: EmitEffect, params: expr.Expr | None
+) -> None:
+    effect = _effect_origin(
+        ctx, ctx.air.effects, step.kind, "plan", loc.file, f"{loc.pointer}{at}/kind"
+    )
     if effect is None:
         return
     if step.cap is not None:
         grants = {g.name: g for g in ctx.air.manifest.defaults.cap_grants}
         grant = grants.get(step.cap)
         if grant is None:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}/cap", "air.ref.unknown_cap_grant",
-                          f"no cap grant named {step.cap!r} in defaults.cap_grants")
-        elif ctx.is_kind(grant.cap, DefCap) and ctx.loc(grant.cap).model.cap_type != effect.cap_type:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}/cap", "air.cap.type_mismatch",
-                          f"grant {step.cap!r} is a {ctx.loc(grant.cap).model.cap_type} capability; {step.kind} needs {effect.cap_type}")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}/cap",
+                "air.ref.unknown_cap_grant",
+                f"no cap grant named {step.cap!r} in defaults.cap_grants",
+            )
+        elif (
+            ctx.is_kind(grant.cap, DefCap) and ctx.loc(grant.cap).model.cap_type != effect.cap_type
+        ):
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}/cap",
+                "air.cap.type_mismatch",
+                f"grant {step.cap!r} is a {ctx.loc(grant.cap).model.cap_type} capability; {step.kind} needs {effect.cap_type}",
+            )
     _literal(ctx, loc, f"{at}/params", params, effect.params_schema)
 
 
-def _raise_event(ctx: _Ctx, loc: Located, at: str, step: RaiseEvent, value: expr.Expr | None) -> None:
+def _raise_event(
+    ctx: _Ctx, loc: Located, at: str, step: RaiseEvent, value: expr.Expr | None
+) -> None:
     if not ctx.need_schema(step.event, loc.file, f"{loc.pointer}{at}/event"):
         return
     if step.reducer is not None and ctx.need(
@@ -400,7 +529,12 @@ def _raise_event(ctx: _Ctx, loc: Located, at: str, step: RaiseEvent, value: expr
         keyed = ctx.loc(step.reducer).model.key_schema is not None
         if keyed != (step.key is not None):
             need = "needs a key" if keyed else "is not keyed; drop the key"
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}/key", "air.plan.raise_event.key", f"{step.reducer} {need}")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}/key",
+                "air.plan.raise_event.key",
+                f"{step.reducer} {need}",
+            )
     _literal(ctx, loc, f"{at}/value", value, step.event)
 
 
@@ -414,11 +548,22 @@ def _literal(ctx: _Ctx, loc: Located, at: str, node: expr.Expr | None, schema: s
     except ExprError as exc:
         ctx.diags.add(loc.file, f"{loc.pointer}{at}", f"air.{exc.code}", exc.detail)
     except ValueMismatch as exc:
-        ctx.diags.add(loc.file, exc.pointer, "air.value.mismatch", f"literal does not match {schema}: {exc.detail}")
+        ctx.diags.add(
+            loc.file,
+            exc.pointer,
+            "air.value.mismatch",
+            f"literal does not match {schema}: {exc.detail}",
+        )
 
 
 def _expr(
-    ctx: _Ctx, loc: Located, raw: Any, at: str, steps: dict[str, Any], variables: set[str], allow_event: bool
+    ctx: _Ctx,
+    loc: Located,
+    raw: Any,
+    at: str,
+    steps: dict[str, Any],
+    variables: set[str],
+    allow_event: bool,
 ) -> expr.Expr | None:
     try:
         node = expr.parse_expr(raw, f"{loc.pointer}{at}")
@@ -428,10 +573,24 @@ def _expr(
     for root in sorted(expr.refs(node)):
         kind, _, name = root.partition(":")
         if kind == "step" and name not in steps:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}", "air.plan.ref.unknown_step", f"@step:{name} names no step")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}",
+                "air.plan.ref.unknown_step",
+                f"@step:{name} names no step",
+            )
         elif kind == "var" and name not in variables:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}", "air.plan.ref.unknown_var", f"@var:{name} is not a local")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}",
+                "air.plan.ref.unknown_var",
+                f"@var:{name} is not a local",
+            )
         elif root == "event" and not allow_event:
-            ctx.diags.add(loc.file, f"{loc.pointer}{at}", "air.plan.ref.event_outside_where",
-                          "@event is only available inside await_event.where")
+            ctx.diags.add(
+                loc.file,
+                f"{loc.pointer}{at}",
+                "air.plan.ref.event_outside_where",
+                "@event is only available inside await_event.where",
+            )
     return node

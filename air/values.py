@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -31,7 +32,18 @@ from typing import Any, Final
 
 from air import cbor
 from air.errors import CborError, ValueMismatch
-from air.types import ListT, MapT, OptionT, Prim, Record, Ref, Schemas, SetT, TypeNode, Variant, resolve
+from air.types import (
+    ListT,
+    MapT,
+    OptionT,
+    Prim,
+    Record,
+    Schemas,
+    SetT,
+    TypeNode,
+    Variant,
+    resolve,
+)
 
 __all__ = [
     "INT_MAX",
@@ -58,7 +70,14 @@ _TIME_RE: Final = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
 )
 _DURATION_RE: Final = re.compile(r"^(-?\d+)(ns|us|ms|s|m|h)$")
-_DURATION_UNITS: Final = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": _NS, "m": 60 * _NS, "h": 3600 * _NS}
+_DURATION_UNITS: Final = {
+    "ns": 1,
+    "us": 1_000,
+    "ms": 1_000_000,
+    "s": _NS,
+    "m": 60 * _NS,
+    "h": 3600 * _NS,
+}
 
 
 def _mismatch(pointer: str, code: str, detail: str) -> ValueMismatch:
@@ -140,7 +159,11 @@ def _parse_time(text: str, pointer: str) -> int:
         raise _mismatch(pointer, "time.format", f"no such date: {text!r}")
     fraction = int((match.group(7) or "").ljust(9, "0"))
     zone = match.group(8)
-    offset = 0 if zone in "Zz" else (int(zone[1:3]) * 60 + int(zone[4:6])) * (1 if zone[0] == "+" else -1)
+    offset = (
+        0
+        if zone in "Zz"
+        else (int(zone[1:3]) * 60 + int(zone[4:6])) * (1 if zone[0] == "+" else -1)
+    )
     seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
     return (seconds - offset * 60) * _NS + fraction
 
@@ -149,7 +172,9 @@ def _format_time(ns: int) -> str:
     seconds, fraction = divmod(ns, _NS)
     days, rest = divmod(seconds, 86400)
     year, month, day = _civil_from_days(days)
-    stamp = f"{year:04d}-{month:02d}-{day:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    stamp = (
+        f"{year:04d}-{month:02d}-{day:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    )
     return stamp + (f".{fraction:09d}".rstrip("0") if fraction else "") + "Z"
 
 
@@ -193,7 +218,9 @@ def _norm_uuid(value: Any, pointer: str) -> bytes:
         return value
     if isinstance(value, str) and _UUID_RE.match(value):
         return bytes.fromhex(value.replace("-", ""))
-    raise _mismatch(pointer, "uuid.format", "expected a uuid like 01234567-89ab-cdef-0123-456789abcdef")
+    raise _mismatch(
+        pointer, "uuid.format", "expected a uuid like 01234567-89ab-cdef-0123-456789abcdef"
+    )
 
 
 def _norm_dec(value: Any, pointer: str) -> cbor.Tag:
@@ -258,9 +285,14 @@ _PRIM_NORMALISERS: Final[dict[str, Callable[[Any, str], Any]]] = {
 def _kind(node: TypeNode) -> str:
     if isinstance(node, Prim):
         return node.name
-    return {Record: "record", Variant: "variant", ListT: "list", SetT: "set", OptionT: "option", MapT: "map"}[
-        type(node)
-    ]
+    return {
+        Record: "record",
+        Variant: "variant",
+        ListT: "list",
+        SetT: "set",
+        OptionT: "option",
+        MapT: "map",
+    }[type(node)]
 
 
 def _untag(node: TypeNode, value: Any) -> Any:
@@ -367,20 +399,23 @@ def _pair(item: Any, pointer: str) -> tuple[Any, Any]:
 # --- check (strict, canonical form only) -----------------------------------------------------
 
 
+_PRIM_CHECKS: Final[dict[str, Callable[[Any], bool]]] = {
+    "bool": lambda obj: isinstance(obj, bool),
+    "int": lambda obj: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
+    "nat": lambda obj: _is_int(obj) and 0 <= obj <= NAT_MAX,
+    "time": lambda obj: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
+    "duration": lambda obj: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
+    "text": lambda obj: isinstance(obj, str),
+    "bytes": lambda obj: isinstance(obj, bytes),
+    "hash": lambda obj: isinstance(obj, bytes) and len(obj) == 32,
+    "uuid": lambda obj: isinstance(obj, bytes) and len(obj) == 16,
+    "unit": lambda obj: obj is None,
+    "dec128": lambda obj: isinstance(obj, cbor.Tag) and obj.tag == cbor.DEC128_TAG,
+}
+
+
 def _check_prim(name: str, obj: Any, pointer: str) -> None:
-    ok = {
-        "bool": lambda: isinstance(obj, bool),
-        "int": lambda: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
-        "nat": lambda: _is_int(obj) and 0 <= obj <= NAT_MAX,
-        "time": lambda: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
-        "duration": lambda: _is_int(obj) and INT_MIN <= obj <= INT_MAX,
-        "text": lambda: isinstance(obj, str),
-        "bytes": lambda: isinstance(obj, bytes),
-        "hash": lambda: isinstance(obj, bytes) and len(obj) == 32,
-        "uuid": lambda: isinstance(obj, bytes) and len(obj) == 16,
-        "unit": lambda: obj is None,
-        "dec128": lambda: isinstance(obj, cbor.Tag) and obj.tag == cbor.DEC128_TAG,
-    }[name]()
+    ok = _PRIM_CHECKS[name](obj)
     if not ok:
         raise _mismatch(pointer, "type", f"expected {name}, got {type(obj).__name__}")
     if name == "dec128":
@@ -402,10 +437,10 @@ def check(node: TypeNode, obj: Any, schemas: Schemas, pointer: str = "") -> None
     elif isinstance(node, Variant):
         if not isinstance(obj, dict) or set(obj) != {"$tag", "$value"}:
             raise _mismatch(pointer, "type", 'expected a variant {"$tag", "$value"}')
-        sub = node.case_map().get(obj["$tag"])
-        if sub is None:
+        case_type = node.case_map().get(obj["$tag"])
+        if case_type is None:
             raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {obj['$tag']!r}")
-        check(sub, obj["$value"], schemas, f"{pointer}/$value")
+        check(case_type, obj["$value"], schemas, f"{pointer}/$value")
     elif isinstance(node, OptionT):
         if obj is not None:
             check(node.item, obj, schemas, pointer)
@@ -437,7 +472,7 @@ def _check_collection(node: TypeNode, obj: Any, schemas: Schemas, pointer: str) 
         check(node.item, item, schemas, f"{pointer}/{i}")
     if isinstance(node, SetT):
         encoded = [cbor.dumps(item) for item in obj]
-        if any(a >= b for a, b in zip(encoded, encoded[1:], strict=False)):
+        if any(a >= b for a, b in itertools.pairwise(encoded)):
             raise _mismatch(pointer, "set.order", "set elements must be unique and sorted")
 
 
@@ -462,7 +497,10 @@ def to_sugar(node: TypeNode, obj: Any, schemas: Schemas) -> Any:
         key_node = resolve(node.key, schemas)
         if isinstance(key_node, Prim) and key_node.name == "text":
             return {k: to_sugar(node.value, v, schemas) for k, v in obj.items()}
-        return [[to_sugar(node.key, k, schemas), to_sugar(node.value, v, schemas)] for k, v in obj.items()]
+        return [
+            [to_sugar(node.key, k, schemas), to_sugar(node.value, v, schemas)]
+            for k, v in obj.items()
+        ]
     assert isinstance(node, ListT | SetT)
     return [to_sugar(node.item, item, schemas) for item in obj]
 

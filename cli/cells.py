@@ -11,7 +11,7 @@ from rich.table import Table
 
 from cli.common import console, emit_json, fail, handle_errors
 from cli.core import parse_json_arg
-from world.world import World
+from world.world import CellView, World
 
 __all__ = ["app"]
 
@@ -28,14 +28,20 @@ def ls(
     """List a keyed reducer's cells: key, state, size, last active journal seq."""
     with handle_errors(json_output), World.open(directory) as world:
         total = world.cell_count(reducer)
-        views = []
+        views: list[CellView] = []
         for view in world.cells_of(reducer):
             if len(views) >= limit:
                 break
             views.append(view)
     if json_output:
         cells = [
-            {"key": v.key, "key_hash": v.key_hash, "state": v.state, "size": v.entry.size, "last_active": v.entry.last_active}
+            {
+                "key": v.key,
+                "key_hash": v.key_hash,
+                "state": v.state,
+                "size": v.entry.size,
+                "last_active": v.entry.last_active,
+            }
             for v in views
         ]
         emit_json({"ok": True, "reducer": reducer, "count": total, "cells": cells})
@@ -44,7 +50,9 @@ def ls(
     for column in ("key", "state", "size", "last active"):
         table.add_column(column)
     for v in views:
-        table.add_row(json.dumps(v.key), json.dumps(v.state), str(v.entry.size), str(v.entry.last_active))
+        table.add_row(
+            json.dumps(v.key), json.dumps(v.state), str(v.entry.size), str(v.entry.last_active)
+        )
     console.print(table)
 
 

@@ -29,7 +29,9 @@ def fail(message: str) -> NoReturn:
 
 
 @contextmanager
-def handle_errors(json_output: bool = False, on_manifest: Callable[[ManifestError], None] | None = None) -> Iterator[None]:
+def handle_errors(
+    json_output: bool = False, on_manifest: Callable[[ManifestError], None] | None = None
+) -> Iterator[None]:
     """Known errors become one red line on stderr (or diagnostics) and exit code 1."""
     try:
         yield

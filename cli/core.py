@@ -55,7 +55,10 @@ def send(
     directory: DirArg,
     schema: Annotated[str, typer.Argument(help="Event schema, e.g. demo/CounterEvent@1")],
     value: Annotated[str | None, typer.Argument(help="The event value as JSON")] = None,
-    file: Annotated[Path | None, typer.Option("--file", help="JSON Lines: one value per line, one durable batch")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="JSON Lines: one value per line, one durable batch"),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Send events into the world (durable when the command returns)."""
@@ -88,8 +91,12 @@ def step(
 
 def run(
     directory: DirArg,
-    until_idle: Annotated[bool, typer.Option("--until-idle", help="Run until nothing is ready")] = True,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Stop with an error past this many steps")] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Run until nothing is ready")
+    ] = True,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Stop with an error past this many steps")
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Run the world until it is idle."""
@@ -104,7 +111,9 @@ def run(
 def state(
     directory: DirArg,
     reducer: Annotated[str, typer.Argument(help="Reducer (module) name")],
-    key: Annotated[str | None, typer.Option("--key", help="The cell key, JSON read through the key schema")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="The cell key, JSON read through the key schema")
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Show a reducer's state, or one cell's with --key."""
@@ -126,13 +135,23 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         emit_json(data)
         return
     table = Table(show_header=False, title=f"world {directory}")
-    for key in ("manifest_hash", "journal_seq_next", "steps_total", "pending_deliveries", "dead_letters_total"):
+    for key in (
+        "manifest_hash",
+        "journal_seq_next",
+        "steps_total",
+        "pending_deliveries",
+        "dead_letters_total",
+    ):
         table.add_row(key, str(data[key]))
     for name, r in data["reducers"].items():
-        table.add_row(f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)")
+        table.add_row(
+            f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"
+        )
     console.print(table)
     for letter in data["dead_letters"]:
-        console.print(f"[yellow]dead letter[/yellow] seq {letter['seq']} {letter['reducer']} {letter['schema']}: {letter['code']}")
+        console.print(
+            f"[yellow]dead letter[/yellow] seq {letter['seq']} {letter['reducer']} {letter['schema']}: {letter['code']}"
+        )
 
 
 def snapshot(directory: DirArg, json_output: JsonOpt = False) -> None:

@@ -24,7 +24,9 @@ def example_air(name: str) -> Path:
     """A bundled example world (``manifests/<name>``) of this checkout."""
     path = Path(__file__).resolve().parents[1] / "manifests" / name
     if not path.is_dir():
-        raise UsageError(f"bundled example {name!r} not found at {path}; run from a checkout (pip install -e .)")
+        raise UsageError(
+            f"bundled example {name!r} not found at {path}; run from a checkout (pip install -e .)"
+        )
     return path
 
 
@@ -39,23 +41,36 @@ def _events() -> list[dict[str, object]]:
 
 
 def demo(
-    keep: Annotated[Path | None, typer.Option("--keep", help="Create the world here and keep it")] = None,
+    keep: Annotated[
+        Path | None, typer.Option("--keep", help="Create the world here and keep it")
+    ] = None,
 ) -> None:
     """Create a keyed counter world, send events to a few keys, run it, show the cells."""
     with handle_errors():
         folder = keep or Path(tempfile.mkdtemp(prefix="world-demo-"))
         air = example_air("counter")
         with World.create(folder / "world" if keep is None else folder, air) as world:
-            console.print(f"[bold]world[/bold] {world.path}  manifest {world.air.manifest_hash[:23]}…")
+            console.print(
+                f"[bold]world[/bold] {world.path}  manifest {world.air.manifest_hash[:23]}…"
+            )
             seqs = world.send_many((EVENT, e) for e in _events())
-            console.print(f"sent {len(seqs)} events to keys alice, bob, carol, dave (dave's last event is Clear)")
+            console.print(
+                f"sent {len(seqs)} events to keys alice, bob, carol, dave (dave's last event is Clear)"
+            )
             steps = world.run_until_idle()
             console.print(f"ran {steps} steps until idle")
             table = Table(title=f"cells of {REDUCER}")
             for column in ("key", "count", "events", "last active seq"):
                 table.add_column(column)
             for view in sorted(world.cells_of(REDUCER), key=lambda v: str(v.key)):
-                table.add_row(json.dumps(view.key), str(view.state["count"]), str(view.state["events"]), str(view.entry.last_active))
+                table.add_row(
+                    json.dumps(view.key),
+                    str(view.state["count"]),
+                    str(view.state["events"]),
+                    str(view.entry.last_active),
+                )
             console.print(table)
             console.print("dave's cell was deleted by Clear (state=null).")
-            console.print(f"try: world cells ls {world.path} {REDUCER}   ·   world replay {world.path} --verify")
+            console.print(
+                f"try: world cells ls {world.path} {REDUCER}   ·   world replay {world.path} --verify"
+            )

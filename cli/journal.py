@@ -22,7 +22,9 @@ app = typer.Typer(help="Inspect and check the journal.", no_args_is_help=True)
 @app.command("verify")
 def verify(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
-    repair: Annotated[bool, typer.Option("--repair", help="Cut after the last good record, keeping a backup")] = False,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Cut after the last good record, keeping a backup")
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check every journal record; report the first bad one with segment and offset."""
@@ -39,26 +41,48 @@ def verify(
         "records": report.records,
         "seq_last_good": report.seq_last_good,
         "segments": list(report.segments),
-        "problem": None if problem is None else {"segment": problem.segment, "offset": problem.offset, "seq": problem.seq, "reason": problem.reason},
-        "torn_tail": None if report.torn_tail is None else {"segment": report.torn_tail.segment, "offset": report.torn_tail.offset},
-        "repaired": None if fixed is None else {"backup_files": list(fixed.backup_files), "seq_next": fixed.seq_next},
+        "problem": None
+        if problem is None
+        else {
+            "segment": problem.segment,
+            "offset": problem.offset,
+            "seq": problem.seq,
+            "reason": problem.reason,
+        },
+        "torn_tail": None
+        if report.torn_tail is None
+        else {"segment": report.torn_tail.segment, "offset": report.torn_tail.offset},
+        "repaired": None
+        if fixed is None
+        else {"backup_files": list(fixed.backup_files), "seq_next": fixed.seq_next},
     }
     if json_output:
         emit_json(data)
     elif problem is not None and fixed is None:
         console.print(f"{report.records} good record(s) before the problem")
-        fail(f"journal corrupt in {problem.segment} at offset {problem.offset} (seq {problem.seq}): {problem.reason}; "
-             "run `world journal verify --repair` to cut the journal there (a backup is kept)")
+        fail(
+            f"journal corrupt in {problem.segment} at offset {problem.offset} (seq {problem.seq}): {problem.reason}; "
+            "run `world journal verify --repair` to cut the journal there (a backup is kept)"
+        )
     else:
-        console.print(f"journal ok: {report.records} record(s) in {len(report.segments)} segment(s)")
+        console.print(
+            f"journal ok: {report.records} record(s) in {len(report.segments)} segment(s)"
+        )
         if fixed is not None:
-            console.print(f"repaired: cut to {fixed.seq_next} record(s); backup in {', '.join(fixed.backup_files)}")
+            console.print(
+                f"repaired: cut to {fixed.seq_next} record(s); backup in {', '.join(fixed.backup_files)}"
+            )
     if problem is not None and fixed is None:
         raise typer.Exit(1)
 
 
 def _render(record: JournalRecord) -> dict[str, Any]:
-    return {"seq": record.seq, "subject": record.subject, "kind": record.kind, "body": _jsonable(record.body)}
+    return {
+        "seq": record.seq,
+        "subject": record.subject,
+        "kind": record.kind,
+        "body": _jsonable(record.body),
+    }
 
 
 def _jsonable(obj: Any) -> Any:
@@ -76,9 +100,13 @@ def _jsonable(obj: Any) -> Any:
 @app.command("tail")
 def tail(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
-    subject: Annotated[str | None, typer.Option("--subject", help="Subject pattern: * one segment, ** the rest")] = None,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="Subject pattern: * one segment, ** the rest")
+    ] = None,
     from_seq: Annotated[int, typer.Option("--from", help="Start at this sequence number")] = 0,
-    follow: Annotated[bool, typer.Option("--follow", help="Keep reading as records arrive")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep reading as records arrive")
+    ] = False,
 ) -> None:
     """Print journal records as JSON lines (read-only: works while another process runs the world)."""
     with handle_errors():
@@ -89,7 +117,9 @@ def tail(
             for record in reader.read(seq):
                 seq = record.seq + 1
                 if pattern is None or pattern.matches(record.subject):
-                    console.print(json.dumps(_render(record)), soft_wrap=True, highlight=False, markup=False)
+                    console.print(
+                        json.dumps(_render(record)), soft_wrap=True, highlight=False, markup=False
+                    )
             reader.close()
             if not follow:
                 return

@@ -16,7 +16,9 @@ __all__ = ["replay"]
 
 def replay(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
-    verify: Annotated[bool, typer.Option("--verify", help="Compare every re-executed step with the journal")] = True,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Compare every re-executed step with the journal")
+    ] = True,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replay the journal from genesis; report the first difference, if any."""
@@ -28,24 +30,36 @@ def replay(
         else:
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("replaying", total=None)
-                report = verify_world(directory, lambda done, total: progress.update(task, completed=done, total=total))
+                report = verify_world(
+                    directory,
+                    lambda done, total: progress.update(task, completed=done, total=total),
+                )
     divergence = report.divergence
     data = {
         "ok": report.ok,
         "records": report.records,
         "steps": report.steps,
-        "divergence": None if divergence is None else {
-            "seq": divergence.seq, "entity": divergence.entity, "expected": divergence.expected, "actual": divergence.actual,
+        "divergence": None
+        if divergence is None
+        else {
+            "seq": divergence.seq,
+            "entity": divergence.entity,
+            "expected": divergence.expected,
+            "actual": divergence.actual,
         },
         "state_mismatches": report.state_mismatches,
     }
     if json_output:
         emit_json(data)
     elif divergence is not None:
-        fail(f"replay diverged at seq {divergence.seq} ({divergence.entity}): expected {divergence.expected}, got {divergence.actual}")
+        fail(
+            f"replay diverged at seq {divergence.seq} ({divergence.entity}): expected {divergence.expected}, got {divergence.actual}"
+        )
     elif report.state_mismatches:
         fail(f"replayed states differ for {', '.join(report.state_mismatches)}")
     else:
-        console.print(f"replay ok: {report.records} records, {report.steps} steps re-executed, identical outputs and state")
+        console.print(
+            f"replay ok: {report.records} records, {report.steps} steps re-executed, identical outputs and state"
+        )
     if not report.ok:
         raise typer.Exit(1)

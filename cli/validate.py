@@ -23,7 +23,10 @@ def summary(air: LoadedAir) -> dict[str, object]:
         "ok": True,
         "manifest_hash": air.manifest_hash,
         "schemas": sorted(n for n in user_defs if n in air.schemas),
-        "modules": {n: {"wasm_hash": air.wasm_hashes.get(n), "keyed": n in air.key_types} for n in sorted(air.modules)},
+        "modules": {
+            n: {"wasm_hash": air.wasm_hashes.get(n), "keyed": n in air.key_types}
+            for n in sorted(air.modules)
+        },
         "plans": sorted(air.plans),
         "routes": [r.model_dump(exclude_none=True) for r in manifest.routing.events],
         "triggers": [t.model_dump(exclude_none=True) for t in manifest.triggers],
@@ -43,7 +46,10 @@ def _print_summary(air: LoadedAir, info: dict[str, object]) -> None:
     table.add_row("manifest hash", air.manifest_hash)
     table.add_row("schemas", str(len(info["schemas"])))  # type: ignore[arg-type]
     for name, module in info["modules"].items():  # type: ignore[attr-defined]
-        table.add_row("module", f"{name} ({'keyed' if module['keyed'] else 'v1'}) {module['wasm_hash'] or 'no wasm'}")
+        table.add_row(
+            "module",
+            f"{name} ({'keyed' if module['keyed'] else 'v1'}) {module['wasm_hash'] or 'no wasm'}",
+        )
     for plan in info["plans"]:  # type: ignore[attr-defined]
         table.add_row("plan", plan)
     for route in info["routes"]:  # type: ignore[attr-defined]

@@ -40,7 +40,7 @@ from air.loader import LoadedAir
 from air.types import Ref
 from air.values import check, normalise
 from kernel import abi
-from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore, key_hash
+from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
 from kernel.journal import Journal, JournalRecord, make_subject
 from kernel.scheduler import Delivery, Entity, Scheduler
 

@@ -26,7 +26,7 @@ def _order_docs() -> list[dict[str, Any]]:
 
 
 def _load(docs: list[dict[str, Any]], file: str = "world.air.json") -> LoadedAir:
-    return load_air(builtin_sources() + [AirSource(file, json.dumps(docs))])
+    return load_air([*builtin_sources(), AirSource(file, json.dumps(docs))])
 
 
 def _codes(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -35,7 +35,9 @@ def _codes(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(d.code, d.pointer) for d in info.value.diagnostics]
 
 
-def _find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> tuple[int, dict[str, Any]]:
+def _find(
+    docs: list[dict[str, Any]], kind: str, name: str | None = None
+) -> tuple[int, dict[str, Any]]:
     for i, doc in enumerate(docs):
         if doc["$kind"] == kind and (name is None or doc.get("name") == name):
             return i, doc
@@ -46,7 +48,9 @@ def _find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> tup
 def test_every_bundled_manifest_validates(path: Path) -> None:
     air = load_air_path(path)
     assert air.manifest_hash.startswith("blake3:")
-    assert all(d.code != "air.module.wasm_missing" for d in air.warnings), "bundled reducers are built"
+    assert all(d.code != "air.module.wasm_missing" for d in air.warnings), (
+        "bundled reducers are built"
+    )
 
 
 def test_valid_world_reports_no_errors_and_fills_every_def_hash() -> None:
@@ -138,7 +142,9 @@ def test_await_event_with_where_in_a_correlated_plan_is_accepted() -> None:
     docs = _order_docs()
     _, plan = _find(docs, "defplan")
     where = {"op": "eq", "args": [{"ref": "@event.order_id"}, {"ref": "@plan.input.order_id"}]}
-    plan["steps"].insert(3, {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1", "where": where})
+    plan["steps"].insert(
+        3, {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1", "where": where}
+    )
     _load(docs)
 
 
@@ -161,9 +167,9 @@ def test_unknown_step_ref_and_event_outside_where_are_rejected() -> None:
 
 def test_every_problem_is_reported_at_once() -> None:
     docs = _order_docs()
-    m, manifest = _find(docs, "manifest")
+    _m, manifest = _find(docs, "manifest")
     manifest["routing"]["events"][0]["key_field"] = "order"
-    i, plan = _find(docs, "defplan")
+    _i, plan = _find(docs, "defplan")
     plan["edges"].append({"from": "end", "to": "fetch"})
     codes = {c for c, _ in _codes(docs)}
     assert {"air.route.key_field_missing", "air.plan.cycle"} <= codes
@@ -172,12 +178,34 @@ def test_every_problem_is_reported_at_once() -> None:
 @pytest.mark.parametrize(
     ("mutate", "code"),
     [
-        pytest.param(lambda d: d.append({"$kind": "defwhat", "name": "a/b@1"}), "air.kind.unknown", id="unknown-kind"),
-        pytest.param(lambda d: d.append({"$kind": "defschema", "name": "nope", "type": "nat"}), "air.name.invalid", id="bad-name"),
-        pytest.param(lambda d: d.append({"$kind": "defschema", "name": "a/b@1", "type": "float"}), "air.type.invalid", id="bad-type"),
-        pytest.param(lambda d: d.append({"$kind": "defschema", "name": "a/b@1", "tpye": "nat"}), "air.shape", id="typo-field"),
-        pytest.param(lambda d: d.append(copy.deepcopy(_find(d, "manifest")[1])), "air.manifest.multiple", id="two-manifests"),
-        pytest.param(lambda d: d.remove(_find(d, "manifest")[1]), "air.manifest.missing", id="no-manifest"),
+        pytest.param(
+            lambda d: d.append({"$kind": "defwhat", "name": "a/b@1"}),
+            "air.kind.unknown",
+            id="unknown-kind",
+        ),
+        pytest.param(
+            lambda d: d.append({"$kind": "defschema", "name": "nope", "type": "nat"}),
+            "air.name.invalid",
+            id="bad-name",
+        ),
+        pytest.param(
+            lambda d: d.append({"$kind": "defschema", "name": "a/b@1", "type": "float"}),
+            "air.type.invalid",
+            id="bad-type",
+        ),
+        pytest.param(
+            lambda d: d.append({"$kind": "defschema", "name": "a/b@1", "tpye": "nat"}),
+            "air.shape",
+            id="typo-field",
+        ),
+        pytest.param(
+            lambda d: d.append(copy.deepcopy(_find(d, "manifest")[1])),
+            "air.manifest.multiple",
+            id="two-manifests",
+        ),
+        pytest.param(
+            lambda d: d.remove(_find(d, "manifest")[1]), "air.manifest.missing", id="no-manifest"
+        ),
     ],
 )
 def test_malformed_documents_are_rejected_with_stable_codes(mutate: Any, code: str) -> None:
@@ -200,7 +228,12 @@ def _to_tagged_and_shuffled(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             doc["type"] = _long_type(doc["type"])
         if doc["$kind"] == "manifest":
             grant = doc["defaults"]["cap_grants"][0]
-            grant["params"] = {"record": {"verbs": {"set": [{"text": "GET"}, "GET"]}, "hosts": {"set": ["localhost", "127.0.0.1"]}}}
+            grant["params"] = {
+                "record": {
+                    "verbs": {"set": [{"text": "GET"}, "GET"]},
+                    "hosts": {"set": ["localhost", "127.0.0.1"]},
+                }
+            }
         if doc["$kind"] == "defplan":
             doc["steps"] = doc["steps"][::-1]
             doc["steps"][-1]["params"]["record"]["method"] = {"text": "GET"}
@@ -227,6 +260,6 @@ def test_same_air_in_either_lens_and_any_order_has_the_same_manifest_hash() -> N
 
 def test_a_real_change_changes_the_manifest_hash() -> None:
     docs = _order_docs()
-    m, manifest = _find(docs, "manifest")
+    _m, manifest = _find(docs, "manifest")
     manifest["defaults"]["cap_grants"][0]["params"]["verbs"].append("POST")
     assert _load(docs).manifest_hash != _load(_order_docs()).manifest_hash

@@ -71,7 +71,10 @@ def test_dumps_rejects_values_outside_the_model(value: object) -> None:
 
 
 def test_content_hash_is_blake3_of_the_bytes() -> None:
-    assert cbor.content_hash(b"") == "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    assert (
+        cbor.content_hash(b"")
+        == "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    )
     raw = cbor.hash_to_raw(cbor.content_hash(b"x"))
     assert cbor.raw_to_hash(raw) == cbor.content_hash(b"x")
 
@@ -89,7 +92,9 @@ scalars = st.one_of(
     st.text(max_size=8),
     st.binary(max_size=8),
 )
-keys = st.one_of(st.integers(min_value=-(2**64), max_value=2**64 - 1), st.text(max_size=6), st.binary(max_size=6))
+keys = st.one_of(
+    st.integers(min_value=-(2**64), max_value=2**64 - 1), st.text(max_size=6), st.binary(max_size=6)
+)
 values = st.recursive(
     scalars,
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),

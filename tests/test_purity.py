@@ -11,9 +11,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNED = {
-    "os", "io", "time", "datetime", "random", "secrets", "uuid", "pathlib", "tempfile", "shutil",
-    "glob", "socket", "subprocess", "threading", "multiprocessing", "asyncio", "signal", "fcntl",
-    "sqlite3", "urllib", "http", "importlib", "builtins", "sys", "world", "cli",
+    "os",
+    "io",
+    "time",
+    "datetime",
+    "random",
+    "secrets",
+    "uuid",
+    "pathlib",
+    "tempfile",
+    "shutil",
+    "glob",
+    "socket",
+    "subprocess",
+    "threading",
+    "multiprocessing",
+    "asyncio",
+    "signal",
+    "fcntl",
+    "sqlite3",
+    "urllib",
+    "http",
+    "importlib",
+    "builtins",
+    "sys",
+    "world",
+    "cli",
 }
 BANNED_CALLS = {"open", "input", "__import__", "eval", "exec"}
 
@@ -31,13 +54,21 @@ def _violations(path: Path) -> list[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BANNED_CALLS:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in BANNED_CALLS
+        ):
             found.append(f"{path.name}:{node.lineno} calls {node.func.id}()")
-        found += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in BANNED]
+        found += [
+            f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in BANNED
+        ]
     return found
 
 
-@pytest.mark.parametrize("path", _modules("air") + _modules("kernel"), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", _modules("air") + _modules("kernel"), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_pure_module_imports_no_io(path: Path) -> None:
     assert _violations(path) == []
 

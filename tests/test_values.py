@@ -11,7 +11,19 @@ from hypothesis import strategies as st
 
 from air import cbor
 from air.errors import ValueMismatch
-from air.types import ListT, MapT, OptionT, Prim, Record, Ref, SetT, Variant, parse_type, schema_hash, type_to_obj
+from air.types import (
+    ListT,
+    MapT,
+    OptionT,
+    Prim,
+    Record,
+    Ref,
+    SetT,
+    Variant,
+    parse_type,
+    schema_hash,
+    type_to_obj,
+)
 from air.values import check, dec128_decode, dec128_encode, normalise, to_sugar, value_hash
 
 ORDER = parse_type(
@@ -88,13 +100,23 @@ def test_to_sugar_round_trips_through_normalise() -> None:
         pytest.param("time", "2023-02-29T00:00:00Z", "time.format", "/", id="no-such-date"),
         pytest.param("dec128", "1" * 35, "dec128.range", "/", id="too-many-digits"),
         pytest.param({"record": {"a": "nat"}}, {}, "record.missing", "/a", id="missing-field"),
-        pytest.param({"record": {"a": "nat"}}, {"a": 1, "b": 2}, "record.extra", "/b", id="extra-field"),
+        pytest.param(
+            {"record": {"a": "nat"}}, {"a": 1, "b": 2}, "record.extra", "/b", id="extra-field"
+        ),
         pytest.param({"variant": {"A": "unit"}}, "B", "variant.tag", "/$tag", id="unknown-case"),
         pytest.param({"list": "nat"}, [1, "x"], "type", "/1", id="bad-list-item"),
-        pytest.param({"map": {"key": "nat", "value": "nat"}}, {"1": 1, "01": 2}, "map.duplicate", "/01", id="dup-key"),
+        pytest.param(
+            {"map": {"key": "nat", "value": "nat"}},
+            {"1": 1, "01": 2},
+            "map.duplicate",
+            "/01",
+            id="dup-key",
+        ),
     ],
 )
-def test_bad_values_are_rejected_with_code_and_pointer(type_json: Any, value: Any, code: str, pointer: str) -> None:
+def test_bad_values_are_rejected_with_code_and_pointer(
+    type_json: Any, value: Any, code: str, pointer: str
+) -> None:
     with pytest.raises(ValueMismatch) as info:
         normalise(parse_type(type_json), value, {})
     assert (info.value.code, info.value.pointer) == (code, pointer)
@@ -122,7 +144,11 @@ def test_dec128_is_canonical_regardless_of_trailing_zeros() -> None:
     assert dec128_decode(dec128_encode(Decimal("-12.345")).value) == Decimal("-12.345")
 
 
-@given(st.decimals(allow_nan=False, allow_infinity=False, places=6, min_value=-(10**20), max_value=10**20))
+@given(
+    st.decimals(
+        allow_nan=False, allow_infinity=False, places=6, min_value=-(10**20), max_value=10**20
+    )
+)
 def test_dec128_round_trips(value: Decimal) -> None:
     assert dec128_decode(dec128_encode(value).value) == value
 
@@ -137,7 +163,9 @@ def test_set_order_and_duplicates_do_not_change_the_value(items: list[str], rnd:
     shuffled = items[:]
     rnd.shuffle(shuffled)
     node = SetT(Prim("text"))
-    assert cbor.dumps(normalise(node, items, {})) == cbor.dumps(normalise(node, shuffled + items, {}))
+    assert cbor.dumps(normalise(node, items, {})) == cbor.dumps(
+        normalise(node, shuffled + items, {})
+    )
 
 
 def test_both_type_forms_give_the_same_schema_hash() -> None:
@@ -150,7 +178,13 @@ def test_both_type_forms_give_the_same_schema_hash() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["float", {"map": {"key": "bytes", "value": "nat"}}, {"record": {"$x": "nat"}}, {"list": "nat", "set": "nat"}, 3],
+    [
+        "float",
+        {"map": {"key": "bytes", "value": "nat"}},
+        {"record": {"$x": "nat"}},
+        {"list": "nat", "set": "nat"},
+        3,
+    ],
 )
 def test_malformed_types_are_rejected(bad: Any) -> None:
     with pytest.raises(ValueMismatch) as info:

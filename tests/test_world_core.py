@@ -7,13 +7,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from air.errors import LimitExceeded, UsageError
-from kernel.core import KernelLimits
-from world.engine import Engine
-from world.fsutil import WorldLocked
-from world.world import World, WorldExists
-
 from worldkit import (
     COUNTER,
     COUNTER_AIR,
@@ -28,6 +21,12 @@ from worldkit import (
     schema,
     write_world_air,
 )
+
+from air.errors import LimitExceeded, UsageError
+from kernel.core import KernelLimits
+from world.engine import Engine
+from world.fsutil import WorldLocked
+from world.world import World, WorldExists
 
 PING = "t/Ping@1"
 UNIT_STATE = "t/S@1"
@@ -73,9 +72,10 @@ def test_a_hot_key_does_not_starve_a_cold_one(tmp_path: Path) -> None:
 def test_v1_world_gives_the_same_per_key_results_as_cells(tmp_path: Path) -> None:
     events = [(EVENT, add(k, n)) for n, k in enumerate(["x", "y", "x", "z", "y", "x"], start=1)]
     events.append((EVENT, {"key": "z", "op": "Clear"}))
-    with World.create(tmp_path / "cells", COUNTER_AIR) as keyed, World.create(
-        tmp_path / "v1", ROOT / "manifests" / "counter_v1"
-    ) as v1:
+    with (
+        World.create(tmp_path / "cells", COUNTER_AIR) as keyed,
+        World.create(tmp_path / "v1", ROOT / "manifests" / "counter_v1") as v1,
+    ):
         keyed.send_many(events)
         v1.send_many(events)
         keyed.run_until_idle()
@@ -95,15 +95,20 @@ def _emitter_world(tmp_path: Path) -> Path:
             "t/C@1": const_wasm(output({"n": 3})),
         },
         [
-            schema(UNIT_STATE, s), schema("t/Start@1", s), schema(PING, s), schema("t/Other@1", s),
+            schema(UNIT_STATE, s),
+            schema("t/Start@1", s),
+            schema(PING, s),
+            schema("t/Other@1", s),
             module("t/A@1", UNIT_STATE, "t/Start@1"),
             module("t/B@1", UNIT_STATE, PING),
             module("t/C@1", UNIT_STATE, "t/Other@1"),
-            manifest([
-                {"event": "t/Start@1", "reducer": "t/A@1"},
-                {"event": PING, "reducer": "t/B@1"},
-                {"event": "t/Other@1", "reducer": "t/C@1"},
-            ]),
+            manifest(
+                [
+                    {"event": "t/Start@1", "reducer": "t/A@1"},
+                    {"event": PING, "reducer": "t/B@1"},
+                    {"event": "t/Other@1", "reducer": "t/C@1"},
+                ]
+            ),
         ],
     )
 
@@ -120,7 +125,11 @@ def test_events_a_step_emits_run_no_earlier_than_the_next_tick(tmp_path: Path) -
         world.step(1)
         assert world.state("t/B@1") == {"n": 2}
         subjects = [s for _, s in _steps(world)]
-        assert subjects == ["/world/reducer/t/A@1/step", "/world/reducer/t/C@1/step", "/world/reducer/t/B@1/step"]
+        assert subjects == [
+            "/world/reducer/t/A@1/step",
+            "/world/reducer/t/C@1/step",
+            "/world/reducer/t/B@1/step",
+        ]
 
 
 def test_events_per_step_limit_fails_the_step_not_the_world(tmp_path: Path) -> None:
@@ -138,8 +147,12 @@ def _storm_world(tmp_path: Path) -> Path:
     return write_world_air(
         tmp_path / "air",
         {"t/Loop@1": const_wasm(output({"n": 1}, [(PING, {"n": 1}), (PING, {"n": 2})]))},
-        [schema(UNIT_STATE, s), schema(PING, s), module("t/Loop@1", UNIT_STATE, PING),
-         manifest([{"event": PING, "reducer": "t/Loop@1"}])],
+        [
+            schema(UNIT_STATE, s),
+            schema(PING, s),
+            module("t/Loop@1", UNIT_STATE, PING),
+            manifest([{"event": PING, "reducer": "t/Loop@1"}]),
+        ],
     )
 
 
@@ -160,10 +173,20 @@ def test_an_event_storm_stops_at_the_step_limit_and_the_world_reopens(tmp_path: 
     ("wasm", "code"),
     [
         pytest.param(body_wasm("unreachable"), "trap", id="trap"),
-        pytest.param(body_wasm("(loop (br 0)) (i32.const 0) (i32.const 0)"), "fuel_exhausted", id="infinite-loop"),
+        pytest.param(
+            body_wasm("(loop (br 0)) (i32.const 0) (i32.const 0)"),
+            "fuel_exhausted",
+            id="infinite-loop",
+        ),
         pytest.param(const_wasm(b"\xff\x00"), "output_not_cbor", id="not-cbor"),
-        pytest.param(const_wasm(output({"n": "text"})), "schema_mismatch", id="state-schema-mismatch"),
-        pytest.param(const_wasm(output({"n": 1}, [("t/Nope@1", {})])), "schema_mismatch", id="unknown-event-schema"),
+        pytest.param(
+            const_wasm(output({"n": "text"})), "schema_mismatch", id="state-schema-mismatch"
+        ),
+        pytest.param(
+            const_wasm(output({"n": 1}, [("t/Nope@1", {})])),
+            "schema_mismatch",
+            id="unknown-event-schema",
+        ),
     ],
 )
 def test_a_hostile_reducer_fails_its_step_cleanly_and_the_world_keeps_running(
@@ -173,9 +196,19 @@ def test_a_hostile_reducer_fails_its_step_cleanly_and_the_world_keeps_running(
     air = write_world_air(
         tmp_path / "air",
         {"t/Bad@1": wasm, "t/Good@1": const_wasm(output({"n": 9}))},
-        [schema(UNIT_STATE, s), schema(PING, s), schema("t/Other@1", s),
-         module("t/Bad@1", UNIT_STATE, PING), module("t/Good@1", UNIT_STATE, "t/Other@1"),
-         manifest([{"event": PING, "reducer": "t/Bad@1"}, {"event": "t/Other@1", "reducer": "t/Good@1"}])],
+        [
+            schema(UNIT_STATE, s),
+            schema(PING, s),
+            schema("t/Other@1", s),
+            module("t/Bad@1", UNIT_STATE, PING),
+            module("t/Good@1", UNIT_STATE, "t/Other@1"),
+            manifest(
+                [
+                    {"event": PING, "reducer": "t/Bad@1"},
+                    {"event": "t/Other@1", "reducer": "t/Good@1"},
+                ]
+            ),
+        ],
     )
     with World.create(tmp_path / "w", air) as world:
         world.send_many([(PING, {"n": 1}), ("t/Other@1", {"n": 1})])
@@ -209,7 +242,9 @@ def test_a_bad_event_in_a_batch_journals_nothing(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         before = world.journal.seq_next
         with pytest.raises(Exception):  # noqa: B017 - ValueMismatch, checked by type below
-            world.send_many([(EVENT, add("a", 1)), (EVENT, {"key": "a", "op": {"$tag": "Add", "$value": -1}})])
+            world.send_many(
+                [(EVENT, add("a", 1)), (EVENT, {"key": "a", "op": {"$tag": "Add", "$value": -1}})]
+            )
         assert world.journal.seq_next == before
         with pytest.raises(UsageError):
             world.send("demo/Nope@1", {})
@@ -219,7 +254,12 @@ def test_engine_cycles_ingest_pushes_from_other_threads(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         engine = Engine(world)
         engine.start()
-        threads = [threading.Thread(target=lambda i=i: [engine.push(EVENT, add(f"k{i}", 1)) for _ in range(50)]) for i in range(4)]
+        threads = [
+            threading.Thread(
+                target=lambda i=i: [engine.push(EVENT, add(f"k{i}", 1)) for _ in range(50)]
+            )
+            for i in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -232,4 +272,10 @@ def test_engine_cycles_ingest_pushes_from_other_threads(tmp_path: Path) -> None:
         assert engine.process_one_cycle(max_wait=0.0) == 0
         engine.push(EVENT, add("late", 2))
         assert engine.finish() == 1
-        assert {v.key: v.state["count"] for v in world.cells_of(COUNTER)} == {"k0": 50, "k1": 50, "k2": 50, "k3": 50, "late": 2}
+        assert {v.key: v.state["count"] for v in world.cells_of(COUNTER)} == {
+            "k0": 50,
+            "k1": 50,
+            "k2": 50,
+            "k3": 50,
+            "late": 2,
+        }

@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
 from air import cbor
 from kernel.core import ReplayDivergence
 from kernel.journal import JournalCorrupt
 from world.replay import rebuild_world, verify_world
 from world.world import CheckpointAhead, World
-
-from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,7 +29,9 @@ def _busy_world(path: Path) -> None:
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_replay_from_genesis_reproduces_journal_cell_files_and_index_bytes(tmp_path: Path) -> None:
@@ -50,7 +51,9 @@ def test_replay_verify_passes_on_an_honest_world(tmp_path: Path) -> None:
     assert report.steps == 46
 
 
-def test_reopening_after_snapshot_and_tail_gives_the_same_state_as_one_long_run(tmp_path: Path) -> None:
+def test_reopening_after_snapshot_and_tail_gives_the_same_state_as_one_long_run(
+    tmp_path: Path,
+) -> None:
     _busy_world(tmp_path / "a")
     with World.create(tmp_path / "b", COUNTER_AIR) as world:
         world.send_many([(EVENT, add(f"k{i % 7}", i)) for i in range(40)])
@@ -61,7 +64,9 @@ def test_reopening_after_snapshot_and_tail_gives_the_same_state_as_one_long_run(
         world.send_many([(EVENT, add("late", 1))] * 5)
         world.run_until_idle()
     with World.open(tmp_path / "a") as a, World.open(tmp_path / "b") as b:
-        assert [(v.key, v.state) for v in a.cells_of(COUNTER)] == [(v.key, v.state) for v in b.cells_of(COUNTER)]
+        assert [(v.key, v.state) for v in a.cells_of(COUNTER)] == [
+            (v.key, v.state) for v in b.cells_of(COUNTER)
+        ]
 
 
 def _segment(world: Path) -> Path:
@@ -96,7 +101,9 @@ def test_a_flipped_byte_inside_the_journal_is_caught_at_its_seq(tmp_path: Path) 
     assert info.value.segment == segment.name
 
 
-def test_a_rewritten_step_record_with_a_valid_frame_is_caught_by_replay_at_its_seq(tmp_path: Path) -> None:
+def test_a_rewritten_step_record_with_a_valid_frame_is_caught_by_replay_at_its_seq(
+    tmp_path: Path,
+) -> None:
     _busy_world(tmp_path / "w")
     with World.open(tmp_path / "w") as world:
         records = list(world.journal.read(0))
@@ -149,13 +156,20 @@ def test_a_checkpoint_ahead_of_the_journal_is_refused(tmp_path: Path) -> None:
 def _run_child(world: Path, die_at: int, mode: str) -> list[str]:
     proc = subprocess.run(
         [sys.executable, str(HERE / "world_crash_child.py"), str(world), str(die_at), mode],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     return proc.stdout.splitlines()
 
 
 def _sent_values(world: World) -> list[int]:
-    return [cbor.loads(r.body["value"])["op"]["$value"] for r in world.journal.read(0) if r.kind == "event.in"]
+    return [
+        cbor.loads(r.body["value"])["op"]["$value"]
+        for r in world.journal.read(0)
+        if r.kind == "event.in"
+    ]
 
 
 def test_the_crash_script_runs_to_completion_without_a_kill(tmp_path: Path) -> None:
@@ -166,7 +180,9 @@ def test_the_crash_script_runs_to_completion_without_a_kill(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("mode", ["before", "after"])
 @pytest.mark.parametrize("die_at", range(1, 10))
-def test_kill_9_at_every_commit_loses_nothing_acknowledged(tmp_path: Path, die_at: int, mode: str) -> None:
+def test_kill_9_at_every_commit_loses_nothing_acknowledged(
+    tmp_path: Path, die_at: int, mode: str
+) -> None:
     World.create(tmp_path / "w", COUNTER_AIR).close()
     acked = _run_child(tmp_path / "w", die_at, mode)
     acked_sends = [int(line.split()[2]) for line in acked if line.startswith("ack send")]

@@ -14,11 +14,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from world.journal import FileJournal  # noqa: E402
-from world.world import World  # noqa: E402
+from world.journal import FileJournal
+from world.world import World
 
 EVENT = "demo/CounterEvent@1"
-SCRIPT = [("send", 1), ("send", 2), ("step", 1), ("send", 3), ("send", 4), ("step", 2), ("send", 5), ("step", 5)]
+SCRIPT = [
+    ("send", 1),
+    ("send", 2),
+    ("step", 1),
+    ("send", 3),
+    ("send", 4),
+    ("step", 2),
+    ("send", 5),
+    ("step", 5),
+]
 
 
 def main() -> None:

@@ -63,8 +63,11 @@ def write_world_air(folder: Path, modules: dict[str, bytes], docs: list[dict[str
 
 def module(name: str, state: str, event: str, key_schema: Any = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "$kind": "defmodule", "name": name, "module_kind": "reducer",
-        "wasm": f"{name.replace('/', '_')}.wasm", "abi": {"reducer": {"state": state, "event": event}},
+        "$kind": "defmodule",
+        "name": name,
+        "module_kind": "reducer",
+        "wasm": f"{name.replace('/', '_')}.wasm",
+        "abi": {"reducer": {"state": state, "event": event}},
     }
     if key_schema is not None:
         doc["key_schema"] = key_schema

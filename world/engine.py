@@ -12,6 +12,7 @@ loop drains it. ``loop.add_reader(engine.wakeup_fd, ...)`` integrates with async
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import select
@@ -42,10 +43,8 @@ class Engine:
     def push(self, schema: str, value: Any) -> None:
         """Queue an event from any thread; it enters the world at the next cycle."""
         self._inbox.put((schema, value))
-        try:
+        with contextlib.suppress(BlockingIOError):  # a full pipe means a wakeup is already due
             os.write(self._write_fd, b"\x01")
-        except BlockingIOError:
-            pass  # the pipe is full, so the loop is already due to wake
 
     def start(self) -> None:
         if self._running:

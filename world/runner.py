@@ -25,7 +25,9 @@ class HostRunner:
     def reducer(self, name: str) -> Reducer:
         found = self._reducers.get(name)
         if found is None:
-            found = self._host.load(self._air.wasm_bytes[name], expected_hash=self._air.wasm_hashes[name])
+            found = self._host.load(
+                self._air.wasm_bytes[name], expected_hash=self._air.wasm_hashes[name]
+            )
             self._reducers[name] = found
         return found
 

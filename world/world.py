@@ -39,7 +39,8 @@ from air.values import normalise, to_sugar
 from kernel.cells import CellEntry
 from kernel.core import Kernel, KernelLimits
 from kernel.journal import JournalRecord, make_subject
-from world.airfiles import air_sources, builtin_sources, inspect_wasm, read_file as _read_file
+from world.airfiles import air_sources, builtin_sources, inspect_wasm
+from world.airfiles import read_file as _read_file
 from world.cas import FileCas
 from world.cellstore import FileCellStore
 from world.fsutil import WorldLock, atomic_write, lock_world
@@ -105,7 +106,11 @@ class World:
 
     @classmethod
     def _create(
-        cls, path: Path, sources: list[AirSource], read_wasm: Callable[[str], bytes | None], limits: KernelLimits | None
+        cls,
+        path: Path,
+        sources: list[AirSource],
+        read_wasm: Callable[[str], bytes | None],
+        limits: KernelLimits | None,
     ) -> World:
         if path.exists() and any(path.iterdir()):
             raise WorldExists(str(path))
@@ -139,7 +144,9 @@ class World:
         return world
 
     @classmethod
-    def create_from_world_air(cls, path: Path, air_dir: Path, limits: KernelLimits | None = None) -> World:
+    def create_from_world_air(
+        cls, path: Path, air_dir: Path, limits: KernelLimits | None = None
+    ) -> World:
         """Create a world from another world's ``air/`` folder (same sources, same wasm)."""
         doc = json.loads((air_dir / "sources.json").read_text(encoding="utf-8"))
         source_cas = FileCas(air_dir.parent)
@@ -212,7 +219,9 @@ class World:
 
     def send_many(self, events: Iterable[tuple[str, Any]]) -> list[int]:
         """All events are normalised first (nothing is journaled if one is bad), then one commit."""
-        encoded = [(schema, *self.kernel.normalise_event(schema, value)) for schema, value in events]
+        encoded = [
+            (schema, *self.kernel.normalise_event(schema, value)) for schema, value in events
+        ]
         seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
         self.journal.commit()
         return seqs
@@ -228,7 +237,7 @@ class World:
     def run_until_idle(self, max_steps: int | None = None) -> int:
         """Tick until nothing is ready. Past ``steps_per_run_max`` it stops with LimitExceeded,
         after committing: the world stays consistent and can be opened and run again."""
-        from air.errors import LimitExceeded  # noqa: PLC0415
+        from air.errors import LimitExceeded
 
         limit = max_steps if max_steps is not None else self.kernel.limits.steps_per_run_max
         ran = 0

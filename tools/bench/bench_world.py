@@ -1,0 +1,80 @@
+"""End-to-end kernel benchmark (run by hand; results go to BENCHMARKS.md).
+
+Workload (issue 4): keyed counter, N cells, E events sent in batches, run until idle, durable
+journal; then replay from genesis; then open time. Also events/s across cell counts.
+
+    .venv/bin/python tools/bench/bench_world.py [--cells 10000] [--events 200000] [--batch 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from world.replay import verify_world  # noqa: E402
+from world.world import World  # noqa: E402
+
+EVENT = "demo/CounterEvent@1"
+
+
+def run(cells: int, events: int, batch: int, folder: Path) -> dict[str, float]:
+    path = folder / f"w-{cells}"
+    world = World.create(path, ROOT / "manifests" / "counter")
+    values = [{"key": f"k{i % cells}", "op": {"$tag": "Add", "$value": 1}} for i in range(events)]
+    start = time.perf_counter()
+    for i in range(0, events, batch):
+        world.send_many((EVENT, v) for v in values[i : i + batch])
+        world.run_until_idle()
+    world.snapshot()
+    elapsed = time.perf_counter() - start
+    world.close()
+    t0 = time.perf_counter()
+    World.open(path).close()
+    open_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = verify_world(path)
+    replay_s = time.perf_counter() - t0
+    assert report.ok, report
+    return {
+        "events_per_s": events / elapsed,
+        "replay_events_per_s": events / replay_s,
+        "open_s": open_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cells", type=int, default=10_000)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--sweep", action="store_true", help="events/s for 100 .. 1,000,000 cells")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
+    try:
+        result = run(args.cells, args.events, args.batch, folder)
+        print(
+            f"cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end, "
+            f"replay {result['replay_events_per_s']:,.0f} events/s, open {result['open_s']:.3f} s, "
+            f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+        )
+        if args.sweep:
+            for cells in (100, 1_000, 10_000, 100_000, 1_000_000):
+                events = max(cells, 100_000)
+                r = run(cells, events, 10_000, folder)
+                print(
+                    f"sweep cells={cells:>9,} events={events:,}: {r['events_per_s']:,.0f} events/s"
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,12 +5,19 @@
     ├── ValueMismatch(pointer, code, detail)      a value does not match its AIR type
     ├── ExprError(pointer, code, detail)          Expr evaluation failed (deterministically)
     ├── ManifestError(diagnostics)                AIR failed validation; all diagnostics at once
-    ├── ReducerError(module, code, detail)        a reducer step failed (kernel.host)
-    │   ├── ReducerLoadError                      module rejected at load time
-    │   └── ReducerTrap(trap_code)                the step trapped
-    ├── StepRejected(module, code, pointer, detail) output failed validation
-    ├── JournalCorrupt(segment, offset, reason)   a bad record inside the journal
-    ├── WorldLocked(path)                         another process holds the world
+    ├── ReducerError(module, code, detail)        kernel.host: load or step failed
+    │   ├── ReducerLoadError                      rejected at load (not_wasm, imports, export_missing, ...)
+    │   ├── ReducerTrap(trap_code)                code "trap"; trap_code e.g. "unreachable"
+    │   │   ├── FuelExhausted(fuel_per_step)      code "fuel_exhausted"
+    │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
+    │   └── OutputTooLarge(output_bytes, output_bytes_max)
+    ├── StepRejected(module, code, pointer, detail)  kernel.abi: output failed decoding/validation
+    ├── WasmFormatError(offset, detail)           kernel.wasminfo: bytes are not a wasm module
+    ├── JournalCorrupt(segment, offset, seq, reason)  kernel.journal: a bad record in the journal
+    ├── ReplayDivergence(seq, entity, expected, actual)  kernel.core: replay differed
+    ├── ObjectMissing(address)                    kernel.cells: nothing in the CAS at an address
+    ├── WorldLocked(path)                         world.fsutil: another process holds the world
+    ├── WorldExists(path), CheckpointAhead(...)   world.world
     ├── LimitExceeded(limit, value)               a named limit was hit
     ├── HashMismatch(expected, actual)            content did not match its address
     └── UsageError(detail)                        bad input from a user of the API/CLI

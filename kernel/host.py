@@ -1,0 +1,359 @@
+"""The WASM reducer host: load a module by content hash, run one step, return its output bytes.
+
+Public surface: ``HostLimits``, ``ReducerHost`` (``load``, ``get``), ``Reducer`` (``call`` for
+raw output bytes, ``step`` for a strictly decoded ``abi.StepOutput``) and the error classes.
+
+No carry-over, by construction: every step runs in a new wasmtime store holding a new instance,
+and the store is deleted when the step ends, so linear memory, mutable globals (exported or
+not), tables, dropped segments and anything a future proposal adds start from the module's
+image each time. The only thing a reducer sees from its past is ``state`` in the input.
+Rejected alternative: one long-lived instance whose linear memory is copied back from a
+snapshot and whose globals are reset after each step. It cannot be made sound from outside:
+non-exported mutable globals (every C module's stack pointer), tables changed by
+``table.set``/``table.grow`` and segments dropped by ``data.drop`` cannot be read or restored
+through the embedding API, and a memory that grew cannot shrink. Nor would it be faster: the
+fresh instance costs ~5 us (store, ``InstancePre`` instantiation, exports, store deleted) with
+wasmtime's pooling allocator and copy-on-write memory images (see ``_engine``), while resetting
+memory alone costs ~8 us per MiB here (wasmtime's own memset reset of a 1.1 MiB memory).
+
+Limits (``HostLimits``), each named, defaulted, and hit by a test: ``fuel_per_step`` (fuel is
+set once per step and shared by the start function, ``alloc`` and ``step``),
+``memory_bytes_max`` (store limiter: ``memory.grow`` past it returns -1 as wasm specifies; a
+step that then traps is reported as ``MemoryLimitExceeded``), ``output_bytes_max``, and
+``table_elements_max``.
+
+Calling convention: the host calls ``alloc(len + pad)``, writes the input at the returned
+address and calls ``step``. With the ``retptr`` flavour ``pad`` is 12 and the 8-byte result
+slot is the first 4-aligned address after the input, inside that allocation.
+
+Two backends give byte-identical outputs and the same errors: ``fast`` (ctypes over the C API,
+``_fastcall``) and ``public`` (wasmtime-py's public API, ``_publiccall``). ``auto`` picks fast
+when its pinned internals are present. The host never mutates its inputs; every failure is a
+``ReducerError`` (or ``abi.StepRejected`` for bad output), and the caller's state is untouched.
+Not thread-safe: one step at a time per ``Reducer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import wasmtime
+
+from air.cbor import content_hash, digest
+from air.errors import HashMismatch, UsageError, WorldError
+from kernel import _fastcall
+from kernel._engine import (
+    POOL_MEMORY_BYTES_MAX,
+    POOL_TABLE_ELEMENTS_MAX,
+    Backend,
+    EngineHandle,
+    Session,
+    WasmCallError,
+    engine_for,
+    trap_name,
+)
+from kernel._publiccall import PublicSession
+from kernel.abi import StepOutput, decode_output
+from kernel.modcache import ModuleCache, cache_key
+from kernel.wasminfo import (  # inspect_wasm* re-exported for the AIR validator's callback
+    StepAbi,
+    WasmFormatError,
+    WasmInfo,
+    inspect_wasm,
+    inspect_wasm_report,
+)
+
+__all__ = [
+    "BackendChoice",
+    "FuelExhausted",
+    "HostLimits",
+    "MemoryLimitExceeded",
+    "OutputTooLarge",
+    "Reducer",
+    "ReducerError",
+    "ReducerHost",
+    "ReducerLoadError",
+    "ReducerTrap",
+    "inspect_wasm",
+    "inspect_wasm_report",
+]
+
+BackendChoice = Literal["auto", "fast", "public"]
+
+_PAGE_BYTES: Final = 65536
+_RETPTR_PAD: Final = 12
+_U32_MAX: Final = 0xFFFFFFFF
+
+
+class ReducerError(WorldError):
+    """A reducer module could not be loaded or a step failed. ``module`` is its hash."""
+
+    def __init__(self, module: str, code: str, detail: str) -> None:
+        self.module = module
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{module}: {detail} [{code}]")
+
+
+class ReducerLoadError(ReducerError):
+    """The module was refused at load time (not wasm, imports, ABI exports, compile, ...)."""
+
+
+class ReducerTrap(ReducerError):
+    """The step trapped; ``trap_code`` is wasmtime's trap code in lower case."""
+
+    def __init__(
+        self, module: str, trap_code: str, *, code: str = "trap", detail: str = ""
+    ) -> None:
+        self.trap_code = trap_code
+        super().__init__(module, code, detail or f"trapped: {trap_code}")
+
+
+class FuelExhausted(ReducerTrap):
+    """The step used all of ``fuel_per_step``."""
+
+    def __init__(self, module: str, fuel_per_step: int) -> None:
+        self.fuel_per_step = fuel_per_step
+        super().__init__(
+            module, "out_of_fuel", code="fuel_exhausted", detail=f"used all {fuel_per_step} fuel"
+        )
+
+
+class MemoryLimitExceeded(ReducerTrap):
+    """The step trapped with its memory grown as far as ``memory_bytes_max`` allows."""
+
+    def __init__(self, module: str, trap_code: str, memory_bytes_max: int) -> None:
+        self.memory_bytes_max = memory_bytes_max
+        detail = f"trapped ({trap_code}) at the {memory_bytes_max}-byte memory limit"
+        super().__init__(module, trap_code, code="memory_limit", detail=detail)
+
+
+class OutputTooLarge(ReducerError):
+    def __init__(self, module: str, output_bytes: int, output_bytes_max: int) -> None:
+        self.output_bytes = output_bytes
+        self.output_bytes_max = output_bytes_max
+        super().__init__(
+            module, "output_too_large", f"output of {output_bytes} bytes exceeds {output_bytes_max}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostLimits:
+    """Per-step and per-instance limits. All positive; memory and table within the pool."""
+
+    fuel_per_step: int = 10_000_000
+    memory_bytes_max: int = 32 * 1024 * 1024
+    output_bytes_max: int = 1024 * 1024
+    table_elements_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("fuel_per_step", "memory_bytes_max", "output_bytes_max", "table_elements_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UsageError(f"HostLimits.{name} must be a positive int, not {value!r}")
+        if self.memory_bytes_max > POOL_MEMORY_BYTES_MAX:
+            raise UsageError(f"HostLimits.memory_bytes_max may be at most {POOL_MEMORY_BYTES_MAX}")
+        if self.table_elements_max > POOL_TABLE_ELEMENTS_MAX:
+            raise UsageError(
+                f"HostLimits.table_elements_max may be at most {POOL_TABLE_ELEMENTS_MAX}"
+            )
+
+
+class Reducer:
+    """A loaded reducer module. ``call`` runs one step on a fresh instance."""
+
+    def __init__(
+        self, module_hash: str, step_abi: StepAbi, session: Session, limits: HostLimits
+    ) -> None:
+        self.module_hash = module_hash
+        self.step_abi: StepAbi = step_abi
+        self._session = session
+        self._limits = limits
+
+    def call(self, input_cbor: bytes) -> bytes:
+        """Run one step on ``input_cbor``; return the raw output bytes (size-limited)."""
+        if not isinstance(input_cbor, bytes):
+            raise UsageError(f"input must be bytes, not {type(input_cbor).__name__}")
+        if len(input_cbor) + _RETPTR_PAD > _U32_MAX:
+            raise UsageError("input does not fit a 32-bit address space")
+        session = self._session
+        opened = False
+        try:
+            session.open(self._limits.fuel_per_step)
+            opened = True
+            return self._exchange(session, input_cbor)
+        except WasmCallError as failure:
+            raise self._classify(failure, session.memory_size() if opened else None) from failure
+        finally:
+            session.close()
+
+    def step(self, input_cbor: bytes) -> StepOutput:
+        """Run one step and strictly decode its output (``abi.decode_output``)."""
+        return decode_output(self.call(input_cbor), module=self.module_hash)
+
+    def probe(self) -> None:
+        """Instantiate once and drop it: surfaces start-function traps and instantiation limits."""
+        try:
+            self._session.open(self._limits.fuel_per_step)
+        except WasmCallError as failure:
+            error = self._classify(failure, None)
+            raise ReducerLoadError(self.module_hash, "instantiate", error.detail) from failure
+        finally:
+            self._session.close()
+
+    def _exchange(self, session: Session, data: bytes) -> bytes:
+        size = len(data)
+        need = size + (_RETPTR_PAD if self.step_abi == "retptr" else 0)
+        ptr = session.alloc(need)
+        if not session.write(ptr, data, need):
+            raise ReducerError(
+                self.module_hash, "alloc_out_of_bounds", f"alloc({need}) returned {ptr}"
+            )
+        if self.step_abi == "multi_value":
+            out_ptr, out_len = session.step(ptr, size)
+        else:
+            out_ptr, out_len = self._step_retptr(session, ptr, size)
+        if out_len > self._limits.output_bytes_max:
+            raise OutputTooLarge(self.module_hash, out_len, self._limits.output_bytes_max)
+        output = session.read(out_ptr, out_len)
+        if output is None:
+            raise ReducerError(
+                self.module_hash,
+                "output_out_of_bounds",
+                f"output [{out_ptr}, +{out_len}) is outside memory",
+            )
+        return output
+
+    def _step_retptr(self, session: Session, ptr: int, size: int) -> tuple[int, int]:
+        retptr = (ptr + size + 3) & ~3
+        session.step_retptr(retptr, ptr, size)
+        pair = session.read(retptr, 8)
+        if pair is None:
+            raise ReducerError(self.module_hash, "output_out_of_bounds", "result slot left memory")
+        return int.from_bytes(pair[:4], "little"), int.from_bytes(pair[4:], "little")
+
+    def _classify(self, failure: WasmCallError, memory_bytes: int | None) -> ReducerError:
+        if failure.trap_code is None:
+            return ReducerError(
+                self.module_hash,
+                "engine" if memory_bytes is not None else "instantiate",
+                failure.detail,
+            )
+        name = trap_name(failure.trap_code)
+        if name == "out_of_fuel":
+            return FuelExhausted(self.module_hash, self._limits.fuel_per_step)
+        if memory_bytes is not None and memory_bytes + _PAGE_BYTES > self._limits.memory_bytes_max:
+            return MemoryLimitExceeded(self.module_hash, name, self._limits.memory_bytes_max)
+        return ReducerTrap(self.module_hash, name)
+
+
+def _frame(serialized: bytes) -> bytes:
+    return digest(serialized) + serialized
+
+
+def _unframe(framed: bytes) -> bytes | None:
+    body = framed[32:]
+    return body if len(framed) > 32 and digest(body) == framed[:32] else None
+
+
+def _resolve_backend(requested: BackendChoice) -> tuple[Backend, str]:
+    if requested not in ("auto", "fast", "public"):
+        raise UsageError(f"unknown backend {requested!r}")
+    if requested == "public":
+        return "public", "requested"
+    reason = _fastcall.unavailable_reason()
+    if reason is None:
+        return "fast", "pinned wasmtime internals present"
+    if requested == "fast":
+        raise UsageError(f"the fast backend is unavailable: {reason}")
+    return "public", reason
+
+
+class ReducerHost:
+    """Loads reducer modules (compiling or restoring them via ``cache``) and keeps them by hash.
+
+    ``backend``: ``auto`` (fast if available), ``fast`` (fail if unavailable) or ``public``.
+    After construction ``self.backend`` is the one in use and ``self.backend_reason`` says why.
+    """
+
+    def __init__(
+        self,
+        limits: HostLimits | None = None,
+        *,
+        cache: ModuleCache | None = None,
+        backend: BackendChoice = "auto",
+    ) -> None:
+        self.limits = limits if limits is not None else HostLimits()
+        self.backend, self.backend_reason = _resolve_backend(backend)
+        self._engine: EngineHandle = engine_for(self.backend)
+        self.engine_fingerprint = self._engine.fingerprint
+        self._cache = cache
+        self._reducers: dict[str, Reducer] = {}
+
+    def get(self, module_hash: str) -> Reducer | None:
+        """The reducer already loaded under ``module_hash``, if any."""
+        return self._reducers.get(module_hash)
+
+    def load(self, wasm_bytes: bytes, *, expected_hash: str | None = None) -> Reducer:
+        """Load (or return the already loaded) module; check it against ``expected_hash``."""
+        if not isinstance(wasm_bytes, bytes):
+            raise UsageError(f"wasm must be bytes, not {type(wasm_bytes).__name__}")
+        module_hash = content_hash(wasm_bytes)
+        if expected_hash is not None and expected_hash != module_hash:
+            raise HashMismatch(expected_hash, module_hash)
+        loaded = self._reducers.get(module_hash)
+        if loaded is not None:
+            return loaded
+        info = self._inspect(module_hash, wasm_bytes)
+        module = self._module(module_hash, wasm_bytes)
+        limits = (self.limits.memory_bytes_max, self.limits.table_elements_max)
+        session_type = _fastcall.FastSession if self.backend == "fast" else PublicSession
+        assert info.step_abi is not None
+        reducer = Reducer(
+            module_hash,
+            info.step_abi,
+            session_type(self._engine.engine, module, limits),
+            self.limits,
+        )
+        reducer.probe()
+        self._reducers[module_hash] = reducer
+        return reducer
+
+    def _inspect(self, module_hash: str, wasm_bytes: bytes) -> WasmInfo:
+        try:
+            info = inspect_wasm(wasm_bytes)
+        except WasmFormatError as exc:
+            raise ReducerLoadError(module_hash, "not_wasm", exc.detail) from exc
+        if info.problems:
+            problem = info.problems[0]
+            raise ReducerLoadError(module_hash, problem.code, problem.detail)
+        if info.memory_min_bytes > self.limits.memory_bytes_max:
+            limit = self.limits.memory_bytes_max
+            detail = f"initial memory of {info.memory_min_bytes} bytes exceeds {limit}"
+            raise ReducerLoadError(module_hash, "memory_limit", detail)
+        return info
+
+    def _module(self, module_hash: str, wasm_bytes: bytes) -> wasmtime.Module:
+        key = cache_key(module_hash, self.engine_fingerprint)
+        if self._cache is not None:
+            framed = self._cache.get(key)
+            restored = self._restore(framed) if framed is not None else None
+            if restored is not None:
+                return restored
+        try:
+            module = wasmtime.Module(self._engine.engine, wasm_bytes)
+        except wasmtime.WasmtimeError as exc:
+            raise ReducerLoadError(module_hash, "invalid_wasm", str(exc)) from exc
+        if self._cache is not None:
+            self._cache.put(key, _frame(bytes(module.serialize())))
+        return module
+
+    def _restore(self, framed: bytes) -> wasmtime.Module | None:
+        serialized = _unframe(framed)
+        if serialized is None:
+            return None
+        try:
+            return wasmtime.Module.deserialize(self._engine.engine, serialized)
+        except wasmtime.WasmtimeError:
+            return None

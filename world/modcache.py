@@ -1,0 +1,45 @@
+"""The compiled-module cache on disk: one file per key, ``<dir>/<key>``, written atomically.
+
+Implements ``kernel.modcache.ModuleCache`` so a world reopens without recompiling its reducers
+(wasmtime's serialized modules load in ~0.1 ms; compiling takes milliseconds per module).
+Writes go through ``world.fsutil.atomic_write`` (temp, fsync, rename, fsync dir), so a reader
+sees a whole entry or none. Keys are checked against ``kernel.modcache.CACHE_KEY_RE`` (hex and
+one dash), so a key can never name a path outside the directory.
+
+Not here: deciding whether an entry is still good. The host frames entries with a checksum and
+treats a bad or incompatible one as a miss, recompiles and overwrites it; a missing file is a
+miss. Other I/O errors propagate: an unreadable world directory is a real problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from air.errors import UsageError
+from kernel.modcache import CACHE_KEY_RE
+from world.fsutil import StrPath, atomic_write
+
+__all__ = ["FileModuleCache"]
+
+
+class FileModuleCache:
+    """``ModuleCache`` over a directory (created on the first ``put``)."""
+
+    def __init__(self, directory: StrPath) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        if not isinstance(key, str) or not CACHE_KEY_RE.fullmatch(key):
+            raise UsageError(f"not a module cache key: {key!r}")
+        return self.directory / key
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, bytes(data))

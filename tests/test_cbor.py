@@ -119,3 +119,15 @@ def test_map_keys_are_in_bytewise_order_of_their_encoding(mapping: dict[object, 
     decoded = cbor2.loads(cbor.dumps(mapping))
     encoded_keys = [cbor2.dumps(k) for k in decoded]
     assert encoded_keys == sorted(encoded_keys)
+
+
+@given(
+    st.dictionaries(
+        st.one_of(st.integers(-1000, 1000), st.text(max_size=3)), st.none(), min_size=2, max_size=6
+    )
+)
+def test_loads_rejects_a_map_whose_keys_are_out_of_order(mapping: dict[object, None]) -> None:
+    items = list(cbor2.loads(cbor.dumps(mapping)).items())
+    with pytest.raises(CborError) as info:
+        cbor.loads(cbor2.dumps(dict(reversed(items))))
+    assert info.value.code == "non_canonical"

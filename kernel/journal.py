@@ -85,7 +85,7 @@ _KIND_RE: Final = re.compile(r"[a-z][a-z0-9_.-]*")
 _ENCODED_CACHE_MAX: Final = 4096
 
 
-class JournalCorrupt(WorldError):  # noqa: N818 - the name SPEC and the error tree use
+class JournalCorrupt(WorldError):
     """A record inside the journal is bad, so the journal refuses to open or read on.
 
     ``segment`` is the segment file name, ``offset`` the byte offset of the bad frame (or of the

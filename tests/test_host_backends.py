@@ -8,6 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from air import cbor
+from air.errors import WorldError
+from kernel.abi import encode_input
+from kernel.host import HostLimits, ReducerHost
+
 from host_wat import (
     CARRY_OVER_MODULES,
     INFINITE_LOOP,
@@ -19,11 +25,6 @@ from host_wat import (
     reducer,
     wasm,
 )
-
-from air import cbor
-from air.errors import WorldError
-from kernel.abi import encode_input
-from kernel.host import HostLimits, ReducerHost
 
 REDUCERS = Path(__file__).resolve().parents[1] / "reducers"
 LIMITS = HostLimits(fuel_per_step=5_000_000, memory_bytes_max=2 << 20, output_bytes_max=4096)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import wasmtime
-from host_wat import CARRY_OVER_MODULES, wasm
 
 from air import cbor
 from kernel.abi import encode_input
 from kernel.host import ReducerHost
+
+from host_wat import CARRY_OVER_MODULES, wasm
 
 STEPS = 4
 INPUT = cbor.dumps(

@@ -4,13 +4,14 @@ addressing, the compiled-module cache, limits validation and backend selection."
 from __future__ import annotations
 
 import pytest
-from host_wat import OK_OUTPUT, reducer, reducer_wat, wasm
 
 from air.cbor import content_hash
 from air.errors import HashMismatch, UsageError
 from kernel._engine import POOL_MEMORY_BYTES_MAX
 from kernel.host import HostLimits, ReducerHost, ReducerLoadError
 from kernel.modcache import InMemoryModuleCache, cache_key
+
+from host_wat import OK_OUTPUT, reducer, reducer_wat, wasm
 
 _NO_STEP = """(module (memory (export "memory") 1)
   (func (export "alloc") (param i32) (result i32) (i32.const 0)))"""

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from host_wat import OK_OUTPUT, reducer
 
 from air.cbor import content_hash
 from air.errors import UsageError
 from kernel.host import ReducerHost
 from kernel.modcache import InMemoryModuleCache, ModuleCache, cache_key
 from world.modcache import FileModuleCache
+
+from host_wat import OK_OUTPUT, reducer
 
 KEY = cache_key(content_hash(b"module"), "f" * 64)
 OTHER_KEY = cache_key(content_hash(b"other"), "f" * 64)

@@ -4,17 +4,6 @@ and the host still usable (and the caller's bytes untouched) after each failure.
 from __future__ import annotations
 
 import pytest
-from host_wat import (
-    HEAP_AT,
-    INFINITE_LOOP,
-    MEMORY_BOMB,
-    MEMORY_GROW_AND_COPE,
-    OK_OUTPUT,
-    STACK_OVERFLOW,
-    STACK_OVERFLOW_EXTRA,
-    UNREACHABLE,
-    reducer,
-)
 
 from air import cbor
 from air.errors import UsageError
@@ -28,6 +17,18 @@ from kernel.host import (
     ReducerHost,
     ReducerLoadError,
     ReducerTrap,
+)
+
+from host_wat import (
+    HEAP_AT,
+    INFINITE_LOOP,
+    MEMORY_BOMB,
+    MEMORY_GROW_AND_COPE,
+    OK_OUTPUT,
+    STACK_OVERFLOW,
+    STACK_OVERFLOW_EXTRA,
+    UNREACHABLE,
+    reducer,
 )
 
 LIMITS = HostLimits(fuel_per_step=200_000, memory_bytes_max=1 << 20, output_bytes_max=4096)

@@ -4,9 +4,10 @@ a core wasm module raise."""
 from __future__ import annotations
 
 import pytest
-from host_wat import reducer, reducer_wat, wasm
 
 from kernel.wasminfo import FuncSig, WasmFormatError, WasmProblem, inspect_wasm, inspect_wasm_report
+
+from host_wat import reducer, reducer_wat, wasm
 
 
 def test_a_good_reducer_has_no_problems_and_reports_its_exports() -> None:

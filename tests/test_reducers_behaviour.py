@@ -17,6 +17,9 @@ import pytest
 import wasmtime
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
+from air import cbor
+
 from reducer_harness import (
     ENGINE,
     FUEL_PER_STEP,
@@ -29,8 +32,6 @@ from reducer_harness import (
     step_raw,
     steps_in_one_instance,
 )
-
-from air import cbor
 
 COUNTER = "demo/CounterEvent@1"
 TIMER = "demo/TimerEvent@1"

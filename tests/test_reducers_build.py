@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import wasmtime
+
 from reducer_harness import load_build_tool
 
 pytest.importorskip("ziglang")

@@ -7,6 +7,13 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from air.errors import LimitExceeded, UsageError
+from kernel.core import KernelLimits
+from world.engine import Engine
+from world.fsutil import WorldLocked
+from world.world import World, WorldExists
+
 from worldkit import (
     COUNTER,
     COUNTER_AIR,
@@ -21,12 +28,6 @@ from worldkit import (
     schema,
     write_world_air,
 )
-
-from air.errors import LimitExceeded, UsageError
-from kernel.core import KernelLimits
-from world.engine import Engine
-from world.fsutil import WorldLocked
-from world.world import World, WorldExists
 
 PING = "t/Ping@1"
 UNIT_STATE = "t/S@1"

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
 from air import cbor
 from kernel.core import ReplayDivergence
 from kernel.journal import JournalCorrupt
 from world.replay import rebuild_world, verify_world
 from world.world import CheckpointAhead, World
+
+from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
 HERE = Path(__file__).resolve().parent
 

@@ -29,7 +29,7 @@ def ls(
     with handle_errors(json_output), World.open(directory) as world:
         total = world.cell_count(reducer)
         views: list[CellView] = []
-        for view in world.cells_of(reducer):
+        for view in world.cells(reducer):
             if len(views) >= limit:
                 break
             views.append(view)

@@ -62,7 +62,7 @@ def demo(
             table = Table(title=f"cells of {REDUCER}")
             for column in ("key", "count", "events", "last active seq"):
                 table.add_column(column)
-            for view in sorted(world.cells_of(REDUCER), key=lambda v: str(v.key)):
+            for view in sorted(world.cells(REDUCER), key=lambda v: str(v.key)):
                 table.add_row(
                     json.dumps(view.key),
                     str(view.state["count"]),

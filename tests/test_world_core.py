@@ -46,7 +46,7 @@ def test_keyed_routing_creates_a_cell_per_key_and_clear_deletes_it(tmp_path: Pat
         world.send(EVENT, {"key": "a", "op": "Clear"})
         world.run_until_idle()
         assert world.state(COUNTER, "a") is None
-        assert [v.key for v in world.cells_of(COUNTER)] == ["b"]
+        assert [v.key for v in world.cells(COUNTER)] == ["b"]
     with World.open(tmp_path / "w") as world:
         assert world.state(COUNTER, "b") == {"count": 5, "events": 1}
         assert world.cell_count(COUNTER) == 1
@@ -56,7 +56,7 @@ def test_a_cell_pins_the_manifest_hash_at_creation(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         world.send(EVENT, add("a", 1))
         world.run_until_idle()
-        (view,) = world.cells_of(COUNTER)
+        (view,) = world.cells(COUNTER)
         assert "blake3:" + view.entry.manifest_hash.hex() == world.air.manifest_hash
         assert view.entry.last_active == world.journal.seq_next - 1
 
@@ -82,7 +82,7 @@ def test_v1_world_gives_the_same_per_key_results_as_cells(tmp_path: Path) -> Non
         keyed.run_until_idle()
         v1.run_until_idle()
         whole = v1.state(COUNTER)
-        assert whole == {v.key: v.state for v in keyed.cells_of(COUNTER)}
+        assert whole == {v.key: v.state for v in keyed.cells(COUNTER)}
         assert set(whole) == {"x", "y"}
 
 
@@ -273,7 +273,7 @@ def test_engine_cycles_ingest_pushes_from_other_threads(tmp_path: Path) -> None:
         assert engine.process_one_cycle(max_wait=0.0) == 0
         engine.push(EVENT, add("late", 2))
         assert engine.finish() == 1
-        assert {v.key: v.state["count"] for v in world.cells_of(COUNTER)} == {
+        assert {v.key: v.state["count"] for v in world.cells(COUNTER)} == {
             "k0": 50,
             "k1": 50,
             "k2": 50,

@@ -65,8 +65,8 @@ def test_reopening_after_snapshot_and_tail_gives_the_same_state_as_one_long_run(
         world.send_many([(EVENT, add("late", 1))] * 5)
         world.run_until_idle()
     with World.open(tmp_path / "a") as a, World.open(tmp_path / "b") as b:
-        assert [(v.key, v.state) for v in a.cells_of(COUNTER)] == [
-            (v.key, v.state) for v in b.cells_of(COUNTER)
+        assert [(v.key, v.state) for v in a.cells(COUNTER)] == [
+            (v.key, v.state) for v in b.cells(COUNTER)
         ]
 
 
@@ -191,6 +191,6 @@ def test_kill_9_at_every_commit_loses_nothing_acknowledged(
         sent = _sent_values(world)
         assert sent[: len(acked_sends)] == acked_sends
         world.run_until_idle()
-        totals = sum(v.state["count"] for v in world.cells_of(COUNTER))
+        totals = sum(v.state["count"] for v in world.cells(COUNTER))
         assert totals == sum(sent)
     assert verify_world(tmp_path / "w").ok

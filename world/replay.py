@@ -53,7 +53,7 @@ def verify_world(path: Path, progress: Callable[[int, int], None] | None = None)
             return report
         for name in sorted(world.air.modules):
             module = kernel.module_hash(name)
-            if kernel.cells.index_root(module) != world.cells.index_root(module):
+            if kernel.cells.index_root(module) != world.store.index_root(module):
                 report.state_mismatches.append(name)
         if progress is not None:
             progress(report.records, total)

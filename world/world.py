@@ -91,9 +91,9 @@ class World:
         self._lock = lock
         self.cas = FileCas(path)
         self.journal = FileJournal.open(path / "journal")
-        self.cells = FileCellStore(path)
+        self.store = FileCellStore(path)
         runner = HostRunner(air, path / "cache")
-        self.kernel = Kernel(air, self.journal, self.cells, runner, limits)
+        self.kernel = Kernel(air, self.journal, self.store, runner, limits)
         self._closed = False
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class World:
         return world
 
     def _recover(self) -> None:
-        checkpoint = self.cells.last_checkpoint()
+        checkpoint = self.store.last_checkpoint()
         seq_from = 0
         if checkpoint:
             snap = cbor.loads(checkpoint)
@@ -257,7 +257,7 @@ class World:
 
     def _after_steps(self) -> None:
         self.journal.commit()
-        if self.cells.dirty_count() >= SNAPSHOT_DIRTY_MAX:
+        if self.store.dirty_count() >= SNAPSHOT_DIRTY_MAX:
             self.snapshot()
 
     def snapshot(self) -> str:
@@ -265,7 +265,7 @@ class World:
         seq_next = self.journal.commit()
         data = cbor.dumps(self.kernel.snapshot_obj(seq_next))
         address = self.cas.put(data)
-        self.cells.flush(data)
+        self.store.flush(data)
         (self.path / "snapshots").mkdir(exist_ok=True)
         atomic_write(self.path / "snapshots" / "latest", address.encode())
         return address
@@ -298,13 +298,13 @@ class World:
             return None
         return to_sugar(Ref(module.abi.reducer.state), cbor.loads(raw), self.air.schemas)
 
-    def cells_of(self, reducer: str) -> Iterator[CellView]:
+    def cells(self, reducer: str) -> Iterator[CellView]:
         """Every cell of a keyed reducer, in key-hash order."""
         module = self._module(reducer)
         module_hash = self.kernel.module_hash(reducer)
         key_type = self.air.key_types.get(reducer)
-        for khash, entry in self.cells.iter_entries(module_hash):
-            found = self.cells.get(module_hash, khash)
+        for khash, entry in self.store.iter_entries(module_hash):
+            found = self.store.get(module_hash, khash)
             assert found is not None
             state = to_sugar(Ref(module.abi.reducer.state), cbor.loads(found[1]), self.air.schemas)
             key = (
@@ -315,7 +315,7 @@ class World:
             yield CellView(key, khash.hex(), state, entry)
 
     def cell_count(self, reducer: str) -> int:
-        return self.cells.count(self.kernel.module_hash(reducer))
+        return self.store.count(self.kernel.module_hash(reducer))
 
     def info(self) -> dict[str, Any]:
         reducers = {}

@@ -1,0 +1,108 @@
+"""The Cas contract over MemoryCas and FileCas, then FileCas on disk: layout, verification on
+read, atomic and idempotent puts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from air import cbor
+from air.errors import CborError, HashMismatch
+from kernel.cells import Cas, MemoryCas, ObjectMissing
+from world.cas import FileCas
+
+
+@pytest.fixture(params=["memory", "file"])
+def cas(request: pytest.FixtureRequest, tmp_path: Path) -> Cas:
+    return MemoryCas() if request.param == "memory" else FileCas(tmp_path)
+
+
+def test_put_returns_the_content_address_and_get_returns_the_bytes(cas: Cas) -> None:
+    address = cas.put(b"hello")
+    assert address == cbor.content_hash(b"hello")
+    assert cas.get(address) == b"hello"
+    assert cas.has(address)
+
+
+def test_put_is_idempotent(cas: Cas) -> None:
+    assert cas.put(b"same") == cas.put(b"same")
+    assert cas.get(cbor.content_hash(b"same")) == b"same"
+
+
+def test_the_empty_object_is_storable(cas: Cas) -> None:
+    assert cas.get(cas.put(b"")) == b""
+
+
+def test_an_absent_object_is_reported_as_missing(cas: Cas) -> None:
+    address = cbor.content_hash(b"never stored")
+    assert not cas.has(address)
+    with pytest.raises(ObjectMissing) as caught:
+        cas.get(address)
+    assert caught.value.address == address
+
+
+@pytest.mark.parametrize("address", ["sha256:" + "0" * 64, "blake3:" + "A" * 64, "blake3:00"])
+def test_a_malformed_address_is_refused(cas: Cas, address: str) -> None:
+    with pytest.raises(CborError):
+        cas.has(address)
+
+
+def test_objects_live_under_a_two_hex_fan_out(tmp_path: Path) -> None:
+    address = FileCas(tmp_path).put(b"layout")
+    hex_digest = address.removeprefix("blake3:")
+    assert (tmp_path / "cas" / hex_digest[:2] / hex_digest[2:]).read_bytes() == b"layout"
+
+
+def test_a_tampered_object_is_caught_on_read(tmp_path: Path) -> None:
+    cas = FileCas(tmp_path)
+    address = cas.put(b"original")
+    path = cas.path_of(address)
+    path.write_bytes(b"tampered")
+    with pytest.raises(HashMismatch) as caught:
+        cas.get(address)
+    assert (caught.value.expected, caught.value.actual) == (address, cbor.content_hash(b"tampered"))
+
+
+def test_put_rewrites_an_object_whose_file_was_truncated(tmp_path: Path) -> None:
+    cas = FileCas(tmp_path)
+    address = cas.put(b"whole object")
+    cas.path_of(address).write_bytes(b"whole")
+    cas.put(b"whole object")
+    assert cas.get(address) == b"whole object"
+
+
+def all_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_puts_leave_no_temp_files_behind(tmp_path: Path) -> None:
+    cas = FileCas(tmp_path)
+    addresses = [cas.put(str(n).encode()) for n in range(50)]
+    expected = sorted(str(cas.path_of(a).relative_to(tmp_path / "cas")) for a in addresses)
+    assert all_files(tmp_path / "cas") == expected
+
+
+def test_a_put_that_fails_midway_leaves_no_object_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cas = FileCas(tmp_path)
+
+    def failing_fsync(_fd: int) -> None:
+        raise OSError(5, "simulated I/O error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError):
+        cas.put(b"doomed")
+    monkeypatch.undo()
+    assert not cas.has(cbor.content_hash(b"doomed"))
+    assert all_files(tmp_path / "cas") == []
+
+
+def test_temp_files_left_by_a_crash_are_removed_on_open(tmp_path: Path) -> None:
+    FileCas(tmp_path)
+    leftover = tmp_path / "cas" / ".tmp" / ".x.abc.tmp"
+    leftover.write_bytes(b"half an object")
+    FileCas(tmp_path)
+    assert not leftover.exists()

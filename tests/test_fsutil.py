@@ -1,0 +1,125 @@
+"""Atomic writes, batched durability, and the world lock (checked from another process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from air.errors import WorldError
+from world import fsutil
+from world.fsutil import WorldLocked, atomic_write, lock_world, sync_paths, write_unsynced
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TRY_LOCK = """
+import json, sys
+from world.fsutil import WorldLocked, lock_world
+try:
+    lock_world(sys.argv[1])
+except WorldLocked as exc:
+    print(json.dumps({"error": type(exc).__name__, "path": exc.path}))
+else:
+    print(json.dumps({"error": None}))
+"""
+
+
+def try_lock_in_another_process(world: Path) -> dict[str, str | None]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", TRY_LOCK, str(world)],
+        capture_output=True,
+        check=True,
+        env=env,
+        timeout=60,
+    )
+    result: dict[str, str | None] = json.loads(done.stdout)
+    return result
+
+
+def test_atomic_write_replaces_the_content_completely(tmp_path: Path) -> None:
+    path = tmp_path / "file.cbor"
+    atomic_write(path, b"a much longer first version of the content")
+    atomic_write(path, b"short")
+    assert path.read_bytes() == b"short"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.cbor"]
+
+
+def test_a_failed_atomic_write_keeps_the_old_content_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "file.cbor"
+    atomic_write(path, b"old")
+
+    def failing_fsync(_fd: int) -> None:
+        raise OSError(5, "simulated I/O error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError):
+        atomic_write(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.cbor"]
+
+
+def test_atomic_write_accepts_a_bare_file_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    atomic_write("here.bin", b"x")
+    assert (tmp_path / "here.bin").read_bytes() == b"x"
+
+
+def test_sync_paths_fsyncs_a_few_paths_one_by_one_and_syncs_many_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [tmp_path / f"{n}.bin" for n in range(3)]
+    for path in paths:
+        write_unsynced(path, b"data")
+    calls = {"fsync": 0, "sync": 0}
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        calls["fsync"] += 1
+        real_fsync(fd)
+
+    def counting_sync() -> None:
+        calls["sync"] += 1
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "sync", counting_sync)
+    sync_paths(paths, [tmp_path])
+    assert calls == {"fsync": 4, "sync": 0}
+    sync_paths(paths * fsutil.SYNC_EACH_MAX, [tmp_path])
+    assert calls == {"fsync": 4, "sync": 1}
+
+
+def test_the_lock_refuses_a_second_holder_in_another_process(tmp_path: Path) -> None:
+    lock = lock_world(tmp_path)
+    try:
+        result = try_lock_in_another_process(tmp_path)
+    finally:
+        lock.release()
+    assert result == {"error": "WorldLocked", "path": str((tmp_path / "LOCK").resolve())}
+
+
+def test_a_released_lock_can_be_taken_by_another_process(tmp_path: Path) -> None:
+    with lock_world(tmp_path) as lock:
+        assert lock.held
+    assert not lock.held
+    assert try_lock_in_another_process(tmp_path) == {"error": None}
+
+
+def test_a_second_lock_in_the_same_process_is_refused_too(tmp_path: Path) -> None:
+    with lock_world(tmp_path), pytest.raises(WorldLocked) as caught:
+        lock_world(tmp_path)
+    assert caught.value.path == str((tmp_path / "LOCK").resolve())
+    lock_world(tmp_path).release()
+
+
+def test_world_locked_is_a_world_error() -> None:
+    assert issubclass(WorldLocked, WorldError)
+    assert WorldLocked("/w/LOCK").path == "/w/LOCK"

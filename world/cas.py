@@ -1,0 +1,77 @@
+"""The world's content-addressed store: ``<world>/cas/<2 hex>/<62 hex>`` (SPEC §7).
+
+An object's name is the blake3 of its bytes, so an object is written once and never changes.
+
+Invariants:
+* ``put`` is idempotent and atomic: the object appears whole or not at all (temp file in
+  ``cas/.tmp``, fsync, rename, fsync dir), and is durable when ``put`` returns. Temp files left
+  by a crash are removed when the store is opened.
+* ``get`` verifies: bytes whose blake3 differs from their address raise ``HashMismatch``; an
+  absent object raises ``ObjectMissing``.
+
+Not here: garbage collection and pinning (snapshots decide what is live).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from air import cbor
+from air.errors import HashMismatch
+from kernel.cells import ObjectMissing
+from world.fsutil import atomic_write, fsync_dir
+
+__all__ = ["CAS_DIR", "FileCas"]
+
+CAS_DIR: Final = "cas"
+_TMP_DIR: Final = ".tmp"
+
+
+class FileCas:
+    """``kernel.cells.Cas`` over files under ``<world>/cas``.
+
+    Construct it only while holding the world lock: opening clears ``cas/.tmp``, which would
+    break another process's put in flight.
+    """
+
+    def __init__(self, world_dir: Path) -> None:
+        self.root = Path(world_dir) / CAS_DIR
+        self._tmp = self.root / _TMP_DIR
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        for leftover in self._tmp.iterdir():
+            leftover.unlink()
+
+    def path_of(self, address: str) -> Path:
+        """Where ``address`` lives; raises ``CborError`` if it is not ``blake3:<64 hex>``."""
+        hex_digest = cbor.hash_to_raw(address).hex()
+        return self.root / hex_digest[:2] / hex_digest[2:]
+
+    def put(self, data: bytes) -> str:
+        address = cbor.content_hash(data)
+        path = self.path_of(address)
+        try:
+            if path.stat().st_size == len(data):
+                return address
+        except FileNotFoundError:
+            pass
+        if not path.parent.is_dir():
+            path.parent.mkdir(exist_ok=True)
+            fsync_dir(self.root)
+        atomic_write(path, data, tmp_dir=self._tmp)
+        return address
+
+    def get(self, address: str) -> bytes:
+        path = self.path_of(address)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise ObjectMissing(address) from exc
+        actual = cbor.content_hash(data)
+        if actual != address:
+            raise HashMismatch(address, actual)
+        return data
+
+    def has(self, address: str) -> bool:
+        return os.path.exists(self.path_of(address))

@@ -115,11 +115,6 @@ class _Route:
 
 
 @dataclass
-class _Replay:
-    record: JournalRecord | None = None
-
-
-@dataclass
 class Kernel:
     air: LoadedAir
     journal: Journal
@@ -129,6 +124,7 @@ class Kernel:
     scheduler: Scheduler = field(default_factory=Scheduler)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     steps_total: int = 0
+    dead_letters_total: int = 0
     _routes: dict[str, list[_Route]] = field(default_factory=dict)
     _module_hash: dict[str, str] = field(default_factory=dict)
     _manifest_raw: bytes = b""
@@ -314,7 +310,10 @@ class Kernel:
             reason["detail"],
         )
         self.dead_letters.append(letter)
-        del self.dead_letters[: -self.limits.dead_letters_kept]
+        self.dead_letters_total += 1
+        excess = len(self.dead_letters) - self.limits.dead_letters_kept
+        if excess > 0:
+            del self.dead_letters[:excess]
 
     def _commit_step(
         self,
@@ -357,9 +356,6 @@ class Kernel:
     def module_hash(self, reducer: str) -> str:
         return self._module_hash[reducer]
 
-    def key_field_type(self, reducer: str) -> Any:
-        return self.air.key_types.get(reducer)
-
     def snapshot_obj(self, seq_next: int) -> dict[str, Any]:
         return {
             "seq_next": seq_next,
@@ -367,12 +363,14 @@ class Kernel:
             "scheduler": self.scheduler.to_obj(),
             "dead_letters": [d.to_obj() for d in self.dead_letters],
             "steps_total": self.steps_total,
+            "dead_letters_total": self.dead_letters_total,
         }
 
     def restore(self, obj: dict[str, Any]) -> None:
         self.scheduler = Scheduler.from_obj(obj["scheduler"])
         self.dead_letters = [DeadLetter(*d) for d in obj["dead_letters"]]
         self.steps_total = obj["steps_total"]
+        self.dead_letters_total = obj["dead_letters_total"]
 
 
 def _describe(kind: str, body: Any) -> str:

@@ -227,6 +227,25 @@ def test_a_hostile_reducer_fails_its_step_cleanly_and_the_world_keeps_running(
         assert len(world.kernel.dead_letters) == 2
 
 
+def test_dead_letters_kept_is_a_bounded_window_but_the_total_counts_all(tmp_path: Path) -> None:
+    s = {"record": {"n": "nat"}}
+    air = write_world_air(
+        tmp_path / "air",
+        {"t/Bad@1": body_wasm("unreachable")},
+        [
+            schema(UNIT_STATE, s),
+            schema(PING, s),
+            module("t/Bad@1", UNIT_STATE, PING),
+            manifest([{"event": PING, "reducer": "t/Bad@1"}]),
+        ],
+    )
+    with World.create(tmp_path / "w", air, KernelLimits(dead_letters_kept=2)) as world:
+        world.send_many([(PING, {"n": n}) for n in range(5)])
+        world.run_until_idle()
+        assert [letter.seq for letter in world.kernel.dead_letters] == [9, 10]
+        assert world.info()["dead_letters_total"] == 5
+
+
 def test_a_second_writer_is_refused_with_a_lock_error(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", COUNTER_AIR), pytest.raises(WorldLocked):
         World.open(tmp_path / "w")

@@ -194,3 +194,20 @@ def test_kill_9_at_every_commit_loses_nothing_acknowledged(
         totals = sum(v.state["count"] for v in world.cells(COUNTER))
         assert totals == sum(sent)
     assert verify_world(tmp_path / "w").ok
+
+
+def test_internal_events_are_delivered_exactly_once_across_a_reopen(tmp_path: Path) -> None:
+    from test_world_core import _emitter_world
+
+    air = _emitter_world(tmp_path)
+    with World.create(tmp_path / "w", air) as world:
+        world.send_many([("t/Start@1", {"n": 0}), ("t/Start@1", {"n": 1})])
+        world.step(1)  # A emits a Ping; B's delivery is pending when the world closes
+    with World.open(tmp_path / "w") as world:
+        assert world.kernel.scheduler.pending == 2
+        world.run_until_idle()
+        steps = [r.body for r in world.journal.read(0) if r.kind == "step"]
+    consumed = [(b["src"], b["idx"]) for b in steps]
+    assert len(consumed) == len(set(consumed)) == 4
+    assert sum(b["reducer"] == "t/B@1" for b in steps) == 2
+    assert verify_world(tmp_path / "w").ok

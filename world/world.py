@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
-from air.errors import UsageError, WorldError
+from air.errors import LimitExceeded, UsageError, WorldError
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from air.types import Ref
 from air.values import normalise, to_sugar
@@ -126,6 +126,8 @@ class World:
             wasm_map[resolve_relative(air.defs[name].file, air.defs[name].model.wasm)] = cas.put(
                 data
             )
+        for data in [air.manifest_cbor, *air.def_cbor.values()]:
+            cas.put(data)  # every AIR node, content-addressed (SPEC §7)
         (path / "air").mkdir(exist_ok=True)
         doc = {
             "format": FORMAT,
@@ -179,7 +181,8 @@ class World:
         checkpoint = self.store.last_checkpoint()
         seq_from = 0
         if checkpoint:
-            snap = cbor.loads(checkpoint)
+            address = cbor.raw_to_hash(cbor.loads(checkpoint)["snapshot"])
+            snap = cbor.loads(self.cas.get(address))
             seq_from = snap["seq_next"]
             if seq_from > self.journal.seq_next:
                 raise CheckpointAhead(seq_from, self.journal.seq_next)
@@ -237,8 +240,6 @@ class World:
     def run_until_idle(self, max_steps: int | None = None) -> int:
         """Tick until nothing is ready. Past ``steps_per_run_max`` it stops with LimitExceeded,
         after committing: the world stays consistent and can be opened and run again."""
-        from air.errors import LimitExceeded
-
         limit = max_steps if max_steps is not None else self.kernel.limits.steps_per_run_max
         ran = 0
         while self.kernel.tick():
@@ -261,11 +262,12 @@ class World:
             self.snapshot()
 
     def snapshot(self) -> str:
-        """Checkpoint: commit the journal, then write cells, index and kernel state atomically."""
+        """Checkpoint: commit the journal, put the kernel's state (scheduler, mailboxes, dead
+        letters) in the CAS, then commit cells and index together with that snapshot's address.
+        The journal is committed first, so the checkpoint is never ahead of it."""
         seq_next = self.journal.commit()
-        data = cbor.dumps(self.kernel.snapshot_obj(seq_next))
-        address = self.cas.put(data)
-        self.store.flush(data)
+        address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
+        self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
         (self.path / "snapshots").mkdir(exist_ok=True)
         atomic_write(self.path / "snapshots" / "latest", address.encode())
         return address
@@ -345,7 +347,7 @@ class World:
                 }
                 for d in self.kernel.dead_letters[-20:]
             ],
-            "dead_letters_total": len(self.kernel.dead_letters),
+            "dead_letters_total": self.kernel.dead_letters_total,
         }
 
 

@@ -26,14 +26,20 @@ EVENT = "demo/CounterEvent@1"
 
 
 def run(cells: int, events: int, batch: int, folder: Path) -> dict[str, float]:
-    path = folder / f"w-{cells}"
+    path = folder / f"w-{cells}-{events}"
     world = World.create(path, ROOT / "manifests" / "counter")
     values = [{"key": f"k{i % cells}", "op": {"$tag": "Add", "$value": 1}} for i in range(events)]
     start = time.perf_counter()
+    sending = 0.0
     for i in range(0, events, batch):
+        t0 = time.perf_counter()
         world.send_many((EVENT, v) for v in values[i : i + batch])
+        sending += time.perf_counter() - t0
         world.run_until_idle()
+    loop_s = time.perf_counter() - start
+    t0 = time.perf_counter()
     world.snapshot()
+    checkpoint_s = time.perf_counter() - t0
     elapsed = time.perf_counter() - start
     world.close()
     t0 = time.perf_counter()
@@ -43,8 +49,12 @@ def run(cells: int, events: int, batch: int, folder: Path) -> dict[str, float]:
     report = verify_world(path)
     replay_s = time.perf_counter() - t0
     assert report.ok, report
+    shutil.rmtree(path)
     return {
         "events_per_s": events / elapsed,
+        "send_events_per_s": events / sending,
+        "step_events_per_s": events / (loop_s - sending),
+        "checkpoint_s": checkpoint_s,
         "replay_events_per_s": events / replay_s,
         "open_s": open_s,
     }
@@ -61,7 +71,9 @@ def main() -> None:
     try:
         result = run(args.cells, args.events, args.batch, folder)
         print(
-            f"cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end, "
+            f"cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end "
+            f"(send {result['send_events_per_s']:,.0f}/s, steps {result['step_events_per_s']:,.0f}/s, "
+            f"final checkpoint {result['checkpoint_s']:.2f} s), "
             f"replay {result['replay_events_per_s']:,.0f} events/s, open {result['open_s']:.3f} s, "
             f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
         )
@@ -70,7 +82,10 @@ def main() -> None:
                 events = max(cells, 100_000)
                 r = run(cells, events, 10_000, folder)
                 print(
-                    f"sweep cells={cells:>9,} events={events:,}: {r['events_per_s']:,.0f} events/s"
+                    f"sweep cells={cells:>9,} events={events:,}: {r['events_per_s']:,.0f} events/s "
+                    f"(steps {r['step_events_per_s']:,.0f}/s, final checkpoint {r['checkpoint_s']:.1f} s, "
+                    f"open {r['open_s']:.2f} s, replay {r['replay_events_per_s']:,.0f}/s)",
+                    flush=True,
                 )
     finally:
         shutil.rmtree(folder, ignore_errors=True)

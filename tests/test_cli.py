@@ -1,0 +1,117 @@
+"""The ``world`` CLI as a user drives it: exit codes, --json output, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT
+
+runner = CliRunner()
+
+
+def world_cli(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_validate_json_reports_the_manifest_hash() -> None:
+    code, out, _ = world_cli("validate", ROOT / "manifests" / "order", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["manifest_hash"].startswith("blake3:")
+    assert data["plans"] == ["demo/fetch_flow@1"]
+
+
+def test_validate_prints_every_diagnostic_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.air.json"
+    bad.write_text(json.dumps([{"$kind": "defschema", "name": "a/b@1", "type": "float"}]))
+    code, out, _ = world_cli("validate", bad, "--json")
+    assert code == 1
+    codes = {d["code"] for d in json.loads(out)["diagnostics"]}
+    assert codes == {"air.type.invalid", "air.manifest.missing"}
+
+
+def test_the_core_loop_through_the_cli(tmp_path: Path) -> None:
+    w = tmp_path / "w"
+    assert world_cli("init", w, "--air", COUNTER_AIR)[0] == 0
+    event = json.dumps({"key": "order-1", "op": {"$tag": "Add", "$value": 3}})
+    assert world_cli("send", w, EVENT, event)[0] == 0
+    lines = tmp_path / "events.jsonl"
+    lines.write_text(
+        '{"key": "order-2", "op": {"$tag": "Add", "$value": 1}}\n\n{"key": "order-1", "op": "Clear"}\n'
+    )
+    code, out, _ = world_cli("send", w, EVENT, "--file", lines, "--json")
+    assert (code, json.loads(out)["seqs"]) == (0, [2, 3])
+    code, out, _ = world_cli("step", w, "--json")
+    assert json.loads(out) == {"ok": True, "steps": 1, "pending": 2}
+    assert json.loads(world_cli("run", w, "--until-idle", "--json")[1])["steps"] == 2
+    code, out, _ = world_cli("state", w, COUNTER, "--key", "order-2", "--json")
+    assert json.loads(out)["state"] == {"count": 1, "events": 1}
+    cells = json.loads(world_cli("cells", "ls", w, COUNTER, "--json")[1])
+    assert (cells["count"], [c["key"] for c in cells["cells"]]) == (1, ["order-2"])
+    assert (
+        json.loads(world_cli("cells", "show", w, COUNTER, '"order-2"', "--json")[1])["state"][
+            "count"
+        ]
+        == 1
+    )
+    info = json.loads(world_cli("info", w, "--json")[1])
+    assert info["reducers"][COUNTER] == {"keyed": True, "cells": 1}
+    assert json.loads(world_cli("replay", w, "--verify", "--json")[1])["ok"] is True
+    assert json.loads(world_cli("journal", "verify", w, "--json")[1])["records"] == 7
+    tail = world_cli("journal", "tail", w, "--subject", "/world/event/**")[1].splitlines()
+    assert [json.loads(line)["seq"] for line in tail] == [1, 2, 3]
+    assert world_cli("snapshot", w, "--json")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["state", "{w}", COUNTER, "--key", "nobody"], id="absent-cell"),
+        pytest.param(["send", "{w}", EVENT, '{"key": "a"}'], id="bad-value"),
+        pytest.param(["send", "{w}", "demo/Nope@1", "{}"], id="unknown-schema"),
+        pytest.param(["state", "{w}", "demo/Nope@1"], id="unknown-reducer"),
+        pytest.param(["info", "{w}/missing"], id="not-a-world"),
+    ],
+)
+def test_errors_are_one_line_and_exit_1(tmp_path: Path, args: list[str]) -> None:
+    w = tmp_path / "w"
+    world_cli("init", w, "--air", COUNTER_AIR)
+    code, _, err = world_cli(*[a.replace("{w}", str(w)) for a in args])
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("error:")
+
+
+def test_journal_verify_reports_corruption_and_repair_keeps_a_backup(tmp_path: Path) -> None:
+    w = tmp_path / "w"
+    world_cli("init", w, "--air", COUNTER_AIR)
+    for n in range(3):
+        world_cli("send", w, EVENT, json.dumps({"key": "k", "op": {"$tag": "Add", "$value": n}}))
+    (segment,) = (w / "journal").glob("*.log")
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    code, out, _ = world_cli("journal", "verify", w, "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert report["problem"]["segment"] == segment.name
+    code, out, _ = world_cli("journal", "verify", w, "--repair", "--json")
+    repaired = json.loads(out)["repaired"]
+    assert repaired["backup_files"]
+    assert all(Path(f).exists() for f in repaired["backup_files"])
+    assert world_cli("journal", "verify", w, "--json")[0] == 0
+
+
+def test_demo_runs_and_shows_the_cells(tmp_path: Path) -> None:
+    code, out, _ = world_cli("demo", "--keep", tmp_path / "demo")
+    assert code == 0
+    assert "alice" in out
+    assert "carol" in out
+    assert "dave" not in out.split("cells of")[1].split("dave's")[0]

@@ -123,13 +123,3 @@ def test_a_second_lock_in_the_same_process_is_refused_too(tmp_path: Path) -> Non
 def test_world_locked_is_a_world_error() -> None:
     assert issubclass(WorldLocked, WorldError)
     assert WorldLocked("/w/LOCK").path == "/w/LOCK"
-
-
-def test_write_unsynced_many_writes_every_file_on_threads(tmp_path: Path) -> None:
-    from world.fsutil import PARALLEL_WRITES_MIN, write_unsynced_many
-
-    items = [
-        (tmp_path / f"f{i}", bytes([i % 256]) * (i + 1)) for i in range(PARALLEL_WRITES_MIN * 2)
-    ]
-    write_unsynced_many(items)
-    assert all(path.read_bytes() == data for path, data in items)

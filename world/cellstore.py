@@ -78,15 +78,7 @@ from kernel.cells import (
     shard_from_obj,
     shard_of,
 )
-from world.fsutil import (
-    TMP_SUFFIX,
-    StrPath,
-    atomic_write,
-    fsync_dir,
-    sync_paths,
-    write_unsynced,
-    write_unsynced_many,
-)
+from world.fsutil import TMP_SUFFIX, StrPath, atomic_write, fsync_dir, sync_paths, write_unsynced
 
 __all__ = ["FileCellStore", "StoreFailed", "StoreStats"]
 
@@ -443,19 +435,12 @@ class FileCellStore:
             plan.committed[prefix] = (root, len(merged))
             if root != plan.old_shards.get(prefix):
                 self._write_new(layout.shard(module, prefix, root), data, written, dirs)
-        cells = [(layout.cell(module, kh, sh), state) for kh, sh, state in plan.writes]
-        for path, _ in cells:
-            self._note_new(path, written, dirs)
-        write_unsynced_many(cells)
+        for kh, state_hash, state_cbor in plan.writes:
+            self._write_new(layout.cell(module, kh, state_hash), state_cbor, written, dirs)
         doc = encode_index(plan.committed)
         self._write_new(layout.index(module, INDEX_NEXT_NAME), doc, written, dirs)
 
     def _write_new(self, path: str, data: bytes, written: list[str], dirs: set[str]) -> None:
-        self._note_new(path, written, dirs)
-        write_unsynced(path, data)
-
-    def _note_new(self, path: str, written: list[str], dirs: set[str]) -> None:
-        """Make ``path``'s directory and record the file and directories to sync."""
         parent = os.path.dirname(path)
         if parent not in self._known_dirs:
             os.makedirs(parent, exist_ok=True)
@@ -464,6 +449,7 @@ class FileCellStore:
             while at != self._layout.root:  # a new directory's entry lives in its parent
                 at = os.path.dirname(at)
                 dirs.add(at)
+        write_unsynced(path, data)
         written.append(path)
         dirs.add(parent)
 

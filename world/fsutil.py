@@ -27,8 +27,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final, TypeAlias
 
@@ -45,13 +44,9 @@ __all__ = [
     "lock_world",
     "sync_paths",
     "write_unsynced",
-    "write_unsynced_many",
 ]
 
 LOCK_NAME: Final = "LOCK"
-# Bulk file writes go to this many threads once there are at least PARALLEL_WRITES_MIN files.
-WRITER_THREADS: Final = 8
-PARALLEL_WRITES_MIN: Final = 64
 # Above this many files, one os.sync() is cheaper than an fsync per file and directory.
 SYNC_EACH_MAX: Final = 32
 TMP_SUFFIX: Final = ".tmp"
@@ -103,22 +98,6 @@ def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) 
             os.unlink(tmp_name)
         raise
     fsync_dir(parent)
-
-
-def write_unsynced_many(items: Sequence[tuple[StrPath, bytes]]) -> None:
-    """``write_unsynced`` for many files, on ``WRITER_THREADS`` threads when there are many.
-
-    Creating a file costs 100-370 us here, almost all in the kernel with the GIL released, so
-    threads overlap it; the order the files appear in does not matter to callers, who make them
-    durable together with ``sync_paths`` and only then reference them.
-    """
-    if len(items) < PARALLEL_WRITES_MIN:
-        for path, data in items:
-            write_unsynced(path, data)
-        return
-    with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:
-        for _ in pool.map(lambda item: write_unsynced(*item), items):
-            pass
 
 
 def write_unsynced(path: StrPath, data: bytes) -> None:

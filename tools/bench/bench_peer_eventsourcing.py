@@ -72,8 +72,10 @@ def main() -> None:
     args = parser.parse_args()
     per_event = run(args.cells, min(args.events, 5_000), 1)
     batched = run(args.cells, args.events, 1_000)
-    print(f"eventsourcing 9.5 + SQLite, {args.cells} aggregates: one save per event {per_event:,.0f} events/s; "
-          f"one save per 1,000 events {batched:,.0f} events/s")
+    print(
+        f"eventsourcing 9.5 + SQLite, {args.cells} aggregates: one save per event {per_event:,.0f} events/s; "
+        f"one save per 1,000 events {batched:,.0f} events/s"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from air import cbor
 from air.errors import LimitExceeded, UsageError
 from kernel.core import KernelLimits
 from world.engine import Engine
@@ -181,6 +182,18 @@ def test_an_event_storm_stops_at_the_step_limit_and_the_world_reopens(tmp_path: 
         ),
         pytest.param(const_wasm(b"\xff\x00"), "output_not_cbor", id="not-cbor"),
         pytest.param(
+            body_wasm(
+                "(loop (br_if 0 (i32.ne (memory.grow (i32.const 1)) (i32.const -1)))) unreachable"
+            ),
+            "memory_limit",
+            id="memory-bomb",
+        ),
+        pytest.param(
+            body_wasm("(drop (memory.grow (i32.const 40))) (i32.const 0) (i32.const 2000000)"),
+            "output_too_large",
+            id="output-too-large",
+        ),
+        pytest.param(
             const_wasm(output({"n": "text"})), "schema_mismatch", id="state-schema-mismatch"
         ),
         pytest.param(
@@ -299,3 +312,14 @@ def test_engine_cycles_ingest_pushes_from_other_threads(tmp_path: Path) -> None:
             "k3": 50,
             "late": 2,
         }
+
+
+def test_a_reducer_effect_is_journaled_with_its_step(tmp_path: Path) -> None:
+    with World.create(tmp_path / "w", ROOT / "manifests" / "timer") as world:
+        world.send("demo/TimerEvent@1", {"key": "t1", "deliver_at_ns": 5_000})
+        world.run_until_idle()
+        assert world.state("demo/Timer@1", "t1") == {"armed": 1, "fired": 0, "last_fired_ns": None}
+        (step,) = [r for r in world.journal.read(0) if r.kind == "step"]
+        ((kind, params_cbor, _slot),) = step.body["effects"]
+        assert kind == "timer.set"
+        assert cbor.loads(params_cbor) == {"deliver_at_ns": 5_000, "key": "t1"}

@@ -13,6 +13,7 @@ from air.errors import LimitExceeded, UsageError
 from kernel.core import KernelLimits
 from world.engine import Engine
 from world.fsutil import WorldLocked
+from world.replay import verify_world
 from world.world import World, WorldExists
 
 from worldkit import (
@@ -238,6 +239,7 @@ def test_a_hostile_reducer_fails_its_step_cleanly_and_the_world_keeps_running(
         world.send(PING, {"n": 2})
         world.run_until_idle()
         assert len(world.kernel.dead_letters) == 2
+    assert verify_world(tmp_path / "w").ok, "step.failed records replay to the same failure"
 
 
 def test_dead_letters_kept_is_a_bounded_window_but_the_total_counts_all(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from air.errors import UsageError
 from cli.common import console, handle_errors
+from world.replay import verify_world
 from world.world import World
 
 __all__ = ["demo", "example_air"]
@@ -71,6 +72,8 @@ def demo(
                 )
             console.print(table)
             console.print("dave's cell was deleted by Clear (state=null).")
-            console.print(
-                f"try: world cells ls {world.path} {REDUCER}   ·   world replay {world.path} --verify"
-            )
+            path = world.path
+        report = verify_world(path)
+        verdict = "identical outputs and state" if report.ok else "DIVERGED"
+        console.print(f"replay from genesis: {report.steps} steps re-executed, {verdict}")
+        console.print(f"try: world cells ls {path} {REDUCER}   ·   world journal tail {path}")

@@ -9,6 +9,8 @@ Three entry points walk a value alongside its type:
   deduplicated and sorted, maps keyed by typed keys, numbers range-checked.
 - ``check(node, obj, schemas)``: the strict walk for values decoded from canonical CBOR (reducer
   outputs, journal bodies): only the canonical form is accepted, nothing is converted.
+  ``compile_checker`` and ``SchemaCheckers`` give the same decisions and errors for the hot
+  path, from closures built once per type (``air._checkers``).
 - ``to_sugar(node, obj, schemas)``: canonical form back to sugar JSON for display.
 
 A one-key object whose key is the type's own kind (``{"nat": 1}`` for a nat) is read as the
@@ -38,6 +40,7 @@ from air.types import (
     OptionT,
     Prim,
     Record,
+    Ref,
     Schemas,
     SetT,
     TypeNode,
@@ -49,7 +52,9 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "NAT_MAX",
+    "SchemaCheckers",
     "check",
+    "compile_checker",
     "dec128_decode",
     "dec128_encode",
     "normalise",
@@ -437,7 +442,8 @@ def check(node: TypeNode, obj: Any, schemas: Schemas, pointer: str = "") -> None
     elif isinstance(node, Variant):
         if not isinstance(obj, dict) or set(obj) != {"$tag", "$value"}:
             raise _mismatch(pointer, "type", 'expected a variant {"$tag", "$value"}')
-        case_type = node.case_map().get(obj["$tag"])
+        tag = obj["$tag"]
+        case_type = node.case_map().get(tag) if isinstance(tag, str) else None
         if case_type is None:
             raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {obj['$tag']!r}")
         check(case_type, obj["$value"], schemas, f"{pointer}/$value")
@@ -474,6 +480,34 @@ def _check_collection(node: TypeNode, obj: Any, schemas: Schemas, pointer: str) 
         encoded = [cbor.dumps(item) for item in obj]
         if any(a >= b for a, b in itertools.pairwise(encoded)):
             raise _mismatch(pointer, "set.order", "set elements must be unique and sorted")
+
+
+def compile_checker(node: TypeNode, schemas: Schemas) -> Callable[[Any], None]:
+    """Compile ``node`` once; the result raises exactly as ``check(node, obj, schemas)`` does.
+
+    Same decision for every input and, on rejection, the same ``ValueMismatch`` (code, pointer,
+    detail), because a rejection is handed to ``check`` itself. ``schemas`` is read now: later
+    changes to the mapping are not seen.
+    """
+    # Imported here: air._checkers builds on this module (``check``, the integer bounds).
+    from air._checkers import compile_checker as compile_
+
+    return compile_(node, schemas)
+
+
+class SchemaCheckers:
+    """``check(Ref(name), obj, schemas)`` for fixed ``schemas``: compiled per name on first use."""
+
+    def __init__(self, schemas: Schemas) -> None:
+        self._schemas = schemas
+        self._by_name: dict[str, Callable[[Any], None]] = {}
+
+    def check(self, name: str, obj: Any) -> None:
+        """Raise ``ValueMismatch`` unless ``obj`` is the canonical form of a value of ``name``."""
+        checker = self._by_name.get(name)
+        if checker is None:
+            checker = self._by_name[name] = compile_checker(Ref(name), self._schemas)
+        checker(obj)
 
 
 # --- display ---------------------------------------------------------------------------------

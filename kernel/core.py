@@ -38,7 +38,7 @@ from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError, ValueMismatch, WorldError
 from air.loader import LoadedAir
 from air.types import Ref
-from air.values import check, normalise
+from air.values import SchemaCheckers, normalise
 from kernel import abi
 from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
 from kernel.journal import Journal, JournalRecord, make_subject
@@ -131,6 +131,7 @@ class Kernel:
     _reducer_effects: dict[str, str] = field(default_factory=dict)
     _modules: dict[str, Any] = field(default_factory=dict)
     _event_subjects: dict[str, str] = field(default_factory=dict)
+    _checkers: SchemaCheckers = field(init=False)
 
     def __post_init__(self) -> None:
         for route in self.air.manifest.routing.events:
@@ -139,6 +140,7 @@ class Kernel:
         for name in self._modules:
             self._module_hash[name] = self.air.wasm_hashes[name].removeprefix("blake3:")
         self._manifest_raw = cbor.hash_to_raw(self.air.manifest_hash)
+        self._checkers = SchemaCheckers(self.air.schemas)
         self._reducer_effects = {
             k: e.params_schema for k, e in self.air.effects.items() if "reducer" in e.origins
         }
@@ -267,7 +269,7 @@ class Kernel:
     def _check_schema(self, name: str, obj: Any) -> None:
         if name not in self.air.schemas:
             raise ValueMismatch("/", "schema.unknown", f"unknown schema {name}")
-        check(Ref(name), obj, self.air.schemas)
+        self._checkers.check(name, obj)
 
     def _failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
         code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__

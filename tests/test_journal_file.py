@@ -7,6 +7,8 @@ import signal
 import struct
 import subprocess
 import sys
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,17 @@ import pytest
 from journal_crash_child import KIND, SUBJECT, crash_body
 
 import world.journal
+from air import cbor
 from air.errors import UsageError
 from kernel.journal import JournalCorrupt, encode_record
 from world.journal import (
     FRAME_HEADER_BYTES,
+    SEAL_SUFFIX,
     SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
     FileJournal,
     repair,
+    seal_name,
     segment_name,
     verify,
 )
@@ -56,6 +61,11 @@ def _flip(path: Path, offset: int, mask: int = 0x01) -> None:
 def _bodies(directory: Path) -> list[Any]:
     with FileJournal(directory, **CHECKED) as journal:
         return [record.body["n"] for record in journal.read()]
+
+
+def _segment_of(name: str) -> str:
+    """The segment a file in the journal directory belongs to (itself, or the one it seals)."""
+    return name.removesuffix(SEAL_SUFFIX)
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
@@ -204,8 +214,9 @@ def test_a_flipped_byte_in_the_last_record_is_corruption_not_a_torn_tail(tmp_pat
 # --- corruption -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["unsealed-by-open", "sealed-by-read"])
 def test_a_flipped_byte_in_a_middle_record_is_reported_with_segment_offset_and_seq(
-    tmp_path: Path,
+    tmp_path: Path, sealed: bool
 ) -> None:
     _write(tmp_path, 30, segment_bytes_max=400)
     with FileJournal(tmp_path) as journal:
@@ -213,8 +224,11 @@ def test_a_flipped_byte_in_a_middle_record_is_reported_with_segment_offset_and_s
     first = int(name.removesuffix(".log"))
     offset = _frame_offsets(tmp_path / name)[2]
     _flip(tmp_path / name, offset + FRAME_HEADER_BYTES + 10)
-    with pytest.raises(JournalCorrupt) as raised:
-        FileJournal(tmp_path)
+    if not sealed:  # open scans the segment and finds the damage
+        (tmp_path / seal_name(name)).unlink()
+    # Open scans an unsealed segment; it trusts a seal, and then reading checks the frame.
+    with pytest.raises(JournalCorrupt) as raised, FileJournal(tmp_path) as journal:
+        list(journal.read())
     error = raised.value
     assert (error.segment, error.offset, error.seq) == (name, offset, first + 2)
     assert error.reason == "payload_checksum"
@@ -374,7 +388,8 @@ def test_repair_keeps_a_backup_and_cuts_after_the_last_good_record(tmp_path: Pat
     assert report.changed
     assert (report.cut_segment, report.cut_offset) == (names[1], offset)
     assert report.segments_moved == names[2:]
-    assert _snapshot(backup_dir) == {name: originals[name] for name in names[1:]}
+    backed_up = {name: data for name, data in originals.items() if _segment_of(name) in names[1:]}
+    assert _snapshot(backup_dir) == backed_up  # the segments and their seals
     assert (journal_dir / names[1]).read_bytes() == originals[names[1]][:offset]
     assert report.bytes_removed == sum(len(originals[n]) for n in names[1:]) - offset
     first = int(names[1].removesuffix(".log"))
@@ -390,7 +405,8 @@ def test_repair_moves_a_segment_with_a_foreign_header_out_whole(tmp_path: Path) 
     (journal_dir / names[1]).write_bytes(b"not a journal segment")
     report = repair(journal_dir, backup_dir)
     assert report.segments_moved == names[1:]
-    assert sorted(path.name for path in backup_dir.iterdir()) == list(names[1:])
+    seals = [seal_name(name) for name in names[1:-1]]  # the last segment has no seal
+    assert sorted(path.name for path in backup_dir.iterdir()) == sorted([*names[1:], *seals])
     assert verify(journal_dir).segments == names[:1]
     with FileJournal(journal_dir) as journal:
         assert journal.seq_next == report.seq_next == int(names[1].removesuffix(".log"))
@@ -417,6 +433,285 @@ def test_repair_refuses_to_overwrite_an_existing_backup(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         repair(journal_dir, backup_dir)
     assert _snapshot(journal_dir) == before
+
+
+# --- seals -----------------------------------------------------------------------------------
+
+
+def _count_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the name of every segment whose frames are read one by one (by open or verify)."""
+    scanned: list[str] = []
+    scan_segment = world.journal._scan_segment
+
+    def counting(scan: Any, name: str, *args: Any) -> None:
+        scanned.append(name)
+        scan_segment(scan, name, *args)
+
+    monkeypatch.setattr(world.journal, "_scan_segment", counting)
+    return scanned
+
+
+def _forge_seal(seal: Path, **changes: Any) -> None:
+    """Rewrite a seal with some fields changed and a matching crc32, as a buggy writer might."""
+    fields = cbor.loads(seal.read_bytes())
+    del fields["crc32"]
+    fields.update(changes)
+    seal.write_bytes(cbor.dumps({**fields, "crc32": zlib.crc32(cbor.dumps(fields))}))
+
+
+def _sealed_journal(directory: Path) -> tuple[str, ...]:
+    """40 records in segments of at most 300 bytes; every segment but the last is sealed."""
+    _write(directory, 40, segment_bytes_max=300)
+    with FileJournal(directory, readonly=True) as journal:
+        names = journal.segments
+    assert len(names) > 3
+    return names
+
+
+def test_a_full_segment_is_sealed_with_its_count_size_and_sparse_index(tmp_path: Path) -> None:
+    with FileJournal(tmp_path, segment_bytes_max=40_000, **CHECKED) as journal:
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(2500))
+        journal.commit()
+        names = journal.segments
+    assert len(names) >= 3
+    assert sorted(path.name for path in tmp_path.glob("*.seal")) == [
+        seal_name(name) for name in names[:-1]
+    ]
+    for name in names[:-1]:
+        fields = cbor.loads((tmp_path / seal_name(name)).read_bytes())
+        crc = fields.pop("crc32")
+        assert crc == zlib.crc32(cbor.dumps(fields))
+        offsets = _frame_offsets(tmp_path / name)
+        index_bytes = fields.pop("index_offsets")
+        assert list(struct.unpack(f"<{len(index_bytes) // 8}Q", index_bytes)) == offsets[::256]
+        assert fields == {
+            "format": 1,
+            "first_seq": int(name.removesuffix(".log")),
+            "record_count": len(offsets),
+            "size_bytes": (tmp_path / name).stat().st_size,
+            "last_frame_offset": offsets[-1],
+            "index_stride": 256,
+        }
+
+
+def test_open_takes_earlier_segments_from_their_seals_and_scans_only_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _sealed_journal(tmp_path)
+    scanned = _count_scans(monkeypatch)
+    for options in ({"readonly": True}, CHECKED):
+        scanned.clear()
+        with FileJournal(tmp_path, **options) as journal:
+            assert scanned == [names[-1]]
+            assert journal.seq_next == 40
+            assert [record.body["n"] for record in journal.read(5)] == list(range(5, 40))
+
+
+_BAD_SEALS: dict[str, Callable[[Path, Path], None]] = {
+    "size-disagrees": lambda seal, _: _forge_seal(seal, size_bytes=300),
+    "count-disagrees": lambda seal, _: _forge_seal(seal, record_count=2),
+    "other-stride": lambda seal, _: _forge_seal(seal, index_stride=128),
+    "another-segments-seal": lambda seal, other: seal.write_bytes(other.read_bytes()),
+    "flipped-byte": lambda seal, _: _flip(seal, 40),
+    "truncated": lambda seal, _: seal.write_bytes(seal.read_bytes()[:-3]),
+    "empty": lambda seal, _: seal.write_bytes(b""),
+}
+
+
+@pytest.mark.parametrize("damage", _BAD_SEALS.values(), ids=_BAD_SEALS.keys())
+def test_a_seal_that_disagrees_with_its_segment_is_ignored_and_the_segment_scanned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callable[[Path, Path], None]
+) -> None:
+    names = _sealed_journal(tmp_path)
+    seal = tmp_path / seal_name(names[1])
+    written = seal.read_bytes()
+    damage(seal, tmp_path / seal_name(names[2]))
+    scanned = _count_scans(monkeypatch)
+    with FileJournal(tmp_path, readonly=True) as journal:
+        assert scanned == [names[1], names[-1]]
+        assert [record.body["n"] for record in journal.read()] == list(range(40))
+    assert seal.read_bytes() != written  # a read-only open writes nothing
+    scanned.clear()
+    with FileJournal(tmp_path) as journal:  # a writable open scans it and seals it again
+        assert (scanned, journal.seq_next) == ([names[1], names[-1]], 40)
+    assert seal.read_bytes() == written
+    scanned.clear()
+    FileJournal(tmp_path, readonly=True).close()
+    assert scanned == [names[-1]]
+
+
+def test_a_seal_that_disagrees_does_not_hide_damage_in_its_segment(tmp_path: Path) -> None:
+    names = _sealed_journal(tmp_path)
+    segment = tmp_path / names[1]
+    offset = _frame_offsets(segment)[1]
+    _flip(segment, offset + FRAME_HEADER_BYTES + 2)
+    with segment.open("ab") as file:  # the size no longer matches the seal
+        file.write(b"\x00")
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    error = raised.value
+    assert (error.segment, error.offset, error.reason) == (names[1], offset, "payload_checksum")
+    assert error.seq == int(names[1].removesuffix(".log")) + 1
+
+
+def test_verify_checks_every_frame_of_sealed_segments_strictly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, 2, segment_bytes_max=300)
+    with FileJournal(tmp_path, segment_bytes_max=300) as journal:
+        # Non-canonical (a one-byte integer written in two bytes) but framed and numbered right.
+        payload = encode_record(2, EVENT, "event.in", 5).replace(b"dbody\x05", b"dbody\x18\x05")
+        journal._pending.append(payload)
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(3, 30))
+        journal.commit()
+        names = journal.segments
+    assert (tmp_path / seal_name(names[0])).exists()
+    scanned = _count_scans(monkeypatch)
+    report = verify(tmp_path)
+    assert scanned == [names[0]]  # it stops at the first problem
+    assert report.problem is not None
+    assert (report.problem.segment, report.problem.seq) == (names[0], 2)
+    assert report.problem.reason == "record_decode"
+    with FileJournal(tmp_path) as lenient:
+        assert lenient.seq_next == 30
+
+
+def test_a_flipped_byte_in_a_sealed_segment_is_reported_by_verify_and_by_reading_it(
+    tmp_path: Path,
+) -> None:
+    names = _sealed_journal(tmp_path)
+    first = int(names[2].removesuffix(".log"))
+    offset = _frame_offsets(tmp_path / names[2])[1]
+    _flip(tmp_path / names[2], offset + FRAME_HEADER_BYTES + 3)
+    expected = (names[2], offset, first + 1, "payload_checksum")
+    report = verify(tmp_path)
+    assert report.problem is not None
+    problem = report.problem
+    assert (problem.segment, problem.offset, problem.seq, problem.reason) == expected
+    with FileJournal(tmp_path) as journal:
+        assert journal.seq_next == 40
+        later = int(names[3].removesuffix(".log"))
+        assert next(journal.read(later)).seq == later  # records past the damage still read
+        with pytest.raises(JournalCorrupt) as raised:
+            list(journal.read(first))
+    error = raised.value
+    assert (error.segment, error.offset, error.seq, error.reason) == expected
+
+
+_SEAL_CRASH_CHILD = """
+import os, signal, sys
+import world.journal
+from world.journal import FileJournal
+
+def die(*args):
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+replace = os.replace
+
+def replace_or_die(src, dst):
+    if str(dst).endswith(".seal"):
+        die()
+    replace(src, dst)
+
+if sys.argv[2] == "before-seal":
+    world.journal._write_seal = die
+else:
+    os.replace = replace_or_die
+journal = FileJournal(sys.argv[1], segment_bytes_max=300)
+for n in range(100):
+    journal.append("event.in", "/world/event/demo/CounterEvent@1", {"n": n})
+    journal.commit()
+    print(n, flush=True)
+"""
+
+
+@pytest.mark.parametrize("die", ["before-seal", "at-seal-rename"])
+def test_a_kill_9_between_a_roll_and_its_seal_leaves_a_journal_that_opens_and_is_sealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, die: str
+) -> None:
+    argv = [sys.executable, "-c", _SEAL_CRASH_CHILD, str(tmp_path), die]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    acknowledged = [int(line) for line in done.stdout.split()]
+    names = tuple(path.name for path in sorted(tmp_path.glob("*.log")))
+    assert len(names) == 2  # the full segment, and the next one with only its header
+    assert (tmp_path / names[1]).stat().st_size == SEGMENT_HEADER_BYTES
+    assert not list(tmp_path.glob("*.seal"))
+    temps = list(tmp_path.glob(f".{seal_name(names[0])}.*.tmp"))
+    assert len(temps) == (die == "at-seal-rename")
+    scanned = _count_scans(monkeypatch)
+    with FileJournal(tmp_path, **CHECKED) as journal:
+        assert scanned == list(names)
+        assert journal.seq_next == len(acknowledged) == acknowledged[-1] + 1
+    assert not any(temp.exists() for temp in temps)
+    assert [path.name for path in tmp_path.glob("*.seal")] == [seal_name(names[0])]
+    scanned.clear()
+    assert _bodies(tmp_path) == acknowledged
+    assert scanned == [names[1]]
+    assert verify(tmp_path).ok
+
+
+def test_a_journal_without_seals_opens_by_scanning_and_a_writable_open_seals_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _sealed_journal(tmp_path)
+    seals = {path.name: path.read_bytes() for path in tmp_path.glob("*.seal")}
+    for name in seals:
+        (tmp_path / name).unlink()
+    scanned = _count_scans(monkeypatch)
+    FileJournal(tmp_path, readonly=True).close()
+    assert scanned == list(names)
+    assert not list(tmp_path.glob("*.seal"))
+    scanned.clear()
+    with FileJournal(tmp_path) as journal:
+        assert (scanned, journal.seq_next) == (list(names), 40)
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.seal")} == seals
+    scanned.clear()
+    FileJournal(tmp_path).close()
+    assert scanned == [names[-1]]
+
+
+def test_repair_backs_up_and_removes_the_seals_of_the_segments_it_cuts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    names = _sealed_journal(journal_dir)
+    offset = _frame_offsets(journal_dir / names[1])[1]
+    _flip(journal_dir / names[1], offset + FRAME_HEADER_BYTES + 2)
+    seals = {name: (journal_dir / name).read_bytes() for name in map(seal_name, names[:-1])}
+    report = repair(journal_dir, backup_dir)
+    assert report.cut_segment == names[1]
+    for name in map(seal_name, names[1:-1]):
+        assert (backup_dir / name).read_bytes() == seals[name]
+        assert str(backup_dir / name) in report.backup_files
+    assert sorted(path.name for path in journal_dir.glob("*.seal")) == [seal_name(names[0])]
+    scanned = _count_scans(monkeypatch)
+    with FileJournal(journal_dir, segment_bytes_max=300, **CHECKED) as journal:
+        assert scanned == [names[1]]  # the cut segment is now the last
+        assert journal.seq_next == report.seq_next
+        for n in range(journal.seq_next, 40):
+            journal.append("event.in", EVENT, {"n": n})
+            journal.commit()
+    scanned.clear()
+    assert _bodies(journal_dir) == list(range(40))
+    assert len(scanned) == 1  # the cut segment was sealed again when it rolled over
+    assert (journal_dir / seal_name(names[1])).exists()
+
+
+def test_creating_a_segment_removes_a_stale_seal_of_the_same_name(tmp_path: Path) -> None:
+    names = _sealed_journal(tmp_path)
+    for name in names[1:]:  # removed by hand, leaving the seal of names[1] behind
+        (tmp_path / name).unlink()
+        (tmp_path / seal_name(name)).unlink(missing_ok=True)
+    stale = tmp_path / seal_name(names[1])
+    stale.write_bytes(b"a seal of a segment that is gone")
+    with FileJournal(tmp_path, segment_bytes_max=300, **CHECKED) as journal:
+        assert journal.seq_next == int(names[1].removesuffix(".log"))
+        journal.append("event.in", EVENT, {"n": journal.seq_next, "pad": b"x" * 40})
+        journal.commit()
+        assert journal.segments == names[:2]
+    assert not stale.exists()
 
 
 # --- handles ----------------------------------------------------------------------------------

@@ -198,6 +198,11 @@ def test_an_event_storm_stops_at_the_step_limit_and_the_world_reopens(tmp_path: 
             const_wasm(output({"n": "text"})), "schema_mismatch", id="state-schema-mismatch"
         ),
         pytest.param(
+            const_wasm(cbor.dumps({"state": cbor.dumps({"n": {"$tag": [1], "$value": None}})})),
+            "schema_mismatch",
+            id="state-of-the-wrong-shape",
+        ),
+        pytest.param(
             const_wasm(output({"n": 1}, [("t/Nope@1", {})])),
             "schema_mismatch",
             id="unknown-event-schema",

@@ -7,7 +7,10 @@ turn), with one commit per ``--batch`` records:
 * the same without commit (encode + buffer only) and the memory journal, to split the cost;
 * a plain Python append-only log (length prefix + crc32, same batch fdatasync, payloads already
   encoded) as the floor;
-* reopen (scan of every frame), read-back (fast and strict decode), and ``verify``.
+* reopen (scan of every frame), read-back (fast and strict decode), and ``verify``;
+* the seconds to open an ``--open-records`` journal (2,000,000 by default; ``--open-only`` skips
+  the rest) in ``--segment-bytes`` segments, as a world opens it (writable), with the seals its
+  writer left and with them removed (every segment scanned, as before seals).
 
 Each measurement runs ``--repeat`` times and prints the median and the best rate: the machine is
 shared, and fsync latency varies. Not a test: nothing asserts; results go to BENCHMARKS.md.
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel.journal import MemoryJournal
-from world.journal import FileJournal, verify
+from world.journal import SEGMENT_BYTES_MAX, FileJournal, verify
 
 EVENT_SUBJECT = "/world/event/demo/CounterEvent@1"
 STEP_SUBJECT = f"/world/cell/demo/Counter@1/{bytes(range(32)).hex()}/step"
@@ -98,6 +101,49 @@ def reopen(directory: Path) -> None:
     FileJournal(directory, readonly=True).close()
 
 
+def timed_seconds(label: str, run: Callable[[], object], repeat: int) -> None:
+    seconds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    print(f"{label:<42} {statistics.median(seconds):>12.3f} {min(seconds):>12.3f}")
+
+
+def write_big(directory: Path, count: int, batch: int, segment_bytes: int) -> None:
+    """Append ``count`` records in commits of ``batch``, generating entries as it goes."""
+    with FileJournal(directory, segment_bytes_max=segment_bytes) as journal:
+        for start in range(0, count, batch):
+            journal.append_many(entry(n) for n in range(start, min(count, start + batch)))
+            journal.commit()
+
+
+def remove_seals(directory: Path) -> None:
+    for seal in directory.glob("*.seal"):
+        seal.unlink()
+
+
+def open_writable(directory: Path) -> None:
+    FileJournal(directory).close()
+
+
+def run_open(scratch: Path, count: int, batch: int, segment_bytes: int, repeat: int) -> None:
+    directory = scratch / "big"
+    start = time.perf_counter()
+    write_big(directory, count, batch, segment_bytes)
+    written = time.perf_counter() - start
+    segments = sorted(directory.glob("*.log"))
+    size = sum(file.stat().st_size for file in segments)
+    print(f"open: {count:,} records, {len(segments)} segments of <= {segment_bytes:,} bytes")
+    print(f"({size / 2**20:,.0f} MiB, written in {written:.1f} s), {repeat} runs, warm page cache")
+    print(f"{'seconds':<42} {'median':>12} {'best':>12}")
+    timed_seconds("open (seals as the writer left them)", lambda: open_writable(directory), repeat)
+    remove_seals(directory)
+    # Read-only, so that an open does not write the seals back for the next run.
+    timed_seconds("open with no seals (scan every segment)", lambda: reopen(directory), repeat)
+    shutil.rmtree(directory)
+
+
 def run(scratch: Path, count: int, batch: int, repeat: int) -> None:
     entries = [entry(n) for n in range(count)]
     payloads = [bytes(64) for _ in range(count)]
@@ -134,10 +180,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
+    parser.add_argument("--open-records", type=int, default=2_000_000, help="0 skips the open runs")
+    parser.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES_MAX)
+    parser.add_argument("--open-only", action="store_true", help="only the --open-records runs")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-journal-", dir=args.dir))
     try:
-        run(scratch, args.records, args.batch, args.repeat)
+        if not args.open_only:
+            run(scratch, args.records, args.batch, args.repeat)
+        if args.open_records:
+            run_open(scratch, args.open_records, args.batch, args.segment_bytes, args.repeat)
     finally:
         shutil.rmtree(scratch)
 

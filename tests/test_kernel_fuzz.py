@@ -13,6 +13,7 @@ from kernel.cells import MemoryCellStore
 from kernel.core import Kernel
 from kernel.journal import MemoryJournal
 from world.airfiles import load_air_path
+
 from worldkit import COUNTER_AIR, EVENT, add
 
 AIR = load_air_path(COUNTER_AIR)

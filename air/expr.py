@@ -6,6 +6,11 @@ Authors write Expr as JSON in defplan steps (``emit_effect.params``, ``raise_eve
 schemas, evaluates the AST over canonical-form values (docs/CONTRACTS.md), and prints it back as
 one canonical JSON form for hashing.
 
+This module is the public surface, the parser and the canonical JSON printer. The AST nodes,
+``Env``, ``evaluate`` and the op table live in the private ``air._expr_eval`` (re-exported here;
+import them from ``air.expr``), whose docstring records the semantics decided for each op and
+the evaluator's invariants.
+
 Grammar (JSON)::
 
     literal    true | false | <int> | "<text>" | null
@@ -26,31 +31,10 @@ Error codes (``ExprError(pointer, code, detail)``; the pointer is the author's J
   eval:  ``expr.ref.missing`` ``expr.type`` ``expr.get.missing`` ``expr.div_zero``
          ``expr.overflow``
 
-Semantics decided here:
-  * eq, ne and list ``contains`` compare deeply and type-strictly: ``true`` is not ``1`` (Python
-    says ``True == 1``), text is not bytes; map comparison ignores order.
-  * div truncates toward zero and mod takes the dividend's sign, like Rust's ``/`` ``%``, C99 and
-    WASM ``i64.div_s``/``i64.rem_s``, so a plan and a C or Zig reducer agree on negative operands.
-    Python's ``//`` floors and would silently disagree (-7 // 2 == -4, but div(-7, 2) == -3).
-  * add sub mul div mod results must lie in i64 or u64, [-2**63, 2**64-1], else ``expr.overflow``.
-  * and/or take two or more bools and evaluate left to right, stopping at the first deciding
-    value; later args are not evaluated, so their errors never surface. The order is fixed, so the
-    outcome (value or error) is deterministic. concat is variadic too (two or more args).
-  * get(c, k) on an absent map key or list index fails with ``expr.get.missing``; get(c, k, d)
-    returns d instead. Like every op but and/or, all args (d included) are evaluated first.
-  * has(map, key) is key presence; membership in a list is contains(list, x).
-  * Static check: a constant argument of the wrong kind (``add(1, "a")``) is ``expr.parse.type``,
-    even where and/or would skip it at run time.
-
 Invariants:
-  * evaluate is pure and total: it never mutates env, and fails only with ``ExprError`` carrying a
-    stable code and the pointer of the offending sub-expression. Every op checks its inputs;
-    nothing is caught broadly. A result may share structure with env values (refs are not
-    copied), so callers must not mutate results; constants are decoded afresh on each use.
   * Nesting is bounded by ``EXPR_DEPTH_MAX`` at parse time, so parse, evaluate and to_json cannot
     exhaust Python's stack. Values from env (unbounded) are only ever walked iteratively.
   * ``parse_expr(to_json(e)) == e``; equivalent authorings share one canonical form (see to_json).
-  * Nodes compare by content; ``pointer`` is provenance and takes no part in equality.
 
 What it does not do: it knows no schemas. Whether a ref names a real step, whether ``@event``
 appears only inside ``where``, whether a path exists in a schema or an arg has the right AIR type
@@ -63,13 +47,31 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
-import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias, assert_never
+from collections.abc import Callable
+from typing import Any, Final, TypeAlias, assert_never
 
 from air import cbor
+from air._expr_eval import (
+    INT_MAX,
+    INT_MIN,
+    MISSING,
+    OP_NAMES,
+    OPS,
+    Const,
+    Env,
+    Expr,
+    MakeList,
+    MakeRecord,
+    MakeVariant,
+    Op,
+    Ref,
+    RefScope,
+    check_args,
+    children,
+    evaluate,
+    iter_refs,
+    refs,
+)
 from air.errors import CborError, ExprError
 
 __all__ = [
@@ -95,117 +97,8 @@ __all__ = [
 
 EXPR_DEPTH_MAX: Final = 64
 """Deepest nesting of Expr nodes (and of containers inside ``lit``); the root is depth 1."""
-INT_MIN: Final = -(2**63)
-INT_MAX: Final = 2**64 - 1
 _I64_MAX: Final = 2**63 - 1
-
-
-class _Missing(enum.Enum):
-    MISSING = "MISSING"
-
-
-MISSING: Final = _Missing.MISSING
-"""``Env.event`` outside an await_event ``where``: ``@event`` then fails with expr.ref.missing."""
-
-
-# ---------------------------------------------------------------------------------------- AST
-
-RefScope: TypeAlias = Literal["plan.input", "var", "step", "event"]
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class Const:
-    """A constant, held as canonical CBOR: immutable, hashable, and equal only if type-equal."""
-
-    value_cbor: bytes
-    pointer: str = field(default="", compare=False)
-
-    @property
-    def value(self) -> Any:
-        """A fresh copy of the value, so callers cannot mutate the AST through a result."""
-        return cbor.loads(self.value_cbor)
-
-    def __repr__(self) -> str:
-        return f"Const({self.value!r}, pointer={self.pointer!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class Ref:
-    scope: RefScope
-    name: str  # the var name or step id; "" for plan.input and event
-    path: tuple[str, ...]
-    pointer: str = field(default="", compare=False)
-
-    @property
-    def root(self) -> str:
-        """``plan.input``, ``var:<name>``, ``step:<id>`` or ``event``."""
-        return f"{self.scope}:{self.name}" if self.name else self.scope
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    name: str
-    args: tuple[Expr, ...]
-    pointer: str = field(default="", compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class MakeRecord:
-    fields: tuple[tuple[str, Expr], ...]  # sorted by field name
-    pointer: str = field(default="", compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class MakeList:
-    items: tuple[Expr, ...]
-    pointer: str = field(default="", compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class MakeVariant:
-    tag: str
-    value: Expr
-    pointer: str = field(default="", compare=False)
-
-
-Expr: TypeAlias = Const | Ref | Op | MakeRecord | MakeList | MakeVariant
-
-
-@dataclass(frozen=True, slots=True)
-class Env:
-    """What refs read. ``steps`` maps a finished step's id to its result (e.g. a receipt)."""
-
-    plan_input: Any
-    vars: Mapping[str, Any] = field(default_factory=dict)
-    steps: Mapping[str, Any] = field(default_factory=dict)
-    event: Any | _Missing = MISSING
-
-
-def _children(expr: Expr) -> tuple[Expr, ...]:
-    match expr:
-        case Op():
-            return expr.args
-        case MakeRecord():
-            return tuple(value for _, value in expr.fields)
-        case MakeList():
-            return expr.items
-        case MakeVariant():
-            return (expr.value,)
-        case _:
-            return ()
-
-
-def iter_refs(expr: Expr) -> Iterator[Ref]:
-    """Every ref in ``expr``, in document order; each carries its pointer for diagnostics."""
-    if type(expr) is Ref:
-        yield expr
-    for child in _children(expr):
-        yield from iter_refs(child)
-
-
-def refs(expr: Expr) -> set[str]:
-    """The ref roots ``expr`` reads: ``plan.input``, ``var:<name>``, ``step:<id>``, ``event``."""
-    return {ref.root for ref in iter_refs(expr)}
+_NO_ENV: Final = Env(plan_input=None)
 
 
 # ---------------------------------------------------------------------------------- parsing
@@ -317,7 +210,7 @@ def _parse_op(obj: dict[str, Any], at: str, depth: int) -> Op:
     if set(obj) != {"op", "args"}:
         raise ExprError(at, "expr.parse.shape", "an op object has exactly the keys op and args")
     name, raw_args = obj["op"], obj["args"]
-    spec = _OPS.get(name) if type(name) is str else None
+    spec = OPS.get(name) if type(name) is str else None
     if spec is None:
         raise ExprError(_child(at, "op"), "expr.parse.unknown_op", f"unknown op {name!r}")
     if type(raw_args) is not list:
@@ -330,7 +223,7 @@ def _parse_op(obj: dict[str, Any], at: str, depth: int) -> Op:
     args = tuple(_parse(a, _child(args_at, i), depth + 1) for i, a in enumerate(raw_args))
     node = Op(name, args, at)
     known = [(i, arg.value) for i, arg in enumerate(args) if type(arg) is Const]
-    _check_args(node, known, "expr.parse.type")
+    check_args(node, known, "expr.parse.type")
     return node
 
 
@@ -342,7 +235,7 @@ def _arity_text(low: int, high: int | None) -> str:
 
 def _fold(node: MakeRecord | MakeList | MakeVariant) -> Expr:
     """A constructor over constants is a constant: ``{"list": [1]}`` is ``{"lit": [1]}``."""
-    if all(type(child) is Const for child in _children(node)):
+    if all(type(child) is Const for child in children(node)):
         return _const(evaluate(node, _NO_ENV), node.pointer)
     return node
 
@@ -480,277 +373,6 @@ _FORMS: Final[dict[str, _Form]] = {
     "some": _form_some,
     "ref": _form_ref,
 }
-
-
-# ------------------------------------------------------------------------------- evaluation
-
-
-def evaluate(expr: Expr, env: Env) -> Any:
-    """The canonical-form value of ``expr`` in ``env``; any failure is a deterministic ExprError."""
-    match expr:
-        case Const():
-            return expr.value
-        case Ref():
-            return _eval_ref(expr, env)
-        case Op():
-            return _OPS[expr.name].impl(expr, env)
-        case MakeRecord():
-            return {name: evaluate(value, env) for name, value in expr.fields}
-        case MakeList():
-            return [evaluate(item, env) for item in expr.items]
-        case MakeVariant():
-            return {"$tag": expr.tag, "$value": evaluate(expr.value, env)}
-        case _:
-            assert_never(expr)
-
-
-_NO_ENV: Final = Env(plan_input=None)
-
-
-def _ref_root(ref: Ref, env: Env) -> Any:
-    if ref.scope == "plan.input":
-        return env.plan_input
-    if ref.scope == "event":
-        found = env.event
-    else:
-        found = (env.vars if ref.scope == "var" else env.steps).get(ref.name, MISSING)
-    if found is MISSING:
-        raise ExprError(ref.pointer, "expr.ref.missing", f"@{ref.root} is not available here")
-    return found
-
-
-def _eval_ref(ref: Ref, env: Env) -> Any:
-    value = _ref_root(ref, env)
-    for segment in ref.path:
-        if type(value) is not dict:
-            detail = f"cannot select .{segment} from {_kind(value)} in @{ref.root}"
-            raise ExprError(ref.pointer, "expr.type", detail)
-        if segment not in value:
-            detail = f"no field .{segment} in @{ref.root}"
-            raise ExprError(ref.pointer, "expr.ref.missing", detail)
-        value = value[segment]
-    return value
-
-
-_KINDS: Final[dict[type, str]] = {
-    bool: "bool",
-    int: "int",
-    str: "text",
-    bytes: "bytes",
-    list: "list",
-    dict: "map",  # records, variants and maps alike
-    type(None): "unit",
-    cbor.Tag: "dec128",
-}
-
-
-def _kind(value: Any) -> str:
-    """The runtime kind of a canonical value; ``unsupported`` for anything outside the model."""
-    return _KINDS.get(type(value), "unsupported")
-
-
-def _check_args(node: Op, indexed: Iterable[tuple[int, Any]], code: str) -> None:
-    """Check argument kinds against the op's signature; ``indexed`` may skip unknown args."""
-    spec = _OPS[node.name]
-    first: tuple[int, str] | None = None
-    for i, value in indexed:
-        kind = _kind(value)
-        allowed = spec.kinds[min(i, len(spec.kinds) - 1)]
-        if kind not in allowed:
-            detail = f"{node.name} arg {i} must be {' or '.join(sorted(allowed))}, found {kind}"
-            raise ExprError(node.args[i].pointer, code, detail)
-        if spec.same_kind and first is not None and kind != first[1]:
-            detail = f"{node.name} arg {i} is {kind} but arg {first[0]} is {first[1]}"
-            raise ExprError(node.args[i].pointer, code, detail)
-        first = first or (i, kind)
-
-
-def _strict_args(node: Op, env: Env) -> list[Any]:
-    values = [evaluate(arg, env) for arg in node.args]
-    _check_args(node, enumerate(values), "expr.type")
-    return values
-
-
-def _deep_equal(node: Op, a: Any, b: Any) -> bool:
-    """Type-strict structural equality, iterative so that deep values cannot overflow the stack."""
-    pending = [(a, b)]
-    while pending:
-        x, y = pending.pop()
-        kind = _kind(x)
-        if "unsupported" in (kind, _kind(y)):
-            raise ExprError(node.pointer, "expr.type", "a value outside the canonical model")
-        if kind != _kind(y):
-            return False
-        if kind == "list":
-            if len(x) != len(y):
-                return False
-            pending.extend(zip(x, y, strict=True))
-        elif kind == "map":
-            if x.keys() != y.keys():
-                return False
-            pending.extend((x[k], y[k]) for k in x)
-        elif x != y:
-            return False
-    return True
-
-
-def _in_range(node: Op, result: int) -> int:
-    if not INT_MIN <= result <= INT_MAX:
-        detail = f"{node.name} result {result} is outside [{INT_MIN}, {INT_MAX}]"
-        raise ExprError(node.pointer, "expr.overflow", detail)
-    return result
-
-
-def _div_trunc(node: Op, a: int, b: int) -> int:
-    if b == 0:
-        raise ExprError(node.pointer, "expr.div_zero", f"{node.name} by zero")
-    quotient = abs(a) // abs(b)
-    return quotient if (a < 0) == (b < 0) else -quotient
-
-
-_Impl: TypeAlias = Callable[[Op, Env], Any]
-
-
-def _binary(fn: Callable[[Any, Any], Any], checked: bool = False) -> _Impl:
-    def impl(node: Op, env: Env) -> Any:
-        a, b = _strict_args(node, env)
-        result = fn(a, b)
-        return _in_range(node, result) if checked else result
-
-    return impl
-
-
-def _logic(stop_on: bool) -> _Impl:
-    def impl(node: Op, env: Env) -> bool:
-        for i, arg in enumerate(node.args):
-            value = evaluate(arg, env)
-            _check_args(node, [(i, value)], "expr.type")
-            if value == stop_on:  # a bool by now; `is` would make mypy narrow stop_on to Any
-                return stop_on
-        return not stop_on
-
-    return impl
-
-
-def _op_div(node: Op, env: Env) -> int:
-    a, b = _strict_args(node, env)
-    return _in_range(node, _div_trunc(node, a, b))  # only INT_MAX / -1 can leave the range
-
-
-def _op_mod(node: Op, env: Env) -> int:
-    a, b = _strict_args(node, env)
-    remainder: int = a - b * _div_trunc(node, a, b)  # |remainder| < |b|: always in range
-    return remainder
-
-
-def _starts_with(a: Any, b: Any) -> bool:
-    return bool(a.startswith(b))
-
-
-def _ends_with(a: Any, b: Any) -> bool:
-    return bool(a.endswith(b))
-
-
-def _op_len(node: Op, env: Env) -> int:
-    (value,) = _strict_args(node, env)
-    return len(value)  # a str is a sequence of code points, so text length is in code points
-
-
-def _op_not(node: Op, env: Env) -> bool:
-    (value,) = _strict_args(node, env)
-    return not value
-
-
-def _op_get(node: Op, env: Env) -> Any:
-    container, key, *default = _strict_args(node, env)
-    if type(container) is list:
-        if type(key) is not int:
-            raise ExprError(node.args[1].pointer, "expr.type", "a list index is an int")
-        found = container[key] if 0 <= key < len(container) else MISSING
-    else:
-        found = container.get(key, MISSING)
-    if found is not MISSING:
-        return found
-    if default:
-        return default[0]
-    raise ExprError(node.pointer, "expr.get.missing", f"no entry {key!r}")
-
-
-def _op_has(node: Op, env: Env) -> bool:
-    container, key = _strict_args(node, env)
-    return key in container
-
-
-def _op_eq(node: Op, env: Env) -> bool:
-    a, b = _strict_args(node, env)
-    return _deep_equal(node, a, b)
-
-
-def _op_ne(node: Op, env: Env) -> bool:
-    return not _op_eq(node, env)
-
-
-def _op_concat(node: Op, env: Env) -> Any:
-    values = _strict_args(node, env)
-    if type(values[0]) is str:
-        return "".join(values)
-    if type(values[0]) is bytes:
-        return b"".join(values)
-    return [item for value in values for item in value]
-
-
-def _op_contains(node: Op, env: Env) -> bool:
-    haystack, needle = _strict_args(node, env)
-    if type(haystack) is list:
-        return any(_deep_equal(node, item, needle) for item in haystack)
-    if type(needle) is not type(haystack):
-        detail = f"contains on {_kind(haystack)} needs {_kind(haystack)}, found {_kind(needle)}"
-        raise ExprError(node.args[1].pointer, "expr.type", detail)
-    return bool(needle in haystack)
-
-
-@dataclass(frozen=True, slots=True)
-class _OpSpec:
-    impl: _Impl
-    arity: tuple[int, int | None]  # (least, most); None: variadic
-    kinds: tuple[frozenset[str], ...]  # allowed kinds per arg; the last repeats
-    same_kind: bool = False  # every arg must have the same kind
-
-
-_ANY: Final = frozenset({"bool", "int", "text", "bytes", "list", "map", "unit", "dec128"})
-_BOOL: Final = frozenset({"bool"})
-_INT: Final = frozenset({"int"})
-_KEY: Final = frozenset({"int", "text", "bytes"})  # map keys and list indexes; also orderable
-_AFFIX: Final = frozenset({"text", "bytes"})
-_SEQ: Final = frozenset({"text", "bytes", "list"})
-_MAP: Final = frozenset({"map"})
-
-_OPS: Final[dict[str, _OpSpec]] = {
-    "len": _OpSpec(_op_len, (1, 1), (_SEQ | _MAP,)),
-    "get": _OpSpec(_op_get, (2, 3), (_MAP | {"list"}, _KEY, _ANY)),
-    "has": _OpSpec(_op_has, (2, 2), (_MAP, _KEY)),
-    "eq": _OpSpec(_op_eq, (2, 2), (_ANY,)),
-    "ne": _OpSpec(_op_ne, (2, 2), (_ANY,)),
-    "lt": _OpSpec(_binary(operator.lt), (2, 2), (_KEY,), same_kind=True),
-    "le": _OpSpec(_binary(operator.le), (2, 2), (_KEY,), same_kind=True),
-    "gt": _OpSpec(_binary(operator.gt), (2, 2), (_KEY,), same_kind=True),
-    "ge": _OpSpec(_binary(operator.ge), (2, 2), (_KEY,), same_kind=True),
-    "and": _OpSpec(_logic(stop_on=False), (2, None), (_BOOL,)),
-    "or": _OpSpec(_logic(stop_on=True), (2, None), (_BOOL,)),
-    "not": _OpSpec(_op_not, (1, 1), (_BOOL,)),
-    "concat": _OpSpec(_op_concat, (2, None), (_SEQ,), same_kind=True),
-    "add": _OpSpec(_binary(operator.add, checked=True), (2, 2), (_INT,)),
-    "sub": _OpSpec(_binary(operator.sub, checked=True), (2, 2), (_INT,)),
-    "mul": _OpSpec(_binary(operator.mul, checked=True), (2, 2), (_INT,)),
-    "div": _OpSpec(_op_div, (2, 2), (_INT,)),
-    "mod": _OpSpec(_op_mod, (2, 2), (_INT,)),
-    "starts_with": _OpSpec(_binary(_starts_with), (2, 2), (_AFFIX,), same_kind=True),
-    "ends_with": _OpSpec(_binary(_ends_with), (2, 2), (_AFFIX,), same_kind=True),
-    "contains": _OpSpec(_op_contains, (2, 2), (_SEQ, _ANY)),
-}
-
-
-OP_NAMES: Final = frozenset(_OPS)
 
 
 # ------------------------------------------------------------------------------ canonical JSON

@@ -200,16 +200,17 @@ class Kernel:
         entity, delivery = taken
         self.steps_total += 1
         current = self._load_state(entity)
+        out: abi.StepOutput | None = None
         try:
-            kind, body, effects = self._step(entity, delivery, current)
+            kind, body, out = self._step(entity, delivery, current)
         except (WorldError, CborError) as exc:
-            kind, body, effects = "step.failed", self._failure_body(entity, delivery, exc), None
+            kind, body = "step.failed", self._failure_body(entity, delivery, exc)
         subject = self._entity_subject(entity, kind)
         seq = self._record(kind, subject, body, expected)
-        if kind == "step.failed":
+        if out is None:
             self._dead_letter(seq, entity, delivery, body["reason"])
-            return True
-        self._commit_step(seq, entity, current, body, effects)
+        else:
+            self._commit_step(seq, entity, current, body["state_hash"], out)
         return True
 
     def _entity_subject(self, entity: Entity, leaf: str) -> str:
@@ -322,17 +323,18 @@ class Kernel:
         seq: int,
         entity: Entity,
         current: tuple[CellEntry, bytes] | None,
-        body: dict[str, Any],
-        out: Any,
+        state_hash: bytes | None,
+        out: abi.StepOutput,
     ) -> None:
         module, khash = self._store_key(entity)
-        if out.state_cbor is None:
+        if out.state_cbor is None or state_hash is None:
             if current is not None:
                 self.cells.delete(module, khash)
         else:
             pinned = current[0].manifest_hash if current else self._manifest_raw
             key_cbor = NULL_KEY_CBOR if entity.key_cbor is None else entity.key_cbor
-            entry = CellEntry.of(key_cbor, out.state_cbor, last_active=seq, manifest_hash=pinned)
+            # The state hash is the one the step record carries; computed once per step.
+            entry = CellEntry(key_cbor, state_hash, len(out.state_cbor), seq, pinned)
             self.cells.put(module, khash, entry, out.state_cbor)
         index = 0
         values = out.values.events if out.values is not None else (None,) * len(out.domain_events)

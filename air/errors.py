@@ -20,6 +20,11 @@
     ├── WorldExists(path), CheckpointAhead(...)   world.world
     ├── LimitExceeded(limit, value)               a named limit was hit
     ├── HashMismatch(expected, actual)            content did not match its address
+    ├── JsonError(source, line, column, code, detail)  JSON text that cannot be read
+    ├── StorageError(path, operation, errno_name, detail)  the OS failed a durable operation
+    │   └── JournalWriteFailed(..., rolled_back)  a journal commit failed; nothing of it is kept
+    ├── StoreDamaged(path, reason)                a derived file (checkpoint, index, state) is
+    │                                             missing or damaged; rebuilt from the journal
     └── UsageError(detail)                        bad input from a user of the API/CLI
 
 Fields are structured; messages are derived from them. Tests assert on type and fields.
@@ -35,8 +40,12 @@ __all__ = [
     "Diagnostic",
     "ExprError",
     "HashMismatch",
+    "JournalWriteFailed",
+    "JsonError",
     "LimitExceeded",
     "ManifestError",
+    "StorageError",
+    "StoreDamaged",
     "UsageError",
     "ValueMismatch",
     "WorldError",
@@ -118,3 +127,49 @@ class UsageError(WorldError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(detail)
+
+
+class JsonError(WorldError):
+    """JSON text that cannot be read: malformed, too deep, a number too long, a duplicate key,
+    a lone surrogate, or bytes that are not UTF-8. ``line``/``column`` are 1-based."""
+
+    def __init__(self, source: str, line: int, column: int, code: str, detail: str) -> None:
+        self.source = source
+        self.line = line
+        self.column = column
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{source}:{line}:{column}: {detail} [{code}]")
+
+
+class StorageError(WorldError):
+    """The OS failed a durable operation (``errno_name`` e.g. ``ENOSPC``, ``EIO``, ``EROFS``)."""
+
+    def __init__(self, path: str, operation: str, errno_name: str, detail: str) -> None:
+        self.path = path
+        self.operation = operation
+        self.errno_name = errno_name
+        self.detail = detail
+        super().__init__(f"{operation} {path}: {detail} [{errno_name}]")
+
+
+class JournalWriteFailed(StorageError):
+    """A journal commit failed. ``rolled_back`` is True when every byte of the failed batch was
+    cut again, so none of it is durable (a retry cannot duplicate it); False when the cut itself
+    failed and the journal refuses further writes until it is reopened."""
+
+    def __init__(
+        self, path: str, operation: str, errno_name: str, detail: str, *, rolled_back: bool
+    ) -> None:
+        self.rolled_back = rolled_back
+        super().__init__(path, operation, errno_name, detail)
+
+
+class StoreDamaged(WorldError):
+    """A derived file (checkpoint, index, shard, cell state, snapshot) is missing or damaged.
+    The journal is the source of truth, so the world rebuilds from it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

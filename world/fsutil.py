@@ -29,9 +29,11 @@ import os
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import Final
 
 from air.errors import WorldError
+from world import fileio
+from world.fileio import StrPath, fsync_dir
 
 __all__ = [
     "LOCK_NAME",
@@ -51,8 +53,6 @@ LOCK_NAME: Final = "LOCK"
 SYNC_EACH_MAX: Final = 32
 TMP_SUFFIX: Final = ".tmp"
 
-StrPath: TypeAlias = str | os.PathLike[str]
-
 
 class WorldLocked(WorldError):
     """Another holder (another process, or another handle in this one) has ``path`` locked."""
@@ -60,21 +60,6 @@ class WorldLocked(WorldError):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"world is locked by another process: {path}")
-
-
-def fsync_dir(path: StrPath) -> None:
-    """Make the directory entries of ``path`` (creations, renames, unlinks) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) -> None:
@@ -88,11 +73,11 @@ def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) 
     fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=TMP_SUFFIX, dir=tmp_dir or parent)
     try:
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            fileio.write(fd, data, tmp_name)
+            fileio.fsync(fd, tmp_name)
         finally:
             os.close(fd)
-        os.replace(tmp_name, path)
+        fileio.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
@@ -102,9 +87,9 @@ def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) 
 
 def write_unsynced(path: StrPath, data: bytes) -> None:
     """Create or truncate ``path`` and write ``data``, without fsync (see ``sync_paths``)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fileio.create(path)
     try:
-        _write_all(fd, data)
+        fileio.write(fd, data, path)
     finally:
         os.close(fd)
 
@@ -117,12 +102,12 @@ def sync_paths(
     ``force`` always calls ``sync()``: for callers that changed more than they tracked.
     """
     if force or len(files) + len(dirs) > SYNC_EACH_MAX:
-        os.sync()
+        fileio.sync()
         return
     for path in files:
         fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            fileio.fsync(fd, path)
         finally:
             os.close(fd)
     for path in dirs:

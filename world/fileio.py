@@ -1,0 +1,153 @@
+"""The injectable file layer: every durable operation of ``world/`` goes through these functions.
+
+Why a layer: SQLite proves its recovery by failing every I/O call in turn (its "ioerr" tests).
+We do the same. Each function here names one durable operation (``write``, ``fsync``,
+``fdatasync``, ``replace``, ``truncate``, ``unlink``, ``mkdir``, ``sync``, ``create``) and calls
+the active *fault hook* with that name and the path before doing it. Production has no hook.
+A test installs one with ``fault_hook(fn)``: ``fn(op, path)`` may count the operation, raise
+``OSError`` (``EIO``, ``ENOSPC``) to simulate a failing disk, or end the process
+(``os._exit``) to simulate a crash at exactly that point.
+
+Modes: files are created ``0600`` and directories ``0700`` whatever the umask (a world holds
+its owner's data; ``umask 000`` must not make it world-writable).
+
+Reads do not go through the hook: a read that fails is reported where it happens, and the
+durability argument is about writes. Not here: what the files mean (callers decide).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Final, TypeAlias
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "FaultHook",
+    "StrPath",
+    "create",
+    "fault_hook",
+    "fdatasync",
+    "fsync",
+    "fsync_dir",
+    "mkdir",
+    "open_append",
+    "replace",
+    "sync",
+    "truncate",
+    "unlink",
+    "write",
+]
+
+StrPath: TypeAlias = str | os.PathLike[str]
+FaultHook: TypeAlias = Callable[[str, str], None]
+
+FILE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+
+_hook: FaultHook | None = None
+
+
+@contextlib.contextmanager
+def fault_hook(hook: FaultHook) -> Iterator[None]:
+    """Install ``hook`` for the duration of the block (tests only)."""
+    global _hook
+    previous, _hook = _hook, hook
+    try:
+        yield
+    finally:
+        _hook = previous
+
+
+def _check(op: str, path: StrPath) -> None:
+    if _hook is not None:
+        _hook(op, os.fspath(path))
+
+
+def create(path: StrPath, *, exclusive: bool = False) -> int:
+    """Open ``path`` for writing, creating it ``0600`` and truncating it; return the fd."""
+    _check("create", path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    if exclusive:
+        flags |= os.O_EXCL
+    return os.open(path, flags, FILE_MODE)
+
+
+def open_append(path: StrPath) -> int:
+    """Open an existing file for appending; return the fd."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+
+def write(fd: int, data: bytes, path: StrPath) -> None:
+    """Write all of ``data`` to ``fd`` (``path`` names it for the hook and for errors)."""
+    _check("write", path)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync(fd: int, path: StrPath) -> None:
+    _check("fsync", path)
+    os.fsync(fd)
+
+
+def fdatasync(fd: int, path: StrPath) -> None:
+    """``fdatasync`` where the OS has it (it covers the file size), else ``fsync``."""
+    _check("fdatasync", path)
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def fsync_dir(path: StrPath) -> None:
+    """Make the directory entries of ``path`` (creations, renames, unlinks) durable."""
+    _check("fsync_dir", path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace(source: StrPath, target: StrPath) -> None:
+    _check("replace", target)
+    os.replace(source, target)
+
+
+def truncate(path: StrPath, size: int) -> None:
+    """Cut ``path`` to ``size`` bytes and make that durable."""
+    _check("truncate", path)
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink(path: StrPath, *, missing_ok: bool = False) -> None:
+    _check("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def mkdir(path: StrPath, *, parents: bool = False, exist_ok: bool = False) -> None:
+    """Create a ``0700`` directory (and its parents, also ``0700``, with ``parents``)."""
+    _check("mkdir", path)
+    try:
+        if parents:
+            os.makedirs(path, DIR_MODE, exist_ok=exist_ok)
+        else:
+            os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        if not (exist_ok and os.path.isdir(path)):
+            raise
+
+
+def sync() -> None:
+    """``sync()``: flush every file system (cheaper than many fsyncs; see ``world.fsutil``)."""
+    _check("sync", "/")
+    os.sync()

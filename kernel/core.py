@@ -40,7 +40,9 @@ from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
 from kernel import abi
+from kernel.abi import StepRejected
 from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
+from kernel.host import ReducerError, ReducerLoadError
 from kernel.journal import Journal, JournalRecord, make_subject
 from kernel.scheduler import Delivery, Entity, Scheduler
 
@@ -51,6 +53,7 @@ __all__ = [
     "KernelLimits",
     "ReplayDivergence",
     "Runner",
+    "reducer_fault",
 ]
 
 EVENTS_PER_STEP_MAX: Final = 64
@@ -132,6 +135,7 @@ class Kernel:
     _modules: dict[str, Any] = field(default_factory=dict)
     _event_subjects: dict[str, str] = field(default_factory=dict)
     _checkers: SchemaCheckers = field(init=False)
+    consistent: bool = True
 
     def __post_init__(self) -> None:
         for route in self.air.manifest.routing.events:
@@ -189,8 +193,16 @@ class Kernel:
         return self.scheduler.idle()
 
     def tick(self, expected: JournalRecord | None = None) -> bool:
-        """Run one step of the next ready entity; False when nothing is ready."""
-        taken = self.scheduler.next()
+        """Run one step of the next ready entity; False when nothing is ready.
+
+        The delivery leaves its mailbox only after the step's record is appended, so any error
+        before that (a damaged store, an I/O or engine error, an interrupt) leaves the kernel
+        exactly as it was and the delivery queued. Only a reducer's own deterministic failure
+        (``reducer_fault``) becomes ``step.failed``. From the append to the end of the tick
+        the kernel only updates memory; ``consistent`` is False while it does, so a caller
+        that sees an exception escape with ``consistent`` False knows not to checkpoint.
+        """
+        taken = self.scheduler.peek()
         if taken is None:
             if expected is not None:
                 raise ReplayDivergence(
@@ -198,19 +210,24 @@ class Kernel:
                 )
             return False
         entity, delivery = taken
-        self.steps_total += 1
         current = self._load_state(entity)
         out: abi.StepOutput | None = None
         try:
             kind, body, out = self._step(entity, delivery, current)
-        except (WorldError, CborError) as exc:
+        except WorldError as exc:
+            if not reducer_fault(exc):
+                raise
             kind, body = "step.failed", self._failure_body(entity, delivery, exc)
         subject = self._entity_subject(entity, kind)
         seq = self._record(kind, subject, body, expected)
+        self.consistent = False
+        self.scheduler.consume()
+        self.steps_total += 1
         if out is None:
-            self._dead_letter(seq, entity, delivery, body["reason"])
+            self._dead_letter(seq, entity.reducer, entity.key_cbor, delivery, body["reason"])
         else:
             self._commit_step(seq, entity, current, body["state_hash"], out)
+        self.consistent = True
         return True
 
     def _entity_subject(self, entity: Entity, leaf: str) -> str:
@@ -301,12 +318,17 @@ class Kernel:
         return expected.seq
 
     def _dead_letter(
-        self, seq: int, entity: Entity, delivery: Delivery, reason: dict[str, Any]
+        self,
+        seq: int,
+        reducer: str,
+        key_cbor: bytes | None,
+        delivery: Delivery,
+        reason: dict[str, Any],
     ) -> None:
         letter = DeadLetter(
             seq,
-            entity.reducer,
-            entity.key_cbor,
+            reducer,
+            key_cbor,
             delivery.schema,
             delivery.value_cbor,
             reason["code"],
@@ -339,6 +361,12 @@ class Kernel:
         index = 0
         values = out.values.events if out.values is not None else (None,) * len(out.domain_events)
         for event, value in zip(out.domain_events, values, strict=True):
+            if event.schema not in self._routes:
+                # Nothing vanishes: an emitted event no route takes is a dead letter of its step.
+                unrouted = Delivery(seq, index, event.schema, event.value_cbor)
+                reason = {"code": "no_route", "detail": f"no route for emitted {event.schema}"}
+                self._dead_letter(seq, entity.reducer, entity.key_cbor, unrouted, reason)
+                continue
             index = self._route(seq, index, event.schema, event.value_cbor, value)
 
     # --- replay -----------------------------------------------------------------------------
@@ -375,6 +403,25 @@ class Kernel:
         self.dead_letters = [DeadLetter(*d) for d in obj["dead_letters"]]
         self.steps_total = obj["steps_total"]
         self.dead_letters_total = obj["dead_letters_total"]
+
+
+_ENVIRONMENT_CODES: Final = frozenset(("engine", "instantiate"))
+
+
+def reducer_fault(exc: WorldError) -> bool:
+    """True when ``exc`` is the reducer's own deterministic failure (trap, fuel, memory, output
+    too large or out of bounds, output that fails decoding or validation, too many events):
+    the same input fails the same way on every machine, so it is journaled as ``step.failed``.
+    Everything else (a wasmtime engine error, a module that will not load or instantiate, a
+    missing or damaged object, an I/O error) is the environment's fault: it stops the run and
+    the delivery stays queued."""
+    if isinstance(exc, ReducerLoadError):
+        return False
+    if isinstance(exc, ReducerError):
+        return exc.code not in _ENVIRONMENT_CODES
+    if isinstance(exc, LimitExceeded):
+        return exc.limit == "events_per_step_max"
+    return isinstance(exc, (StepRejected, CborError, ValueMismatch))
 
 
 def _describe(kind: str, body: Any) -> str:

@@ -8,6 +8,11 @@ round and a cold key waits at most one round (SPEC §6, the heartbeat seed's bea
 
 Invariant: an entity is in the ready queue exactly when its mailbox is non-empty.
 
+Taking is two-phase: ``peek`` shows the next delivery without removing it and ``consume``
+removes it. The kernel consumes only after the step's record is journaled, so a delivery
+leaves its mailbox in the same commit that journals its step: an error or an interrupt
+anywhere before that leaves it queued, and a checkpoint taken then still holds it.
+
 A delivery is identified by ``(src_seq, index)``: the journal seq of the record that produced it
 (an ``event.in`` or a ``step``) and its position among that record's deliveries. Replay rebuilds
 the same identities, which is how "internal events are never delivered twice" is checked.
@@ -72,19 +77,30 @@ class Scheduler:
         box.append(delivery)
         self.pending += 1
 
-    def next(self) -> tuple[Entity, Delivery] | None:
-        """Take one delivery from the entity at the front; requeue it if more remain."""
+    def peek(self) -> tuple[Entity, Delivery] | None:
+        """The entity at the front and its next delivery, left in place."""
         if not self._ready:
             return None
+        entity = self._ready[0]
+        return entity, self._mailboxes[entity][0]
+
+    def consume(self) -> None:
+        """Remove the delivery ``peek`` showed; requeue its entity if more remain."""
         entity = self._ready.popleft()
         box = self._mailboxes[entity]
-        delivery = box.popleft()
+        box.popleft()
         self.pending -= 1
         if box:
             self._ready.append(entity)
         else:
             del self._mailboxes[entity]
-        return entity, delivery
+
+    def next(self) -> tuple[Entity, Delivery] | None:
+        """Take one delivery from the entity at the front (``peek`` then ``consume``)."""
+        taken = self.peek()
+        if taken is not None:
+            self.consume()
+        return taken
 
     def idle(self) -> bool:
         return not self._ready

@@ -15,7 +15,7 @@ import pytest
 
 import world.cellstore as cellstore_module
 from air import cbor
-from air.errors import HashMismatch, UsageError
+from air.errors import HashMismatch, StoreDamaged, UsageError
 from kernel.cells import (
     NULL_KEY_CBOR,
     NULL_KEY_HASH,
@@ -294,32 +294,49 @@ def test_cell_files_fan_out_by_key_hash_prefix_and_the_index_sits_at_the_reducer
     assert (reducer / "index.cbor").is_file()
 
 
-def test_a_tampered_cell_file_is_caught_with_hash_mismatch(tmp_path: Path) -> None:
+def test_a_tampered_cell_file_is_store_damage_naming_the_file(tmp_path: Path) -> None:
     store = FileCellStore(tmp_path)
     kh, entry, _state = cell(1)
     put(store, 1)
     store.flush()
     [path] = cell_files(tmp_path)
     path.write_bytes(cbor.dumps({"count": 666, "key": 1}))
-    with pytest.raises(HashMismatch) as caught:
+    with pytest.raises(StoreDamaged) as caught:
         FileCellStore(tmp_path).get(MODULE, kh)
-    assert caught.value.expected == cbor.raw_to_hash(entry.state_hash)
-    assert caught.value.actual == cbor.content_hash(path.read_bytes())
+    assert caught.value.path == str(path)
+    assert cbor.raw_to_hash(entry.state_hash) in caught.value.reason
+    path.unlink()
+    with pytest.raises(StoreDamaged) as missing:
+        FileCellStore(tmp_path).get(MODULE, kh)
+    assert (missing.value.path, missing.value.reason) == (str(path), "missing")
 
 
-def test_a_tampered_shard_or_index_is_caught_with_hash_mismatch(tmp_path: Path) -> None:
+def test_a_tampered_shard_or_index_is_store_damage_naming_the_file(tmp_path: Path) -> None:
     store = FileCellStore(tmp_path)
     kh = put(store, 1)
     put(store, 2)
     store.flush()
     [shard] = [p for p in shard_files(tmp_path) if p.name.startswith(f"{shard_of(kh):03x}.")]
     shard.write_bytes(shard.read_bytes()[:-1] + b"\x00")
-    with pytest.raises(HashMismatch):
+    with pytest.raises(StoreDamaged) as caught:
         FileCellStore(tmp_path).get(MODULE, kh)
+    assert caught.value.path == str(shard)
     index = tmp_path / "state" / "reducers" / MODULE / "index.cbor"
     index.write_bytes(index.read_bytes() + b"\x00")
-    with pytest.raises(HashMismatch):
+    with pytest.raises(StoreDamaged) as caught:
         FileCellStore(tmp_path).count(MODULE)
+    assert caught.value.path == str(index)
+
+
+def test_a_garbage_checkpoint_is_store_damage_naming_the_file(tmp_path: Path) -> None:
+    store = FileCellStore(tmp_path)
+    put(store, 1)
+    store.flush(b"meta")
+    checkpoint = tmp_path / "state" / "reducers" / "checkpoint.cbor"
+    checkpoint.write_bytes(b"\xff garbage")
+    with pytest.raises(StoreDamaged) as caught:
+        FileCellStore(tmp_path)
+    assert caught.value.path == str(checkpoint)
 
 
 def test_reopen_reads_only_the_index_until_a_key_is_accessed(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ TRY_LOCK = """
 import json, sys
 from world.fsutil import WorldLocked, lock_world
 try:
-    lock_world(sys.argv[1])
+    lock_world(sys.argv[1], sys.argv[2])
 except WorldLocked as exc:
     print(json.dumps({"error": type(exc).__name__, "path": exc.path}))
 else:
@@ -28,10 +28,11 @@ else:
 """
 
 
-def try_lock_in_another_process(world: Path) -> dict[str, str | None]:
+def try_lock_in_another_process(world: Path, mode: str = "write") -> dict[str, str | None]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (world / "journal").mkdir(exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-c", TRY_LOCK, str(world)],
+        [sys.executable, "-c", TRY_LOCK, str(world), mode],
         capture_output=True,
         check=True,
         env=env,
@@ -97,29 +98,61 @@ def test_sync_paths_fsyncs_a_few_paths_one_by_one_and_syncs_many_at_once(
     assert calls == {"fsync": 4, "sync": 1}
 
 
-def test_the_lock_refuses_a_second_holder_in_another_process(tmp_path: Path) -> None:
+def test_the_lock_refuses_a_second_writer_in_another_process(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
     lock = lock_world(tmp_path)
     try:
         result = try_lock_in_another_process(tmp_path)
     finally:
         lock.release()
-    assert result == {"error": "WorldLocked", "path": str((tmp_path / "LOCK").resolve())}
+    assert result == {"error": "WorldLocked", "path": str((tmp_path / "journal").resolve())}
 
 
 def test_a_released_lock_can_be_taken_by_another_process(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
     with lock_world(tmp_path) as lock:
         assert lock.held
     assert not lock.held
     assert try_lock_in_another_process(tmp_path) == {"error": None}
 
 
-def test_a_second_lock_in_the_same_process_is_refused_too(tmp_path: Path) -> None:
+def test_a_second_writer_in_the_same_process_is_refused_too(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
     with lock_world(tmp_path), pytest.raises(WorldLocked) as caught:
         lock_world(tmp_path)
-    assert caught.value.path == str((tmp_path / "LOCK").resolve())
+    assert (caught.value.path, caught.value.mode) == (
+        str((tmp_path / "journal").resolve()),
+        "write",
+    )
     lock_world(tmp_path).release()
+
+
+def test_readers_and_the_writer_never_block_each_other(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
+    with lock_world(tmp_path, "read"), lock_world(tmp_path, "write"):
+        assert try_lock_in_another_process(tmp_path, "read") == {"error": None}
+        assert try_lock_in_another_process(tmp_path, "write")["error"] == "WorldLocked"
+
+
+def test_an_exclusive_lock_excludes_readers_and_writers_and_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "journal").mkdir()
+    with lock_world(tmp_path, "exclusive"):
+        assert try_lock_in_another_process(tmp_path, "read")["error"] == "WorldLocked"
+        assert try_lock_in_another_process(tmp_path, "write")["error"] == "WorldLocked"
+    with lock_world(tmp_path, "read"), pytest.raises(WorldLocked):
+        lock_world(tmp_path, "exclusive")
+
+
+def test_deleting_files_in_the_world_cannot_let_a_second_writer_in(tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
+    (tmp_path / "LOCK").write_text("1\n")  # what older versions locked
+    with lock_world(tmp_path):
+        (tmp_path / "LOCK").unlink()
+        assert try_lock_in_another_process(tmp_path)["error"] == "WorldLocked"
 
 
 def test_world_locked_is_a_world_error() -> None:
     assert issubclass(WorldLocked, WorldError)
-    assert WorldLocked("/w/LOCK").path == "/w/LOCK"
+    assert WorldLocked("/w", "read").path == "/w"

@@ -176,11 +176,11 @@ def _sent_values(world: World) -> list[int]:
 def test_the_crash_script_runs_to_completion_without_a_kill(tmp_path: Path) -> None:
     World.create(tmp_path / "w", COUNTER_AIR).close()
     lines = _run_child(tmp_path / "w", 0, "none")
-    assert lines[-1] == "commits 9"
+    assert lines[-1] == "commits 10"
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
-@pytest.mark.parametrize("die_at", range(1, 10))
+@pytest.mark.parametrize("die_at", range(1, 11))
 def test_kill_9_at_every_commit_loses_nothing_acknowledged(
     tmp_path: Path, die_at: int, mode: str
 ) -> None:

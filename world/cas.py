@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Final
 
 from air import cbor
-from air.errors import HashMismatch
+from air.errors import HashMismatch, UsageError
 from kernel.cells import ObjectMissing
+from world import fileio
 from world.fsutil import atomic_write, fsync_dir
 
 __all__ = ["CAS_DIR", "FileCas"]
@@ -32,16 +33,20 @@ _TMP_DIR: Final = ".tmp"
 class FileCas:
     """``kernel.cells.Cas`` over files under ``<world>/cas``.
 
-    Construct it only while holding the world lock: opening clears ``cas/.tmp``, which would
-    break another process's put in flight.
+    Construct a writable one only while holding the world's write lock: opening clears
+    ``cas/.tmp``, which would break another process's put in flight. ``readonly=True`` writes
+    nothing and refuses ``put``.
     """
 
-    def __init__(self, world_dir: Path) -> None:
+    def __init__(self, world_dir: Path, *, readonly: bool = False) -> None:
         self.root = Path(world_dir) / CAS_DIR
         self._tmp = self.root / _TMP_DIR
-        self._tmp.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly
+        if readonly:
+            return
+        fileio.mkdir(self._tmp, parents=True, exist_ok=True)
         for leftover in self._tmp.iterdir():
-            leftover.unlink()
+            fileio.unlink(leftover, missing_ok=True)
 
     def path_of(self, address: str) -> Path:
         """Where ``address`` lives; raises ``CborError`` if it is not ``blake3:<64 hex>``."""
@@ -49,6 +54,8 @@ class FileCas:
         return self.root / hex_digest[:2] / hex_digest[2:]
 
     def put(self, data: bytes) -> str:
+        if self.readonly:
+            raise UsageError("the content store is open read-only")
         address = cbor.content_hash(data)
         path = self.path_of(address)
         try:
@@ -57,7 +64,7 @@ class FileCas:
         except FileNotFoundError:
             pass
         if not path.parent.is_dir():
-            path.parent.mkdir(exist_ok=True)
+            fileio.mkdir(path.parent, exist_ok=True)
             fsync_dir(self.root)
         atomic_write(path, data, tmp_dir=self._tmp)
         return address

@@ -21,7 +21,11 @@ shards and clean states sit in LRUs bounded by ``SHARD_CACHE_ENTRIES_MAX`` index
 ``STATE_CACHE_BYTES_MAX`` bytes, so memory follows the active cells, not all cells. ``put`` and
 ``delete`` never read: they only mark the cell dirty, so a step costs no I/O until ``flush``.
 Every read is verified: ``index.cbor`` against its root in the checkpoint, a shard against its
-root in ``index.cbor``, a cell file against its ``state_hash`` (``HashMismatch`` otherwise).
+root in ``index.cbor``, a cell file against its ``state_hash``. A file that is missing, does
+not match or does not decode is ``StoreDamaged(path, reason)``: derived state, which the world
+rebuilds from the journal. ``readonly=True`` writes nothing (no recovery of a crashed flush, no
+directories; ``flush`` refuses) and reads ``index.next.cbor`` when a live writer has committed a
+checkpoint but not yet renamed it into place.
 
 Flush protocol (cell and shard files are immutable and named by content, so the files of the
 last checkpoint are never overwritten while it is still the one a crash would come back to):
@@ -61,14 +65,13 @@ from typing import Any, Final
 import cbor2
 
 from air import cbor
-from air.errors import CborError, HashMismatch, WorldError
+from air.errors import CborError, StoreDamaged, UsageError, WorldError
 from kernel.cells import (
     INDEX_SHARD_BITS,
     SHARD_CACHE_ENTRIES_MAX,
     STATE_CACHE_BYTES_MAX,
     CellEntry,
     Lru,
-    ObjectMissing,
     check_module,
     check_put,
     encode_index,
@@ -78,6 +81,7 @@ from kernel.cells import (
     shard_from_obj,
     shard_of,
 )
+from world import fileio
 from world.fsutil import TMP_SUFFIX, StrPath, atomic_write, fsync_dir, sync_paths, write_unsynced
 
 __all__ = ["FileCellStore", "StoreFailed", "StoreStats"]
@@ -166,14 +170,18 @@ def _shard_name(prefix: int, root: bytes) -> str:
 
 
 def _read_verified(path: str, expected: bytes) -> bytes:
+    """The bytes of ``path``, which must hash to ``expected``; ``StoreDamaged`` otherwise."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError as exc:
-        raise ObjectMissing(cbor.raw_to_hash(expected)) from exc
+        raise StoreDamaged(path, "missing") from exc
     actual = cbor.digest(data)
     if actual != expected:
-        raise HashMismatch(cbor.raw_to_hash(expected), cbor.raw_to_hash(actual))
+        raise StoreDamaged(
+            path,
+            f"content hash {cbor.raw_to_hash(actual)}, expected {cbor.raw_to_hash(expected)}",
+        )
     return data
 
 
@@ -184,7 +192,18 @@ def _load_verified(path: str, expected: bytes) -> Any:
     canonical bytes this store encoded, and the strict decode (decode, re-encode, compare) costs
     about 12x a plain decode, which dominates opening a shard.
     """
-    return cbor2.loads(_read_verified(path, expected))
+    data = _read_verified(path, expected)
+    try:
+        return cbor2.loads(data)
+    except (ValueError, cbor2.CBORDecodeError) as exc:  # the writer's own bytes: cannot happen
+        raise StoreDamaged(path, f"not CBOR: {exc}") from exc
+
+
+def _index(path: str, root: bytes) -> _Shards:
+    try:
+        return index_from_obj(_load_verified(path, root))
+    except CborError as exc:
+        raise StoreDamaged(path, str(exc)) from exc
 
 
 def _decode_checkpoint(data: bytes) -> _Checkpoint:
@@ -223,9 +242,12 @@ class FileCellStore:
         *,
         shard_cache_entries_max: int = SHARD_CACHE_ENTRIES_MAX,
         state_cache_bytes_max: int = STATE_CACHE_BYTES_MAX,
+        readonly: bool = False,
     ) -> None:
         root = os.path.join(os.fspath(world_dir), *REDUCERS_DIR)
-        os.makedirs(root, exist_ok=True)
+        self.readonly = readonly
+        if not readonly:
+            fileio.mkdir(root, parents=True, exist_ok=True)
         self._layout = _Layout(root)
         self.stats = StoreStats()
         self._shards: Lru[tuple[str, int], dict[bytes, CellEntry]] = Lru(
@@ -237,7 +259,8 @@ class FileCellStore:
         self._mods: dict[str, _Module] = {}
         self._known_dirs: set[str] = set()
         self._failed = False
-        self._recover()
+        if not readonly:
+            self._recover()
         self._cp = self._read_checkpoint()
 
     # -- reads ---------------------------------------------------------------------------
@@ -305,6 +328,8 @@ class FileCellStore:
 
     def flush(self, checkpoint_cbor: bytes = b"") -> None:
         """Make every put and delete durable, with ``checkpoint_cbor``, as one commit."""
+        if self.readonly:
+            raise UsageError("the cell store is open read-only")
         if self._failed:
             raise StoreFailed(self._layout.root)
         plans = [self._plan(name, mod) for name, mod in self._mods.items() if mod.dirty]
@@ -319,11 +344,27 @@ class FileCellStore:
     # -- internals: loading ----------------------------------------------------------------
 
     def _read_checkpoint(self) -> _Checkpoint:
+        path = self._layout.checkpoint
         try:
-            with open(self._layout.checkpoint, "rb") as handle:
+            with open(path, "rb") as handle:
                 return _decode_checkpoint(handle.read())
         except FileNotFoundError:
             return _Checkpoint(b"", b"", {})
+        except CborError as exc:
+            raise StoreDamaged(path, f"not a cell checkpoint: {exc}") from exc
+
+    @property
+    def checkpoint_digest(self) -> bytes:
+        """The digest of the checkpoint this handle reads (to notice a writer's new one)."""
+        return cbor.digest(self._cp.data)
+
+    def current_checkpoint_digest(self) -> bytes:
+        """The digest of ``checkpoint.cbor`` on disk now (empty bytes hash if absent)."""
+        try:
+            with open(self._layout.checkpoint, "rb") as handle:
+                return cbor.digest(handle.read())
+        except FileNotFoundError:
+            return cbor.digest(b"")
 
     def _module(self, module: str) -> _Module:
         mod = self._mods.get(module)
@@ -338,7 +379,13 @@ class FileCellStore:
         if root is None:
             return {}
         self.stats.index_loads += 1
-        return index_from_obj(_load_verified(self._layout.index(module), root))
+        path = self._layout.index(module)
+        if self.readonly and os.path.exists(self._layout.intent):
+            # A writer between its commit and renaming index.next.cbor over index.cbor.
+            nxt = self._layout.index(module, INDEX_NEXT_NAME)
+            with contextlib.suppress(StoreDamaged):
+                return _index(nxt, root)
+        return _index(path, root)
 
     def _committed_shard(
         self, module: str, mod: _Module, prefix: int, *, keep: bool = True
@@ -351,7 +398,10 @@ class FileCellStore:
         if shard is None:
             self.stats.shard_loads += 1
             path = self._layout.shard(module, prefix, pair[0])
-            shard = shard_from_obj(_load_verified(path, pair[0]), prefix)
+            try:
+                shard = shard_from_obj(_load_verified(path, pair[0]), prefix)
+            except CborError as exc:
+                raise StoreDamaged(path, str(exc)) from exc
             if keep:
                 self._shards.put((module, prefix), shard)
         return shard
@@ -443,7 +493,7 @@ class FileCellStore:
     def _write_new(self, path: str, data: bytes, written: list[str], dirs: set[str]) -> None:
         parent = os.path.dirname(path)
         if parent not in self._known_dirs:
-            os.makedirs(parent, exist_ok=True)
+            fileio.mkdir(parent, parents=True, exist_ok=True)
             self._known_dirs.add(parent)
             at = parent
             while at != self._layout.root:  # a new directory's entry lives in its parent
@@ -503,6 +553,8 @@ class FileCellStore:
                 intent = _decode_intent(handle.read())
         except FileNotFoundError:
             return
+        except CborError as exc:
+            raise StoreDamaged(self._layout.intent, str(exc)) from exc
         checkpoint = self._read_checkpoint()
         committed = cbor.digest(checkpoint.data) != intent["prev"]
         for module, records in intent["modules"].items():
@@ -525,7 +577,7 @@ class FileCellStore:
         live: _Shards = {}
         root = checkpoint.roots.get(module)
         if root is not None:
-            live = index_from_obj(_load_verified(layout.index(module), root))
+            live = _index(layout.index(module), root)
         keep = {_shard_name(prefix, shard_root) for prefix, (shard_root, _n) in live.items()}
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(layout.shard_dir(module)):
@@ -560,9 +612,8 @@ def _decode_intent(data: bytes) -> dict[str, Any]:
 
 
 def _replace(source: str, target: str) -> None:
-    os.replace(source, target)
+    fileio.replace(source, target)
 
 
 def _unlink(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    fileio.unlink(path, missing_ok=True)

@@ -11,12 +11,21 @@
   threads) against 0.05-0.35 s for one ``sync()``. The price of ``sync()`` is that it also
   flushes other processes' dirty pages; ``syncfs(2)`` would scope it to one file system but is
   not in ``os`` and was not worth a ctypes binding yet.
-* ``lock_world`` takes an exclusive ``flock`` on ``<world>/LOCK`` and keeps it for the life of the
-  process, or until ``release``: the descriptor is a bare int that nothing closes behind the
-  caller's back. A second holder, in another process or in this one (each ``lock_world`` opens
-  its own file description, and flock excludes between descriptions), gets
-  ``WorldLocked(path)``. The lock dies with the process, so a crash never leaves a stale lock;
-  the file itself is never deleted (unlinking lock files races with a new holder).
+* ``lock_world`` takes OS locks (``flock``) on directories, never on a lock file that a
+  ``rm`` could take away from under a running writer. Three modes, as SQLite's readers and
+  writer in WAL mode:
+
+      mode        <world>/ (the directory)     <world>/journal/
+      read        shared                       -
+      write       shared                       exclusive   (one writer at a time)
+      exclusive   exclusive                    exclusive   (repair, rewrites: no one else)
+
+  Readers never block the writer and are never blocked by it; a second writer, or anyone while
+  a repair runs, gets ``WorldLocked(path, mode)`` at once (non-blocking). Each ``lock_world``
+  opens its own descriptors, so two handles in one process exclude each other like two
+  processes. The locks die with the process, so a crash never leaves a stale lock, and a
+  directory cannot be deleted while the world is in it. A ``LOCK`` file left by older versions
+  is ignored.
 
 Not here: what the files mean. Callers decide which writes need which guarantee.
 """
@@ -29,15 +38,15 @@ import os
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 from air.errors import WorldError
 from world import fileio
 from world.fileio import StrPath, fsync_dir
 
 __all__ = [
-    "LOCK_NAME",
     "SYNC_EACH_MAX",
+    "LockMode",
     "StrPath",
     "WorldLock",
     "WorldLocked",
@@ -48,18 +57,20 @@ __all__ = [
     "write_unsynced",
 ]
 
-LOCK_NAME: Final = "LOCK"
 # Above this many files, one os.sync() is cheaper than an fsync per file and directory.
 SYNC_EACH_MAX: Final = 32
 TMP_SUFFIX: Final = ".tmp"
 
 
 class WorldLocked(WorldError):
-    """Another holder (another process, or another handle in this one) has ``path`` locked."""
+    """Someone holds ``path`` in a way that excludes ``mode`` (``read``, ``write`` or
+    ``exclusive``): another writer, or a repair in progress."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mode: str = "write") -> None:
         self.path = path
-        super().__init__(f"world is locked by another process: {path}")
+        self.mode = mode
+        holder = "a repair or rewrite" if mode == "read" else "another process"
+        super().__init__(f"world is in use by {holder}; cannot open it for {mode}: {path}")
 
 
 def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) -> None:
@@ -114,23 +125,26 @@ def sync_paths(
         fsync_dir(path)
 
 
-class WorldLock:
-    """An exclusive hold on a world directory; released by ``release`` or process exit."""
+LockMode: TypeAlias = Literal["read", "write", "exclusive"]
 
-    def __init__(self, path: Path, fd: int) -> None:
+
+class WorldLock:
+    """A hold on a world directory; released by ``release`` or process exit."""
+
+    def __init__(self, path: Path, mode: LockMode, fds: list[int]) -> None:
         self.path = path
-        self._fd: int | None = fd
+        self.mode = mode
+        self._fds = fds
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return bool(self._fds)
 
     def release(self) -> None:
-        if self._fd is None:
-            return
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
+        for fd in self._fds:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        self._fds = []
 
     def __enter__(self) -> WorldLock:
         return self
@@ -139,19 +153,28 @@ class WorldLock:
         self.release()
 
 
-def lock_world(world_dir: StrPath) -> WorldLock:
-    """Hold ``<world_dir>/LOCK`` exclusively; raise ``WorldLocked`` if anyone else holds it,
-    including another ``WorldLock`` of this process."""
-    path = (Path(world_dir) / LOCK_NAME).resolve()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _flock_dir(path: Path, operation: int, mode: LockMode, fds: list[int]) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
         if isinstance(exc, BlockingIOError):
-            raise WorldLocked(str(path)) from exc
+            raise WorldLocked(str(path), mode) from exc
         raise
-    # The pid is for humans reading the file; the flock is what excludes.
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return WorldLock(path, fd)
+    fds.append(fd)
+
+
+def lock_world(world_dir: StrPath, mode: LockMode = "write") -> WorldLock:
+    """Hold ``world_dir`` in ``mode`` (see the module docstring); raise ``WorldLocked`` if that
+    conflicts with a holder. ``write`` and ``exclusive`` need ``<world_dir>/journal/``."""
+    path = Path(world_dir).resolve()
+    fds: list[int] = []
+    try:
+        _flock_dir(path, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH, mode, fds)
+        if mode != "read":
+            _flock_dir(path / "journal", fcntl.LOCK_EX, mode, fds)
+    except BaseException:
+        WorldLock(path, mode, fds).release()
+        raise
+    return WorldLock(path, mode, fds)

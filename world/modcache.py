@@ -17,6 +17,7 @@ from pathlib import Path
 
 from air.errors import UsageError
 from kernel.modcache import CACHE_KEY_RE
+from world import fileio
 from world.fsutil import StrPath, atomic_write
 
 __all__ = ["FileModuleCache"]
@@ -25,8 +26,9 @@ __all__ = ["FileModuleCache"]
 class FileModuleCache:
     """``ModuleCache`` over a directory (created on the first ``put``)."""
 
-    def __init__(self, directory: StrPath) -> None:
+    def __init__(self, directory: StrPath, *, readonly: bool = False) -> None:
         self.directory = Path(directory)
+        self.readonly = readonly
 
     def _path(self, key: str) -> Path:
         if not isinstance(key, str) or not CACHE_KEY_RE.fullmatch(key):
@@ -40,6 +42,13 @@ class FileModuleCache:
             return None
 
     def put(self, key: str, data: bytes) -> None:
+        """Store an entry; a read-only cache, a full disk or a read-only file system make this
+        a no-op (the cache saves compile time and is never needed for correctness)."""
         path = self._path(key)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, bytes(data))
+        if self.readonly:
+            return
+        try:
+            fileio.mkdir(self.directory, parents=True, exist_ok=True)
+            atomic_write(path, bytes(data))
+        except OSError:
+            return

@@ -13,9 +13,16 @@ __all__ = ["HostRunner"]
 
 
 class HostRunner:
-    def __init__(self, air: LoadedAir, cache_dir: Path, limits: HostLimits | None = None) -> None:
+    def __init__(
+        self,
+        air: LoadedAir,
+        cache_dir: Path,
+        limits: HostLimits | None = None,
+        *,
+        readonly: bool = False,
+    ) -> None:
         self._air = air
-        self._host = ReducerHost(limits, cache=FileModuleCache(cache_dir))
+        self._host = ReducerHost(limits, cache=FileModuleCache(cache_dir, readonly=readonly))
         self._reducers: dict[str, Reducer] = {}
 
     @property

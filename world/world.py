@@ -2,7 +2,6 @@
 
 Layout (SPEC §7)::
 
-    <world>/LOCK                    flock held while a process has the world open for writing
     <world>/air/sources.json        the AIR documents as authored (file name + text), and
                                     the wasm path -> hash map; the binaries live in the CAS
     <world>/air/manifest.cbor       the canonical manifest (its hash is in the genesis record)
@@ -21,24 +20,59 @@ every step against what the journal says it produced.
 
 Opening never rewrites history: a torn tail record (a crash mid-append) is dropped by the
 journal; any other damage refuses to open and points at ``world journal verify``.
+
+Failure rules (issue 7):
+
+* **Derived state never loses or blocks.** The checkpoint, index, shards, cell states and the
+  snapshot object are materialised from the journal. If one is missing or damaged
+  (``StoreDamaged``, at open or when a step reads it), the world says so once in
+  ``notices``, naming the file, and rebuilds from genesis: a writer moves the damaged store
+  aside and writes a fresh checkpoint; a reader rebuilds in memory and writes nothing.
+* **Memory never runs ahead of the journal into a checkpoint.** The kernel's memory is
+  trusted (``stale`` is None) while it equals the journal's records, committed or pending.
+  A failed commit (the journal rolls the batch back) or an exception in the middle of a tick
+  (``Kernel.consistent`` False) makes it stale: the world then refuses further work, writes
+  no checkpoint on close, and the next open rebuilds from the last checkpoint and the journal.
+* **A checkpoint is never a reason to fail.** ``close`` checkpoints when the world is trusted;
+  if that fails (a full disk), the command's durable work still stands: it is a notice.
+* **Interrupts stop at a tick boundary.** ``interrupt()`` (for signal handlers) makes a
+  running loop commit and raise ``Interrupted(seq_next)`` before its next tick.
+* **Readers write nothing.** ``World.open(path, readonly=True)`` takes the shared lock,
+  opens every store read-only, re-executes the journal tail in memory, and never checkpoints:
+  it works beside a live writer (seeing what it committed), on a full disk and on a read-only
+  file system.
+* **Creation is atomic.** ``init`` builds the world in a hidden sibling folder and renames it
+  into place, so a crash leaves either no world or a whole one.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
-from air.errors import LimitExceeded, UsageError, WorldError
+from air.errors import (
+    CborError,
+    HashMismatch,
+    LimitExceeded,
+    StorageError,
+    StoreDamaged,
+    UsageError,
+    WorldError,
+)
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel.cells import CellEntry
+from kernel.cells import CellEntry, CellStore, MemoryCellStore, ObjectMissing
 from kernel.core import Kernel, KernelLimits
 from kernel.journal import JournalRecord, make_subject
+from world import fileio
 from world.airfiles import air_sources, builtin_sources, inspect_wasm
 from world.airfiles import read_file as _read_file
 from world.cas import FileCas
@@ -47,12 +81,24 @@ from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal import FileJournal
 from world.runner import HostRunner
 
-__all__ = ["SNAPSHOT_DIRTY_MAX", "CellView", "CheckpointAhead", "World", "WorldExists"]
+__all__ = [
+    "SNAPSHOT_DIRTY_MAX",
+    "CellView",
+    "CheckpointAhead",
+    "GenesisMismatch",
+    "Interrupted",
+    "NotAWorld",
+    "World",
+    "WorldExists",
+    "WorldStale",
+]
 
 SNAPSHOT_DIRTY_MAX: Final = 200_000
 """Checkpoint automatically once this many cells are dirty (bounds memory and replay time)."""
 COMMIT_EVERY_STEPS: Final = 4096
 FORMAT: Final = 1
+READER_RETRIES_MAX: Final = 3
+"""A reader whose checkpoint a live writer replaced under it retries the open this often."""
 
 
 class WorldExists(WorldError):
@@ -61,17 +107,53 @@ class WorldExists(WorldError):
         super().__init__(f"{path} already holds something; a new world needs an empty folder")
 
 
+class NotAWorld(WorldError):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path} is not a world (no air/sources.json); create one with world init")
+
+
+class GenesisMismatch(WorldError):
+    """The journal's genesis record names another manifest than the world's AIR."""
+
+    def __init__(self, expected: str, actual: str) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"the journal was started by manifest {expected} but the world's AIR is {actual}"
+        )
+
+
 class CheckpointAhead(WorldError):
     """The cell checkpoint covers journal records that are no longer there (the journal lost
-    committed records after the checkpoint was written). Never guessed around."""
+    committed records after the checkpoint was written). Never guessed around: repair the
+    journal (which discards such a checkpoint) or restore it."""
 
     def __init__(self, checkpoint_seq_next: int, journal_seq_next: int) -> None:
         self.checkpoint_seq_next = checkpoint_seq_next
         self.journal_seq_next = journal_seq_next
         super().__init__(
             f"the state checkpoint reaches seq {checkpoint_seq_next} but the journal ends at "
-            f"{journal_seq_next}; run `world journal verify` and restore the journal"
+            f"{journal_seq_next}: committed records were lost; run `world journal verify DIR` "
+            "to see what, then `world journal verify DIR --repair`"
         )
+
+
+class Interrupted(WorldError):
+    """A loop stopped at a tick boundary because ``interrupt()`` was called; everything up to
+    ``seq_next`` is committed and nothing queued was lost."""
+
+    def __init__(self, seq_next: int) -> None:
+        self.seq_next = seq_next
+        super().__init__(f"interrupted after seq {seq_next - 1}; nothing lost; run again to go on")
+
+
+class WorldStale(WorldError):
+    """This handle's memory may be ahead of the journal (``reason``); reopen the world."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"this world handle stopped after an error ({reason}); open it again")
 
 
 @dataclass(frozen=True)
@@ -83,18 +165,39 @@ class CellView:
 
 
 class World:
-    """An open world. Not thread-safe: one thread drives it (see ``world.engine`` for threads)."""
+    """An open world. Not thread-safe: one thread drives it (see ``world.engine`` for threads);
+    ``interrupt`` alone may be called from a signal handler."""
 
-    def __init__(self, path: Path, air: LoadedAir, lock: WorldLock, limits: KernelLimits) -> None:
+    def __init__(
+        self,
+        path: Path,
+        air: LoadedAir,
+        lock: WorldLock,
+        limits: KernelLimits,
+        *,
+        readonly: bool = False,
+    ) -> None:
         self.path = path
         self.air = air
+        self.readonly = readonly
+        self.limits = limits
+        self.notices: list[str] = []
+        self.stale: str | None = None
+        self._interrupt = False
         self._lock = lock
-        self.cas = FileCas(path)
-        self.journal = FileJournal.open(path / "journal")
-        self.store = FileCellStore(path)
-        runner = HostRunner(air, path / "cache")
-        self.kernel = Kernel(air, self.journal, self.store, runner, limits)
         self._closed = False
+        self._checkpoint_failed = False
+        self.cas = FileCas(path, readonly=readonly)
+        self.journal = FileJournal.open(path / "journal", readonly=readonly)
+        self._damage: StoreDamaged | None = None
+        self.store: CellStore
+        try:
+            self.store = FileCellStore(path, readonly=readonly)
+        except StoreDamaged as damage:  # a garbage checkpoint.cbor or flush intent
+            self._damage, self.store = damage, MemoryCellStore()
+        self._runner = HostRunner(air, path / "cache", readonly=readonly)
+        self.kernel = Kernel(air, self.journal, self.store, self._runner, limits)
+        self._checkpoint_seq = 0
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -112,37 +215,29 @@ class World:
         read_wasm: Callable[[str], bytes | None],
         limits: KernelLimits | None,
     ) -> World:
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise WorldExists(str(path))
         air = load_air(sources, read_wasm, inspect_wasm)
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
             raise UsageError(f"modules without a wasm binary cannot run: {', '.join(missing)}")
-        path.mkdir(parents=True, exist_ok=True)
-        lock = lock_world(path)
-        cas = FileCas(path)
-        wasm_map = {}
-        for name, data in air.wasm_bytes.items():
-            wasm_map[resolve_relative(air.defs[name].file, air.defs[name].model.wasm)] = cas.put(
-                data
-            )
-        for data in [air.manifest_cbor, *air.def_cbor.values()]:
-            cas.put(data)  # every AIR node, content-addressed (SPEC §7)
-        (path / "air").mkdir(exist_ok=True)
-        doc = {
-            "format": FORMAT,
-            "sources": [{"file": s.file, "text": s.text, "builtin": s.builtin} for s in sources],
-            "wasm": wasm_map,
-        }
-        atomic_write(path / "air" / "sources.json", json.dumps(doc, indent=1).encode())
-        atomic_write(path / "air" / "manifest.cbor", air.manifest_cbor)
+        parent = path.absolute().parent
+        fileio.mkdir(parent, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.init-", dir=parent))
+        try:
+            lock = _build_world(staging, air, sources)
+            try:
+                if path.exists():
+                    path.rmdir()  # empty (checked above); rename cannot replace it otherwise
+                fileio.replace(staging, path)
+                fileio.fsync_dir(parent)
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            _remove_tree(staging)
+            raise
         world = cls(path, air, lock, limits or KernelLimits())
-        world.journal.append(
-            "world.created",
-            make_subject("world", "manifest"),
-            {"manifest_hash": cbor.hash_to_raw(air.manifest_hash)},
-        )
-        world.journal.commit()
         return world
 
     @classmethod
@@ -150,63 +245,140 @@ class World:
         cls, path: Path, air_dir: Path, limits: KernelLimits | None = None
     ) -> World:
         """Create a world from another world's ``air/`` folder (same sources, same wasm)."""
-        doc = json.loads((air_dir / "sources.json").read_text(encoding="utf-8"))
-        source_cas = FileCas(air_dir.parent)
+        sources, wasm_map = _read_sources(air_dir / "sources.json")
+        source_cas = FileCas(air_dir.parent, readonly=True)
         return cls._create(
-            Path(path),
-            [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]],
-            {p: source_cas.get(h) for p, h in doc["wasm"].items()}.get,
-            limits,
+            Path(path), sources, {p: source_cas.get(h) for p, h in wasm_map.items()}.get, limits
         )
 
     @classmethod
-    def open(cls, path: Path, limits: KernelLimits | None = None) -> World:
-        """Open an existing world: checkpoint, then re-execute the journal after it."""
+    def open(
+        cls, path: Path, limits: KernelLimits | None = None, *, readonly: bool = False
+    ) -> World:
+        """Open an existing world: checkpoint, then re-execute the journal after it.
+
+        ``readonly`` takes the shared lock and writes nothing (see the module docstring)."""
         path = Path(path)
-        if not (path / "air" / "sources.json").is_file():
-            raise UsageError(
-                f"{path} is not a world (no air/sources.json); create one with world init"
-            )
-        lock = lock_world(path)
-        try:
-            air = _load_world_air(path)
-            world = cls(path, air, lock, limits or KernelLimits())
-            world._recover()
-        except BaseException:
-            lock.release()
-            raise
-        return world
+        if not (path / "air" / "sources.json").is_file() or not (path / "journal").is_dir():
+            raise NotAWorld(str(path))
+        for attempt in range(READER_RETRIES_MAX + 1):
+            lock = lock_world(path, "read" if readonly else "write")
+            try:
+                air = _load_world_air(path)
+                world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
+                world._recover()
+            except _CheckpointMoved:
+                lock.release()
+                if attempt == READER_RETRIES_MAX:
+                    raise
+                continue
+            except BaseException:
+                lock.release()
+                raise
+            return world
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _recover(self) -> None:
+        """Load the checkpoint and re-execute the journal after it; rebuild from genesis if
+        derived state is damaged."""
+        try:
+            if self._damage is not None:
+                raise self._damage
+            self._replay_from(self._restore_checkpoint())
+        except StoreDamaged as damage:
+            self._rebuild(damage)
+
+    def _restore_checkpoint(self) -> int:
         checkpoint = self.store.last_checkpoint()
-        seq_from = 0
-        if checkpoint:
+        if not checkpoint:
+            return 0
+        address = ""
+        try:
             address = cbor.raw_to_hash(cbor.loads(checkpoint)["snapshot"])
             snap = cbor.loads(self.cas.get(address))
             seq_from = snap["seq_next"]
             if seq_from > self.journal.seq_next:
                 raise CheckpointAhead(seq_from, self.journal.seq_next)
             self.kernel.restore(snap)
-        for record in self.journal.read(seq_from):
+        except (ObjectMissing, HashMismatch, CborError, KeyError, TypeError, ValueError) as exc:
+            where = str(self.cas.path_of(address)) if address else "state/reducers/checkpoint.cbor"
+            raise StoreDamaged(where, f"snapshot object unusable: {exc}") from exc
+        self._checkpoint_seq = seq_from
+        return int(seq_from)
+
+    def _replay_from(self, seq_from: int) -> None:
+        try:
+            for record in self.journal.read(seq_from):
+                self._check_genesis(record)
+                self.kernel.apply(record)
+        except StoreDamaged:
+            if self.readonly and self._checkpoint_replaced():
+                raise _CheckpointMoved() from None
+            raise
+
+    def _checkpoint_replaced(self) -> bool:
+        store = self.store
+        return (
+            isinstance(store, FileCellStore)
+            and store.current_checkpoint_digest() != store.checkpoint_digest
+        )
+
+    def _rebuild(self, damage: StoreDamaged) -> None:
+        """Throw the derived state away and re-execute the whole journal (checked)."""
+        if self.readonly and self._checkpoint_replaced():
+            raise _CheckpointMoved() from damage
+        where = "in memory" if self.readonly else "and checkpointed"
+        self.notices.append(
+            f"derived state damaged: {damage.path}: {damage.reason}; rebuilt from the journal "
+            f"{where}"
+        )
+        if self.readonly:
+            self.store = MemoryCellStore()
+        else:
+            self.journal.commit()
+            _discard_store(self.path)
+            self.store = FileCellStore(self.path)
+        self.kernel = Kernel(self.air, self.journal, self.store, self._runner, self.limits)
+        self._checkpoint_seq = 0
+        for record in self.journal.read(0):
             self._check_genesis(record)
             self.kernel.apply(record)
+        if not self.readonly:
+            self._checkpoint_quietly()
 
     def _check_genesis(self, record: JournalRecord) -> None:
-        if record.kind == "world.created" and record.body["manifest_hash"] != cbor.hash_to_raw(
-            self.air.manifest_hash
-        ):
-            raise UsageError("the world's AIR does not match the manifest hash in its journal")
+        if record.kind != "world.created":
+            return
+        wanted = cbor.hash_to_raw(self.air.manifest_hash)
+        found = record.body.get("manifest_hash")
+        if found != wanted:
+            actual = cbor.raw_to_hash(found) if isinstance(found, bytes) else repr(found)
+            raise GenesisMismatch(actual, self.air.manifest_hash)
 
     def close(self) -> None:
-        """Snapshot, then release the lock. Safe to call twice."""
+        """Checkpoint (a trusted writer only, and only as a courtesy: a failure becomes a
+        notice), then release the journal and the lock. Safe to call twice."""
         if self._closed:
             return
         try:
-            self.snapshot()
-            self.journal.close()
+            if not self.readonly and self.stale is None and self.kernel.consistent:
+                self.journal.commit()
+                self._checkpoint_quietly()
         finally:
             self._closed = True
+            self.journal.close()
             self._lock.release()
+
+    def _checkpoint_quietly(self) -> None:
+        if self._checkpoint_failed or (
+            self.journal.seq_next == self._checkpoint_seq and not self.store.dirty_count()
+        ):
+            return
+        try:
+            self.snapshot()
+        except (StorageError, OSError, WorldError) as exc:
+            self._checkpoint_failed = True
+            self.notices.append(f"checkpoint not written ({exc}); the journal has everything")
 
     def __enter__(self) -> World:
         return self
@@ -214,39 +386,80 @@ class World:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def interrupt(self) -> None:
+        """Ask a running loop to stop at the next tick boundary (safe from a signal handler)."""
+        self._interrupt = True
+
     # --- writing ----------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise UsageError("this world is open read-only")
+        if self.stale is not None:
+            raise WorldStale(self.stale)
+
+    def _commit(self) -> int:
+        try:
+            return self.journal.commit()
+        except BaseException as exc:
+            self.stale = f"journal commit failed: {exc}"
+            raise
 
     def send(self, schema: str, value: Any) -> int:
         """Normalise, journal and route one event from outside; durable on return."""
         return self.send_many([(schema, value)])[0]
 
     def send_many(self, events: Iterable[tuple[str, Any]]) -> list[int]:
-        """All events are normalised first (nothing is journaled if one is bad), then one commit."""
+        """All events are normalised first (nothing is journaled if one is bad), then one commit:
+        on return all are durable; on an error none is."""
+        self._writable()
         encoded = [
             (schema, *self.kernel.normalise_event(schema, value)) for schema, value in events
         ]
+        self.kernel.consistent = False
         seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
-        self.journal.commit()
+        self.kernel.consistent = True
+        self._commit()
         return seqs
 
     def step(self, ticks: int = 1) -> int:
         """Run up to ``ticks`` ticks; return how many ran. Durable on return."""
-        ran = 0
-        while ran < ticks and self.kernel.tick():
-            ran += 1
-        self._after_steps()
-        return ran
+        return self._run(ticks, None)
 
     def run_until_idle(self, max_steps: int | None = None) -> int:
         """Tick until nothing is ready. Past ``steps_per_run_max`` it stops with LimitExceeded,
         after committing: the world stays consistent and can be opened and run again."""
         limit = max_steps if max_steps is not None else self.kernel.limits.steps_per_run_max
+        return self._run(None, limit)
+
+    def _run(self, ticks: int | None, limit: int | None) -> int:
+        """The tick loop behind ``step`` and ``run_until_idle``: commits every
+        ``COMMIT_EVERY_STEPS``, stops at an interrupt, and rebuilds once from the journal when
+        a step finds derived state damaged (the delivery stays queued meanwhile)."""
+        self._writable()
         ran = 0
-        while self.kernel.tick():
+        rebuilt = False
+        while ticks is None or ran < ticks:
+            if self._interrupt:
+                self._after_steps()
+                raise Interrupted(self.journal.seq_next)
+            try:
+                if not self.kernel.tick():
+                    break
+            except StoreDamaged as damage:
+                if rebuilt or not self.kernel.consistent:
+                    raise
+                rebuilt = True
+                self._rebuild(damage)
+                continue
+            except BaseException as exc:
+                if not self.kernel.consistent:
+                    self.stale = f"interrupted inside a tick: {type(exc).__name__}"
+                raise
             ran += 1
             if ran % COMMIT_EVERY_STEPS == 0:
                 self._after_steps()
-            if ran >= limit and not self.kernel.idle():
+            if limit is not None and ran >= limit and not self.kernel.idle():
                 self._after_steps()
                 raise LimitExceeded(
                     "steps_per_run_max",
@@ -257,24 +470,29 @@ class World:
         return ran
 
     def _after_steps(self) -> None:
-        self.journal.commit()
+        self._commit()
         if self.store.dirty_count() >= SNAPSHOT_DIRTY_MAX:
-            self.snapshot()
+            self._checkpoint_quietly()
 
     def snapshot(self) -> str:
         """Checkpoint: commit the journal, put the kernel's state (scheduler, mailboxes, dead
         letters) in the CAS, then commit cells and index together with that snapshot's address.
         The journal is committed first, so the checkpoint is never ahead of it."""
-        seq_next = self.journal.commit()
+        self._writable()
+        if not isinstance(self.store, FileCellStore):
+            raise UsageError("this world's store is in memory")
+        seq_next = self._commit()
         address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
         self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
-        (self.path / "snapshots").mkdir(exist_ok=True)
+        self._checkpoint_seq = seq_next
+        fileio.mkdir(self.path / "snapshots", exist_ok=True)
         atomic_write(self.path / "snapshots" / "latest", address.encode())
         return address
 
     # --- reading ----------------------------------------------------------------------------
 
     def key_cbor(self, reducer: str, key: Any) -> bytes:
+        self._module(reducer)
         key_type = self.air.key_types.get(reducer)
         if key_type is None:
             raise UsageError(f"{reducer} is not keyed")
@@ -295,19 +513,31 @@ class World:
         if keyed and key is None:
             raise UsageError(f"{reducer} is keyed: give a key")
         key_cbor = self.key_cbor(reducer, key) if keyed else None
-        raw = self.kernel.state_of(reducer, key_cbor)
+        raw = self._read(lambda: self.kernel.state_of(reducer, key_cbor))
         if raw is None:
             return None
         return to_sugar(Ref(module.abi.reducer.state), cbor.loads(raw), self.air.schemas)
+
+    def _read(self, fn: Callable[[], Any]) -> Any:
+        """Run a read of derived state; rebuild once from the journal if it is damaged."""
+        try:
+            return fn()
+        except StoreDamaged as damage:
+            self._rebuild(damage)
+            return fn()
 
     def cells(self, reducer: str) -> Iterator[CellView]:
         """Every cell of a keyed reducer, in key-hash order."""
         module = self._module(reducer)
         module_hash = self.kernel.module_hash(reducer)
         key_type = self.air.key_types.get(reducer)
-        for khash, entry in self.store.iter_entries(module_hash):
-            found = self.store.get(module_hash, khash)
-            assert found is not None
+        entries: list[tuple[bytes, CellEntry]] = self._read(
+            lambda: list(self.store.iter_entries(module_hash))
+        )
+        for khash, entry in entries:
+            found = self._read(partial(self.store.get, module_hash, khash))
+            if found is None:
+                raise StoreDamaged(f"cell {khash.hex()} of {reducer}", "index entry without state")
             state = to_sugar(Ref(module.abi.reducer.state), cbor.loads(found[1]), self.air.schemas)
             key = (
                 None
@@ -317,7 +547,8 @@ class World:
             yield CellView(key, khash.hex(), state, entry)
 
     def cell_count(self, reducer: str) -> int:
-        return self.store.count(self.kernel.module_hash(reducer))
+        self._module(reducer)
+        return int(self._read(lambda: self.store.count(self.kernel.module_hash(reducer))))
 
     def info(self) -> dict[str, Any]:
         reducers = {}
@@ -348,14 +579,81 @@ class World:
                 for d in self.kernel.dead_letters[-20:]
             ],
             "dead_letters_total": self.kernel.dead_letters_total,
+            "notices": list(self.notices),
         }
 
 
+class _CheckpointMoved(WorldError):
+    """A reader found files missing because a live writer replaced the checkpoint: retry."""
+
+
+def _build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLock:
+    """Write a new world's files into the (empty, private) folder ``path``; return its lock."""
+    fileio.mkdir(path / "journal", exist_ok=True)
+    lock = lock_world(path)
+    try:
+        cas = FileCas(path)
+        wasm_map = {}
+        for name, data in air.wasm_bytes.items():
+            source = resolve_relative(air.defs[name].file, air.defs[name].model.wasm)
+            wasm_map[source] = cas.put(data)
+        for data in [air.manifest_cbor, *air.def_cbor.values()]:
+            cas.put(data)  # every AIR node, content-addressed (SPEC §7)
+        fileio.mkdir(path / "air", exist_ok=True)
+        doc = {
+            "format": FORMAT,
+            "sources": [{"file": s.file, "text": s.text, "builtin": s.builtin} for s in sources],
+            "wasm": wasm_map,
+        }
+        atomic_write(path / "air" / "sources.json", json.dumps(doc, indent=1).encode())
+        atomic_write(path / "air" / "manifest.cbor", air.manifest_cbor)
+        with FileJournal.open(path / "journal") as journal:
+            journal.append(
+                "world.created",
+                make_subject("world", "manifest"),
+                {"manifest_hash": cbor.hash_to_raw(air.manifest_hash)},
+            )
+            journal.commit()
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _remove_tree(path: Path) -> None:
+    """Best-effort removal of a folder this process made or moved aside (not durable state)."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _discard_store(path: Path) -> None:
+    """Move the damaged cell store aside (one rename: from then on there is no checkpoint),
+    then delete it."""
+    store = path / "state" / "reducers"
+    if not store.exists():
+        return
+    aside = path / "state" / "reducers.damaged"
+    _remove_tree(aside)
+    fileio.replace(store, aside)
+    fileio.fsync_dir(path / "state")
+    _remove_tree(aside)
+
+
+def _read_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
+    """The AIR sources and the wasm path -> hash map stored in a world's ``sources.json``."""
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+        sources = [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]]
+        wasm_map = dict(doc["wasm"])
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in wasm_map.items()):
+            raise TypeError("wasm map entries must be text")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreDamaged(str(path), f"not a world's AIR sources: {exc}") from exc
+    return sources, wasm_map
+
+
 def _load_world_air(path: Path) -> LoadedAir:
-    doc = json.loads((path / "air" / "sources.json").read_text(encoding="utf-8"))
-    cas = FileCas(path)
-    wasm_map: dict[str, str] = doc["wasm"]
-    sources = [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]]
+    sources, wasm_map = _read_sources(path / "air" / "sources.json")
+    cas = FileCas(path, readonly=True)
 
     def read_wasm(p: str) -> bytes | None:
         return cas.get(wasm_map[p]) if p in wasm_map else None
@@ -363,7 +661,8 @@ def _load_world_air(path: Path) -> LoadedAir:
     air = load_air(sources, read_wasm)
     stored = (path / "air" / "manifest.cbor").read_bytes()
     if stored != air.manifest_cbor:
-        raise UsageError(
-            "air/manifest.cbor does not match the AIR sources; the world directory was altered"
+        raise StoreDamaged(
+            str(path / "air" / "manifest.cbor"),
+            "does not match the AIR sources; the world directory was altered",
         )
     return air

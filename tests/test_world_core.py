@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from air.errors import LimitExceeded, UsageError
+from air.errors import LimitExceeded, UsageError, ValueMismatch
 from kernel.core import KernelLimits
 from world.engine import Engine
 from world.fsutil import WorldLocked
 from world.replay import verify_world
-from world.world import World, WorldExists
+from world.world import EventRejected, World, WorldExists
 
 from worldkit import (
     COUNTER,
@@ -281,10 +281,12 @@ def test_creating_over_an_existing_world_is_refused(tmp_path: Path) -> None:
 def test_a_bad_event_in_a_batch_journals_nothing(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         before = world.journal.seq_next
-        with pytest.raises(Exception):  # noqa: B017 - ValueMismatch, checked by type below
+        with pytest.raises(EventRejected) as caught:
             world.send_many(
                 [(EVENT, add("a", 1)), (EVENT, {"key": "a", "op": {"$tag": "Add", "$value": -1}})]
             )
+        assert caught.value.index == 1
+        assert isinstance(caught.value.cause, ValueMismatch)
         assert world.journal.seq_next == before
         with pytest.raises(UsageError):
             world.send("demo/Nope@1", {})

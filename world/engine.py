@@ -8,6 +8,10 @@ so what a cycle sees is fixed at its start (beat N's inputs; their effects show 
 
 The wakeup descriptor is the read end of a non-blocking pipe: ``push`` writes a byte, the
 loop drains it. ``loop.add_reader(engine.wakeup_fd, ...)`` integrates with asyncio.
+
+Each pushed event is judged on its own: one that fails normalisation is reported (to
+``on_reject`` and in ``rejected``, the last ``REJECTED_KEPT``) and left out; the good ones of the
+same cycle go on as one batch.
 """
 
 from __future__ import annotations
@@ -16,20 +20,32 @@ import contextlib
 import os
 import queue
 import select
+from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
-from air.errors import UsageError
-from world.world import World
+from air.errors import UsageError, WorldError
+from world.world import EventRejected, World
 
-__all__ = ["TICKS_PER_CYCLE_MAX", "Engine"]
+__all__ = ["REJECTED_KEPT", "TICKS_PER_CYCLE_MAX", "Engine", "Rejected"]
 
 TICKS_PER_CYCLE_MAX: Final = 1024
+REJECTED_KEPT: Final = 1000
+
+Rejected = tuple[str, Any, WorldError]
 
 
 class Engine:
-    def __init__(self, world: World, ticks_per_cycle_max: int = TICKS_PER_CYCLE_MAX) -> None:
+    def __init__(
+        self,
+        world: World,
+        ticks_per_cycle_max: int = TICKS_PER_CYCLE_MAX,
+        on_reject: Callable[[str, Any, WorldError], None] | None = None,
+    ) -> None:
         self.world = world
         self.ticks_per_cycle_max = ticks_per_cycle_max
+        self.on_reject = on_reject
+        self.rejected: deque[Rejected] = deque(maxlen=REJECTED_KEPT)
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
@@ -62,8 +78,16 @@ class Engine:
         batch = []
         while not self._inbox.empty():
             batch.append(self._inbox.get_nowait())
-        if batch:
-            self.world.send_many(batch)
+        while batch:
+            try:
+                self.world.send_many(batch)
+            except EventRejected as exc:
+                schema, value = batch.pop(exc.index)
+                self.rejected.append((schema, value, exc.cause))
+                if self.on_reject is not None:
+                    self.on_reject(schema, value, exc.cause)
+                continue
+            break
         return self.world.step(self.ticks_per_cycle_max) if not self.world.kernel.idle() else 0
 
     def _drain_wakeups(self) -> None:

@@ -85,6 +85,7 @@ __all__ = [
     "SNAPSHOT_DIRTY_MAX",
     "CellView",
     "CheckpointAhead",
+    "EventRejected",
     "GenesisMismatch",
     "Interrupted",
     "NotAWorld",
@@ -154,6 +155,18 @@ class WorldStale(WorldError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"this world handle stopped after an error ({reason}); open it again")
+
+
+class EventRejected(WorldError):
+    """Event ``index`` of a batch (``where``: e.g. ``events.jsonl:12``) failed normalisation;
+    nothing of the batch was journaled. ``cause`` is the error it failed with."""
+
+    def __init__(self, index: int, cause: WorldError, where: str = "") -> None:
+        self.index = index
+        self.cause = cause
+        self.where = where or f"event {index}"
+        self.code = getattr(cause, "code", None) or type(cause).__name__
+        super().__init__(f"{self.where}: {cause}")
 
 
 @dataclass(frozen=True)
@@ -407,15 +420,21 @@ class World:
 
     def send(self, schema: str, value: Any) -> int:
         """Normalise, journal and route one event from outside; durable on return."""
-        return self.send_many([(schema, value)])[0]
+        try:
+            return self.send_many([(schema, value)])[0]
+        except EventRejected as exc:
+            raise exc.cause from None
 
     def send_many(self, events: Iterable[tuple[str, Any]]) -> list[int]:
         """All events are normalised first (nothing is journaled if one is bad), then one commit:
         on return all are durable; on an error none is."""
         self._writable()
-        encoded = [
-            (schema, *self.kernel.normalise_event(schema, value)) for schema, value in events
-        ]
+        encoded = []
+        for index, (schema, value) in enumerate(events):
+            try:
+                encoded.append((schema, *self.kernel.normalise_event(schema, value)))
+            except WorldError as exc:
+                raise EventRejected(index, exc) from exc
         self.kernel.consistent = False
         seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
         self.kernel.consistent = True

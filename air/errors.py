@@ -25,7 +25,13 @@
     │   └── JournalWriteFailed(..., rolled_back)  a journal commit failed; nothing of it is kept
     ├── StoreDamaged(path, reason)                a derived file (checkpoint, index, state) is
     │                                             missing or damaged; rebuilt from the journal
-    └── UsageError(detail)                        bad input from a user of the API/CLI
+    └── UsageError(detail)                        bad input from a user of the API/CLI; raised
+        │                                         as one of its subclasses:
+        ├── UnknownName(kind, name, known)        an unknown schema, reducer, route, backend
+        ├── InvalidArgument(name, value, reason)  an argument outside its domain
+        ├── WrongMode(operation, mode)            e.g. a write to a read-only handle
+        ├── KeyMismatch(reducer, keyed)           a key for a non-keyed reducer, or none for a keyed one
+        └── InputFileError(path, reason)          an input file unreadable, empty or of the wrong kind
 
 Fields are structured; messages are derived from them. Tests assert on type and fields.
 """
@@ -40,15 +46,20 @@ __all__ = [
     "Diagnostic",
     "ExprError",
     "HashMismatch",
+    "InputFileError",
+    "InvalidArgument",
     "JournalWriteFailed",
     "JsonError",
+    "KeyMismatch",
     "LimitExceeded",
     "ManifestError",
     "StorageError",
     "StoreDamaged",
+    "UnknownName",
     "UsageError",
     "ValueMismatch",
     "WorldError",
+    "WrongMode",
 ]
 
 
@@ -168,6 +179,58 @@ class JournalWriteFailed(StorageError):
 class StoreDamaged(WorldError):
     """A derived file (checkpoint, index, shard, cell state, snapshot) is missing or damaged.
     The journal is the source of truth, so the world rebuilds from it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class UnknownName(UsageError):
+    """``name`` is not a known ``kind`` (``schema``, ``reducer``, ``route``, ``backend``, ...);
+    ``known`` lists the names that are (possibly shortened)."""
+
+    def __init__(self, kind: str, name: str, known: list[str] | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = list(known or [])
+        hint = f"; known: {', '.join(self.known[:20])}" if self.known else ""
+        super().__init__(f"unknown {kind} {name}{hint}")
+
+
+class InvalidArgument(UsageError):
+    """Argument ``name`` has a value outside its domain (``reason`` says what is allowed)."""
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        self.name = name
+        self.value = repr(value) if not isinstance(value, str | int) else value
+        self.reason = reason
+        super().__init__(f"{name}: {reason} (got {self.value!r})")
+
+
+class WrongMode(UsageError):
+    """``operation`` is not allowed while the object is in ``mode`` (``read-only``,
+    ``closed``, ``failed``, ``not started``, ...)."""
+
+    def __init__(self, operation: str, mode: str) -> None:
+        self.operation = operation
+        self.mode = mode
+        super().__init__(f"cannot {operation}: {mode}")
+
+
+class KeyMismatch(UsageError):
+    """A key was given for a non-keyed reducer (``keyed`` False) or none for a keyed one."""
+
+    def __init__(self, reducer: str, keyed: bool) -> None:
+        self.reducer = reducer
+        self.keyed = keyed
+        super().__init__(
+            f"{reducer} is keyed: give a key" if keyed else f"{reducer} is not keyed: give no key"
+        )
+
+
+class InputFileError(UsageError):
+    """An input file (``path``) cannot be used: unreadable, empty, or not what was expected."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path

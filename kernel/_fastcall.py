@@ -156,7 +156,8 @@ def _addr(obj: Any) -> int:
 
 def _ptr_value(pointer: Any) -> int:
     value = ctypes.cast(pointer, ctypes.c_void_p).value
-    assert value is not None
+    if value is None:
+        raise WasmCallError(None, "wasmtime returned a null pointer")
     return value
 
 

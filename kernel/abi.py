@@ -30,7 +30,7 @@ from typing import Any, Final
 import cbor2
 
 from air import cbor
-from air.errors import CborError, UsageError, ValueMismatch, WorldError
+from air.errors import CborError, InvalidArgument, ValueMismatch, WorldError
 
 __all__ = [
     "ABI_VERSION",
@@ -130,7 +130,7 @@ def _check_input_types(*args: object) -> None:
         return
     for (name, kinds), value in zip(_INPUT_TYPES.items(), args, strict=True):
         if type(value) not in kinds:
-            raise UsageError(f"{name} must be one of {kinds}, not {type(value).__name__}")
+            raise InvalidArgument(name, type(value).__name__, f"must be one of {kinds}")
 
 
 def encode_input(
@@ -150,7 +150,7 @@ def encode_input(
     if extra_ctx:
         clash = _CTX_RESERVED.intersection(extra_ctx)
         if clash:
-            raise UsageError(f"extra_ctx may not set {sorted(clash)}")
+            raise InvalidArgument("extra_ctx", sorted(clash), "may not set reserved fields")
         envelope = {
             "version": ABI_VERSION,
             "state": state_cbor,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from air import cbor
-from air.errors import CborError, HashMismatch, UsageError, WorldError
+from air.errors import CborError, HashMismatch, InvalidArgument, UsageError, WorldError
 
 __all__ = [
     "INDEX_SHARD_BITS",
@@ -103,7 +103,7 @@ def check_module(module: str) -> None:
     """Reducers are named by their module hash as 64 lowercase hex; anything else is refused
     (it becomes a directory name in the file backend)."""
     if len(module) != 2 * HASH_BYTES or module.strip("0123456789abcdef"):
-        raise UsageError(f"module must be 64 lowercase hex, got {module!r}")
+        raise InvalidArgument("module", module, "must be 64 lowercase hex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +123,11 @@ class CellEntry:
 
     def __post_init__(self) -> None:
         if len(self.state_hash) != HASH_BYTES or len(self.manifest_hash) != HASH_BYTES:
-            raise UsageError("state_hash and manifest_hash must be raw 32-byte hashes")
+            raise InvalidArgument(
+                "state_hash/manifest_hash", len(self.state_hash), "must be raw 32-byte hashes"
+            )
         if self.size < 0 or self.last_active < 0:
-            raise UsageError("size and last_active must be non-negative")
+            raise InvalidArgument("size/last_active", self.size, "must be non-negative")
 
     @classmethod
     def of(
@@ -174,7 +176,9 @@ def check_put(key_hash: bytes, entry: CellEntry, state_cbor: bytes) -> None:
     if actual_state != entry.state_hash:
         raise HashMismatch(cbor.raw_to_hash(entry.state_hash), cbor.raw_to_hash(actual_state))
     if entry.size != len(state_cbor):
-        raise UsageError(f"entry size {entry.size} but state is {len(state_cbor)} bytes")
+        raise InvalidArgument(
+            "entry.size", entry.size, f"must equal the state's {len(state_cbor)} bytes"
+        )
 
 
 def encode_shard(entries: Mapping[bytes, CellEntry]) -> bytes:

@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 import cbor2
 
 from air import cbor
-from air.errors import CborError, LimitExceeded, UsageError, ValueMismatch, WorldError
+from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, WorldError
 from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
@@ -161,9 +161,9 @@ class Kernel:
     def normalise_event(self, schema: str, value: Any) -> tuple[bytes, Any]:
         """Normalise an outside value (either lens) by its schema: (canonical CBOR, value)."""
         if schema not in self.air.schemas:
-            raise UsageError(f"unknown event schema {schema}")
+            raise UnknownName("event schema", schema, sorted(self._routes))
         if schema not in self._routes:
-            raise UsageError(f"no route for {schema}; the manifest routes {sorted(self._routes)}")
+            raise UnknownName("route for", schema, sorted(self._routes))
         normalised = normalise(Ref(schema), value, self.air.schemas)
         return cbor.dumps(normalised), normalised
 

@@ -41,7 +41,7 @@ from typing import Final, Literal
 import wasmtime
 
 from air.cbor import content_hash, digest
-from air.errors import HashMismatch, UsageError, WorldError
+from air.errors import HashMismatch, InvalidArgument, UnknownName, WorldError, WrongMode
 from kernel import _fastcall
 from kernel._engine import (
     POOL_MEMORY_BYTES_MAX,
@@ -151,12 +151,18 @@ class HostLimits:
         for name in ("fuel_per_step", "memory_bytes_max", "output_bytes_max", "table_elements_max"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise UsageError(f"HostLimits.{name} must be a positive int, not {value!r}")
+                raise InvalidArgument(f"HostLimits.{name}", value, "must be a positive int")
         if self.memory_bytes_max > POOL_MEMORY_BYTES_MAX:
-            raise UsageError(f"HostLimits.memory_bytes_max may be at most {POOL_MEMORY_BYTES_MAX}")
+            raise InvalidArgument(
+                "HostLimits.memory_bytes_max",
+                self.memory_bytes_max,
+                f"may be at most {POOL_MEMORY_BYTES_MAX}",
+            )
         if self.table_elements_max > POOL_TABLE_ELEMENTS_MAX:
-            raise UsageError(
-                f"HostLimits.table_elements_max may be at most {POOL_TABLE_ELEMENTS_MAX}"
+            raise InvalidArgument(
+                "HostLimits.table_elements_max",
+                self.table_elements_max,
+                f"may be at most {POOL_TABLE_ELEMENTS_MAX}",
             )
 
 
@@ -174,9 +180,9 @@ class Reducer:
     def call(self, input_cbor: bytes) -> bytes:
         """Run one step on ``input_cbor``; return the raw output bytes (size-limited)."""
         if not isinstance(input_cbor, bytes):
-            raise UsageError(f"input must be bytes, not {type(input_cbor).__name__}")
+            raise InvalidArgument("input_cbor", type(input_cbor).__name__, "must be bytes")
         if len(input_cbor) + _RETPTR_PAD > _U32_MAX:
-            raise UsageError("input does not fit a 32-bit address space")
+            raise InvalidArgument("input_cbor", len(input_cbor), "must fit a 32-bit address space")
         session = self._session
         opened = False
         try:
@@ -259,14 +265,14 @@ def _unframe(framed: bytes) -> bytes | None:
 
 def _resolve_backend(requested: BackendChoice) -> tuple[Backend, str]:
     if requested not in ("auto", "fast", "public"):
-        raise UsageError(f"unknown backend {requested!r}")
+        raise UnknownName("backend", str(requested), ["auto", "fast", "public"])
     if requested == "public":
         return "public", "requested"
     reason = _fastcall.unavailable_reason()
     if reason is None:
         return "fast", "pinned wasmtime internals present"
     if requested == "fast":
-        raise UsageError(f"the fast backend is unavailable: {reason}")
+        raise WrongMode("use the fast backend", f"unavailable: {reason}")
     return "public", reason
 
 
@@ -298,7 +304,7 @@ class ReducerHost:
     def load(self, wasm_bytes: bytes, *, expected_hash: str | None = None) -> Reducer:
         """Load (or return the already loaded) module; check it against ``expected_hash``."""
         if not isinstance(wasm_bytes, bytes):
-            raise UsageError(f"wasm must be bytes, not {type(wasm_bytes).__name__}")
+            raise InvalidArgument("wasm_bytes", type(wasm_bytes).__name__, "must be bytes")
         module_hash = content_hash(wasm_bytes)
         if expected_hash is not None and expected_hash != module_hash:
             raise HashMismatch(expected_hash, module_hash)
@@ -309,7 +315,8 @@ class ReducerHost:
         module = self._module(module_hash, wasm_bytes)
         limits = (self.limits.memory_bytes_max, self.limits.table_elements_max)
         session_type = _fastcall.FastSession if self.backend == "fast" else PublicSession
-        assert info.step_abi is not None
+        if info.step_abi is None:  # inspect_wasm reports this as a problem; never trust that alone
+            raise ReducerLoadError(module_hash, "export_missing", "no usable step export")
         reducer = Reducer(
             module_hash,
             info.step_abi,

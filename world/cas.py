@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from air import cbor
-from air.errors import HashMismatch, UsageError
+from air.errors import HashMismatch, WrongMode
 from kernel.cells import ObjectMissing
 from world import fileio
 from world.fsutil import atomic_write, fsync_dir
@@ -55,7 +55,7 @@ class FileCas:
 
     def put(self, data: bytes) -> str:
         if self.readonly:
-            raise UsageError("the content store is open read-only")
+            raise WrongMode("put into the content store", "open read-only")
         address = cbor.content_hash(data)
         path = self.path_of(address)
         try:

@@ -65,7 +65,7 @@ from typing import Any, Final
 import cbor2
 
 from air import cbor
-from air.errors import CborError, StoreDamaged, UsageError, WorldError
+from air.errors import CborError, StoreDamaged, WorldError, WrongMode
 from kernel.cells import (
     INDEX_SHARD_BITS,
     SHARD_CACHE_ENTRIES_MAX,
@@ -329,7 +329,7 @@ class FileCellStore:
     def flush(self, checkpoint_cbor: bytes = b"") -> None:
         """Make every put and delete durable, with ``checkpoint_cbor``, as one commit."""
         if self.readonly:
-            raise UsageError("the cell store is open read-only")
+            raise WrongMode("flush the cell store", "open read-only")
         if self._failed:
             raise StoreFailed(self._layout.root)
         plans = [self._plan(name, mod) for name, mod in self._mods.items() if mod.dirty]

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from air.errors import UsageError, WorldError
+from air.errors import WorldError, WrongMode
 from world.world import EventRejected, World
 
 __all__ = ["REJECTED_KEPT", "TICKS_PER_CYCLE_MAX", "Engine", "Rejected"]
@@ -64,14 +64,14 @@ class Engine:
 
     def start(self) -> None:
         if self._running:
-            raise UsageError("engine already started")
+            raise WrongMode("start the engine", "already started")
         self._running = True
 
     def process_one_cycle(self, max_wait: float = 0.0) -> int:
         """Ingest pushed events, run ticks; wait up to ``max_wait`` s when there is nothing to do.
         Returns the number of steps run."""
         if not self._running:
-            raise UsageError("call start() first")
+            raise WrongMode("process a cycle", "not started; call start() first")
         if self.world.kernel.idle() and self._inbox.empty() and max_wait > 0:
             select.select([self._read_fd], [], [], max_wait)
         self._drain_wakeups()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from air.errors import UsageError
+from air.errors import InvalidArgument
 from kernel.modcache import CACHE_KEY_RE
 from world import fileio
 from world.fsutil import StrPath, atomic_write
@@ -32,7 +32,7 @@ class FileModuleCache:
 
     def _path(self, key: str) -> Path:
         if not isinstance(key, str) or not CACHE_KEY_RE.fullmatch(key):
-            raise UsageError(f"not a module cache key: {key!r}")
+            raise InvalidArgument("key", key, "must be a module cache key")
         return self.directory / key
 
     def get(self, key: str) -> bytes | None:

@@ -60,11 +60,14 @@ from air import cbor
 from air.errors import (
     CborError,
     HashMismatch,
+    InvalidArgument,
+    KeyMismatch,
     LimitExceeded,
     StorageError,
     StoreDamaged,
-    UsageError,
+    UnknownName,
     WorldError,
+    WrongMode,
 )
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from air.types import Ref
@@ -233,7 +236,7 @@ class World:
         air = load_air(sources, read_wasm, inspect_wasm)
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
-            raise UsageError(f"modules without a wasm binary cannot run: {', '.join(missing)}")
+            raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
         parent = path.absolute().parent
         fileio.mkdir(parent, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.init-", dir=parent))
@@ -407,7 +410,7 @@ class World:
 
     def _writable(self) -> None:
         if self.readonly:
-            raise UsageError("this world is open read-only")
+            raise WrongMode("change the world", "open read-only")
         if self.stale is not None:
             raise WorldStale(self.stale)
 
@@ -499,7 +502,7 @@ class World:
         The journal is committed first, so the checkpoint is never ahead of it."""
         self._writable()
         if not isinstance(self.store, FileCellStore):
-            raise UsageError("this world's store is in memory")
+            raise WrongMode("checkpoint", "the store was rebuilt in memory")
         seq_next = self._commit()
         address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
         self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
@@ -514,15 +517,13 @@ class World:
         self._module(reducer)
         key_type = self.air.key_types.get(reducer)
         if key_type is None:
-            raise UsageError(f"{reducer} is not keyed")
+            raise KeyMismatch(reducer, keyed=False)
         return cbor.dumps(normalise(key_type, key, self.air.schemas))
 
     def _module(self, reducer: str) -> Any:
         module = self.air.modules.get(reducer)
         if module is None:
-            raise UsageError(
-                f"unknown reducer {reducer}; this world has {', '.join(sorted(self.air.modules))}"
-            )
+            raise UnknownName("reducer", reducer, sorted(self.air.modules))
         return module
 
     def state(self, reducer: str, key: Any = None) -> Any:
@@ -530,7 +531,7 @@ class World:
         module = self._module(reducer)
         keyed = module.key_schema is not None
         if keyed and key is None:
-            raise UsageError(f"{reducer} is keyed: give a key")
+            raise KeyMismatch(reducer, keyed=True)
         key_cbor = self.key_cbor(reducer, key) if keyed else None
         raw = self._read(lambda: self.kernel.state_of(reducer, key_cbor))
         if raw is None:

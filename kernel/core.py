@@ -226,8 +226,15 @@ class Kernel:
                 raise
             kind, body = "step.failed", self._failure_body(entity, delivery, exc)
         subject = self._entity_subject(entity, kind)
-        seq = self._record(kind, subject, body, expected)
+        appended_before = self.journal.seq_next
         self.consistent = False
+        try:
+            seq = self._record(kind, subject, body, expected)
+        except BaseException:
+            # Trusted again only if the record did not get in; otherwise the journal now holds
+            # a step whose delivery is still queued, and memory must not be checkpointed.
+            self.consistent = self.journal.seq_next == appended_before
+            raise
         self.scheduler.consume()
         self.steps_total += 1
         if out is None:
@@ -393,6 +400,10 @@ class Kernel:
 
     def module_hash(self, reducer: str) -> str:
         return self._module_hash[reducer]
+
+    def module_hashes(self) -> list[str]:
+        """Every reducer's module hash (hex), in reducer-name order."""
+        return [self._module_hash[name] for name in sorted(self._module_hash)]
 
     def snapshot_obj(self, seq_next: int) -> dict[str, Any]:
         return {

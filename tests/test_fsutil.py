@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from air.errors import WorldError
+from air.errors import StorageError, WorldError
 from world import fsutil
 from world.fsutil import WorldLocked, atomic_write, lock_world, sync_paths, write_unsynced
 
@@ -60,7 +60,7 @@ def test_a_failed_atomic_write_keeps_the_old_content_and_leaves_no_temp_file(
         raise OSError(5, "simulated I/O error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError):
         atomic_write(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.cbor"]

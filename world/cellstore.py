@@ -213,16 +213,31 @@ def _decode_checkpoint(data: bytes) -> _Checkpoint:
         or obj.get("format") != _FORMAT
         or not isinstance(obj.get("checkpoint"), bytes)
         or not isinstance(obj.get("modules"), dict)
+        or not obj.keys() <= {"format", "checkpoint", "modules", "digest"}
     ):
         raise CborError("/", "checkpoint.format", "not a format-1 cell checkpoint")
     for module, root in obj["modules"].items():
         if not isinstance(module, str) or not isinstance(root, bytes) or len(root) != 32:
             raise CborError(f"/modules/{module}", "checkpoint.format", "bad module root")
+    # Checkpoints written before the digest existed have none; every new one does.
+    if "digest" in obj and obj["digest"] != _checkpoint_digest(obj["checkpoint"], obj["modules"]):
+        raise CborError("/digest", "checkpoint.digest", "checkpoint does not match its digest")
     return _Checkpoint(data, obj["checkpoint"], dict(obj["modules"]))
 
 
+def _checkpoint_digest(meta: bytes, roots: dict[str, bytes]) -> bytes:
+    return cbor.digest(cbor.dumps({"format": _FORMAT, "checkpoint": meta, "modules": roots}))
+
+
 def _encode_checkpoint(meta: bytes, roots: dict[str, bytes]) -> bytes:
-    return cbor.dumps({"format": _FORMAT, "checkpoint": meta, "modules": roots})
+    return cbor.dumps(
+        {
+            "format": _FORMAT,
+            "checkpoint": meta,
+            "modules": roots,
+            "digest": _checkpoint_digest(meta, roots),
+        }
+    )
 
 
 def _unpack_records(data: bytes) -> Iterator[tuple[bytes, bytes, bytes]]:
@@ -308,6 +323,14 @@ class FileCellStore:
 
     def last_checkpoint(self) -> bytes:
         return self._cp.meta
+
+    def checkpoint_modules(self) -> list[str]:
+        """The modules (hex) the committed checkpoint holds cells for."""
+        return sorted(self._cp.roots)
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self._layout.checkpoint
 
     # -- writes (memory only until flush) ------------------------------------------------
 

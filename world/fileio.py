@@ -11,6 +11,10 @@ A test installs one with ``fault_hook(fn)``: ``fn(op, path)`` may count the oper
 Modes: files are created ``0600`` and directories ``0700`` whatever the umask (a world holds
 its owner's data; ``umask 000`` must not make it world-writable).
 
+Every ``OSError`` (from the OS or from the hook) leaves these functions as
+``air.errors.StorageError(path, operation, errno_name, detail)``: callers and the CLI handle one
+error type with fields, and ``operation`` names the OS operation that failed.
+
 Reads do not go through the hook: a read that fails is reported where it happens, and the
 durability argument is about writes. Not here: what the files mean (callers decide).
 """
@@ -18,15 +22,19 @@ durability argument is about writes. Not here: what the files mean (callers deci
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterator
 from typing import Final, TypeAlias
+
+from air.errors import StorageError
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "FaultHook",
     "StrPath",
+    "as_storage_error",
     "create",
     "fault_hook",
     "fdatasync",
@@ -35,6 +43,7 @@ __all__ = [
     "mkdir",
     "open_append",
     "replace",
+    "storage_errors",
     "sync",
     "truncate",
     "unlink",
@@ -66,13 +75,27 @@ def _check(op: str, path: StrPath) -> None:
         _hook(op, os.fspath(path))
 
 
+@contextlib.contextmanager
+def _op(op: str, path: StrPath) -> Iterator[None]:
+    """Run one durable operation: the hook first, then the body; an ``OSError`` from either
+    leaves as ``StorageError(path, op, errno name, text)``."""
+    try:
+        _check(op, path)
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise as_storage_error(exc, op) from exc
+
+
 def create(path: StrPath, *, exclusive: bool = False) -> int:
     """Open ``path`` for writing, creating it ``0600`` and truncating it; return the fd."""
-    _check("create", path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     if exclusive:
         flags |= os.O_EXCL
-    return os.open(path, flags, FILE_MODE)
+    with _op("create", path):
+        fd = os.open(path, flags, FILE_MODE)
+    return fd
 
 
 def open_append(path: StrPath) -> int:
@@ -82,72 +105,89 @@ def open_append(path: StrPath) -> int:
 
 def write(fd: int, data: bytes, path: StrPath) -> None:
     """Write all of ``data`` to ``fd`` (``path`` names it for the hook and for errors)."""
-    _check("write", path)
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    with _op("write", path):
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def fsync(fd: int, path: StrPath) -> None:
-    _check("fsync", path)
-    os.fsync(fd)
+    with _op("fsync", path):
+        os.fsync(fd)
 
 
 def fdatasync(fd: int, path: StrPath) -> None:
     """``fdatasync`` where the OS has it (it covers the file size), else ``fsync``."""
-    _check("fdatasync", path)
-    getattr(os, "fdatasync", os.fsync)(fd)
+    with _op("fdatasync", path):
+        getattr(os, "fdatasync", os.fsync)(fd)
 
 
 def fsync_dir(path: StrPath) -> None:
     """Make the directory entries of ``path`` (creations, renames, unlinks) durable."""
-    _check("fsync_dir", path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with _op("fsync_dir", path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def replace(source: StrPath, target: StrPath) -> None:
-    _check("replace", target)
-    os.replace(source, target)
+    with _op("replace", target):
+        os.replace(source, target)
 
 
 def truncate(path: StrPath, size: int) -> None:
     """Cut ``path`` to ``size`` bytes and make that durable."""
-    _check("truncate", path)
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with _op("truncate", path):
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def unlink(path: StrPath, *, missing_ok: bool = False) -> None:
-    _check("unlink", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
+    with _op("unlink", path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
 
 
 def mkdir(path: StrPath, *, parents: bool = False, exist_ok: bool = False) -> None:
     """Create a ``0700`` directory (and its parents, also ``0700``, with ``parents``)."""
-    _check("mkdir", path)
-    try:
-        if parents:
-            os.makedirs(path, DIR_MODE, exist_ok=exist_ok)
-        else:
-            os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        if not (exist_ok and os.path.isdir(path)):
-            raise
+    target = os.fspath(path)
+    head = os.path.dirname(target)
+    if parents and head and not os.path.isdir(head):
+        # Not os.makedirs: it creates the intermediate folders with the umask's mode.
+        mkdir(head, parents=True, exist_ok=True)
+    with _op("mkdir", path):
+        try:
+            os.mkdir(target, DIR_MODE)
+        except FileExistsError:
+            if not (exist_ok and os.path.isdir(target)):
+                raise
 
 
 def sync() -> None:
     """``sync()``: flush every file system (cheaper than many fsyncs; see ``world.fsutil``)."""
-    _check("sync", "/")
-    os.sync()
+    with _op("sync", "/"):
+        os.sync()
+
+
+def as_storage_error(exc: OSError, operation: str) -> StorageError:
+    """``exc`` as a ``StorageError`` with fields (path, operation, errno name)."""
+    name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+    return StorageError(os.fspath(exc.filename or "?"), operation, name, exc.strerror or str(exc))
+
+
+@contextlib.contextmanager
+def storage_errors(operation: str) -> Iterator[None]:
+    """``with storage_errors("snapshot"):`` raises any ``OSError`` inside as ``StorageError``."""
+    try:
+        yield
+    except OSError as exc:
+        raise as_storage_error(exc, operation) from exc

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from air.errors import InvalidArgument
+from air.errors import InvalidArgument, StorageError
 from kernel.modcache import CACHE_KEY_RE
 from world import fileio
 from world.fsutil import StrPath, atomic_write
@@ -50,5 +50,5 @@ class FileModuleCache:
         try:
             fileio.mkdir(self.directory, parents=True, exist_ok=True)
             atomic_write(path, bytes(data))
-        except OSError:
+        except (OSError, StorageError):
             return

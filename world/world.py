@@ -237,24 +237,33 @@ class World:
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
             raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+        with fileio.storage_errors("init"):
+            return cls._place(path, air, sources, limits or KernelLimits())
+
+    @classmethod
+    def _place(
+        cls, path: Path, air: LoadedAir, sources: list[AirSource], limits: KernelLimits
+    ) -> World:
+        """Build the world in a hidden sibling folder, then rename it to ``path``."""
         parent = path.absolute().parent
         fileio.mkdir(parent, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.init-", dir=parent))
+        placed = False
+        lock: WorldLock | None = None
         try:
             lock = _build_world(staging, air, sources)
-            try:
-                if path.exists():
-                    path.rmdir()  # empty (checked above); rename cannot replace it otherwise
-                fileio.replace(staging, path)
-                fileio.fsync_dir(parent)
-            except BaseException:
-                lock.release()
-                raise
+            if path.exists():
+                path.rmdir()  # empty (checked above); rename cannot replace it otherwise
+            fileio.replace(staging, path)
+            placed = True
+            fileio.fsync_dir(parent)
+            return cls(path, air, lock, limits)
         except BaseException:
-            _remove_tree(staging)
+            # All or nothing: a failed init leaves neither a world nor a lock behind.
+            if lock is not None:
+                lock.release()
+            _remove_tree(path if placed else staging)
             raise
-        world = cls(path, air, lock, limits or KernelLimits())
-        return world
 
     @classmethod
     def create_from_world_air(
@@ -280,9 +289,10 @@ class World:
         for attempt in range(READER_RETRIES_MAX + 1):
             lock = lock_world(path, "read" if readonly else "write")
             try:
-                air = _load_world_air(path)
-                world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
-                world._recover()
+                with fileio.storage_errors("open"):
+                    air = _load_world_air(path)
+                    world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
+                    world._recover()
             except _CheckpointMoved:
                 lock.release()
                 if attempt == READER_RETRIES_MAX:
@@ -308,6 +318,14 @@ class World:
         checkpoint = self.store.last_checkpoint()
         if not checkpoint:
             return 0
+        if isinstance(self.store, FileCellStore):
+            ours = set(self.kernel.module_hashes())
+            strangers = [m for m in self.store.checkpoint_modules() if m not in ours]
+            if strangers:
+                raise StoreDamaged(
+                    self.store.checkpoint_path,
+                    f"holds cells of module {strangers[0]}, which this world does not have",
+                )
         address = ""
         try:
             address = cbor.raw_to_hash(cbor.loads(checkpoint)["snapshot"])
@@ -317,7 +335,7 @@ class World:
                 raise CheckpointAhead(seq_from, self.journal.seq_next)
             self.kernel.restore(snap)
         except (ObjectMissing, HashMismatch, CborError, KeyError, TypeError, ValueError) as exc:
-            where = str(self.cas.path_of(address)) if address else "state/reducers/checkpoint.cbor"
+            where = str(self.cas.path_of(address)) if address else str(self.path / "state")
             raise StoreDamaged(where, f"snapshot object unusable: {exc}") from exc
         self._checkpoint_seq = seq_from
         return int(seq_from)
@@ -352,8 +370,9 @@ class World:
             self.store = MemoryCellStore()
         else:
             self.journal.commit()
-            _discard_store(self.path)
-            self.store = FileCellStore(self.path)
+            with fileio.storage_errors("rebuild"):
+                _discard_store(self.path)
+                self.store = FileCellStore(self.path)
         self.kernel = Kernel(self.air, self.journal, self.store, self._runner, self.limits)
         self._checkpoint_seq = 0
         for record in self.journal.read(0):
@@ -463,6 +482,7 @@ class World:
         rebuilt = False
         while ticks is None or ran < ticks:
             if self._interrupt:
+                self._interrupt = False
                 self._after_steps()
                 raise Interrupted(self.journal.seq_next)
             try:
@@ -504,11 +524,12 @@ class World:
         if not isinstance(self.store, FileCellStore):
             raise WrongMode("checkpoint", "the store was rebuilt in memory")
         seq_next = self._commit()
-        address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
-        self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
-        self._checkpoint_seq = seq_next
-        fileio.mkdir(self.path / "snapshots", exist_ok=True)
-        atomic_write(self.path / "snapshots" / "latest", address.encode())
+        with fileio.storage_errors("checkpoint"):
+            address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
+            self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
+            self._checkpoint_seq = seq_next
+            fileio.mkdir(self.path / "snapshots", exist_ok=True)
+            atomic_write(self.path / "snapshots" / "latest", address.encode())
         return address
 
     # --- reading ----------------------------------------------------------------------------

@@ -26,6 +26,9 @@ because the writer must be able to read what it has just written (a step's outpu
 tick commits); pass ``committed_only=True`` to stop at the durable horizon, e.g. before sending
 an intent to the outside world. Records appended after ``read`` is called are not yielded by it.
 ``close`` does not commit: uncommitted records are dropped, exactly as a crash would drop them.
+A ``commit`` that fails (``air.errors.JournalWriteFailed``) drops the records it was committing
+(``seq_next`` falls back to ``seq_next_committed``): with ``rolled_back`` none of them is durable
+and the journal goes on; without, it could not make sure and refuses writes until reopened.
 
 What this module does not do: files, locking, or deciding which records the kernel writes.
 ``MemoryJournal`` keeps payload bytes, not live objects, so a body mutated after ``append``
@@ -46,9 +49,11 @@ from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError, WorldError
 
 __all__ = [
+    "PROBLEM_REASONS",
     "RECORD_BYTES_MAX",
     "Journal",
     "JournalCorrupt",
+    "JournalProblem",
     "JournalRecord",
     "MemoryJournal",
     "SubjectPattern",
@@ -85,13 +90,70 @@ _KIND_RE: Final = re.compile(r"[a-z][a-z0-9_.-]*")
 _ENCODED_CACHE_MAX: Final = 4096
 
 
+PROBLEM_REASONS: Final = frozenset(
+    {
+        "torn_tail",
+        "short_header",
+        "short_payload",
+        "header_checksum",
+        "payload_checksum",
+        "seq_mismatch",
+        "segment_gap",
+        "segment_header",
+        "record_decode",
+    }
+)
+"""Every ``JournalProblem.reason``. ``torn_tail``: the last write is incomplete (open drops it;
+never raised). A frame cut short in an earlier segment: ``short_header`` (fewer bytes than a
+frame header), ``short_payload`` (its length runs past the end). Checksums: ``header_checksum``
+(the frame header's own CRC), ``payload_checksum``. Sequence: ``seq_mismatch`` (a frame holds
+another seq), ``segment_gap`` (a segment does not start where the one before ended). Header:
+``segment_header`` (not a journal segment, or one of another format or first seq). Decode:
+``record_decode`` (intact bytes that are not a canonical record; strict checks only).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalProblem:
+    """One bad place in a journal, as opening, reading, ``verify`` and ``repair`` describe it.
+
+    ``segment`` is the segment file name, ``offset`` the byte offset of the bad frame (or ``0``
+    for the segment header), ``seq`` the sequence number expected there (``None`` when unknown),
+    ``reason`` one of ``PROBLEM_REASONS``, ``detail`` free text for humans. ``describe`` is the
+    one line every surface prints (``JournalCorrupt``'s message, ``world info``'s open error,
+    ``world journal verify``); ``as_json`` is ``{segment, offset, seq, reason, detail}``.
+    """
+
+    segment: str
+    offset: int
+    seq: int | None
+    reason: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        seq = "" if self.seq is None else f", seq {self.seq}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.segment} at offset {self.offset}{seq}: {self.reason}{detail}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "segment": self.segment,
+            "offset": self.offset,
+            "seq": self.seq,
+            "reason": self.reason,
+            "detail": self.detail,
+        }
+
+    def error(self) -> JournalCorrupt:
+        return JournalCorrupt(self.segment, self.offset, self.seq, self.reason, self.detail)
+
+
 class JournalCorrupt(WorldError):
     """A record inside the journal is bad, so the journal refuses to open or read on.
 
-    ``segment`` is the segment file name, ``offset`` the byte offset of the bad frame (or of the
-    segment header) in it, ``seq`` the sequence number expected there (``None`` when unknown),
-    ``reason`` a stable code (``"payload_checksum"``, ``"seq_mismatch"``, ...), ``detail`` free
-    text for humans.
+    The fields are a ``JournalProblem``'s (``problem`` gives it back): ``segment``, ``offset``,
+    ``seq`` (``None`` when unknown), ``reason`` (one of ``PROBLEM_REASONS``), ``detail``. The
+    message is ``"journal corrupt: " + problem.describe()``.
     """
 
     def __init__(
@@ -102,8 +164,11 @@ class JournalCorrupt(WorldError):
         self.seq = seq
         self.reason = reason
         self.detail = detail
-        where = f"{segment}@{offset}" + ("" if seq is None else f" (seq {seq})")
-        super().__init__(f"journal corrupt at {where}: {reason}{': ' + detail if detail else ''}")
+        super().__init__(f"journal corrupt: {self.problem.describe()}")
+
+    @property
+    def problem(self) -> JournalProblem:
+        return JournalProblem(self.segment, self.offset, self.seq, self.reason, self.detail)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,15 @@ read, atomic and idempotent puts."""
 
 from __future__ import annotations
 
-import os
+import errno
 from pathlib import Path
 
 import pytest
 
 from air import cbor
-from air.errors import CborError, HashMismatch
+from air.errors import CborError, HashMismatch, StorageError
 from kernel.cells import Cas, MemoryCas, ObjectMissing
+from world import fileio
 from world.cas import FileCas
 
 
@@ -84,18 +85,16 @@ def test_puts_leave_no_temp_files_behind(tmp_path: Path) -> None:
     assert all_files(tmp_path / "cas") == expected
 
 
-def test_a_put_that_fails_midway_leaves_no_object_and_no_temp_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_put_that_fails_midway_leaves_no_object_and_no_temp_file(tmp_path: Path) -> None:
     cas = FileCas(tmp_path)
 
-    def failing_fsync(_fd: int) -> None:
-        raise OSError(5, "simulated I/O error")
+    def failing_fsync(op: str, _path: str) -> None:
+        if op == "fsync":
+            raise OSError(errno.EIO, "simulated I/O error")
 
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError):
+    with fileio.fault_hook(failing_fsync), pytest.raises(StorageError) as caught:
         cas.put(b"doomed")
-    monkeypatch.undo()
+    assert (caught.value.operation, caught.value.errno_name) == ("fsync", "EIO")
     assert not cas.has(cbor.content_hash(b"doomed"))
     assert all_files(tmp_path / "cas") == []
 

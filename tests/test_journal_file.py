@@ -1,24 +1,27 @@
-"""The file journal: segments, torn tails, corruption, verify/repair, kill -9 at every commit."""
+"""The file journal: segments, torn tails, corruption, seals, verify/repair, readers, syncs.
+
+Failures and crashes at every file operation are in tests/test_journal_faults.py.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import signal
+import stat
 import struct
-import subprocess
-import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
-from journal_crash_child import KIND, SUBJECT, crash_body
 
 import world.journal
 from air import cbor
-from air.errors import UsageError
-from kernel.journal import JournalCorrupt, encode_record
+from air.errors import StorageError, UsageError
+from kernel.journal import PROBLEM_REASONS, JournalCorrupt, encode_record
+from world import fileio
 from world.journal import (
     FRAME_HEADER_BYTES,
     SEAL_SUFFIX,
@@ -26,12 +29,12 @@ from world.journal import (
     SEGMENT_MAGIC,
     FileJournal,
     repair,
+    salvage,
     seal_name,
     segment_name,
     verify,
 )
 
-CHILD = Path(__file__).with_name("journal_crash_child.py")
 EVENT = "/world/event/demo/CounterEvent@1"
 CHECKED = {"check_writes": True, "check_reads": True}
 
@@ -89,28 +92,37 @@ def test_segments_roll_over_at_the_size_limit_and_are_named_by_first_seq(tmp_pat
     assert _bodies(tmp_path) == list(range(40))
 
 
-def test_one_commit_spanning_a_rollover_fills_both_segments(tmp_path: Path) -> None:
+def test_a_commit_that_does_not_fit_rolls_over_first_and_stays_in_one_segment(
+    tmp_path: Path,
+) -> None:
     with FileJournal(tmp_path, segment_bytes_max=300, **CHECKED) as journal:
-        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(20))
+        journal.append("event.in", EVENT, {"n": 0})
         journal.commit()
-        assert len(journal.segments) > 2
-    assert _bodies(tmp_path) == list(range(20))
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(1, 20))
+        journal.commit()
+        assert journal.segments == (segment_name(0), segment_name(1))
+        journal.append("event.in", EVENT, {"n": 20})
+        journal.commit()  # the batch made its segment larger than the limit: roll again
+        assert journal.segments == (segment_name(0), segment_name(1), segment_name(20))
+    assert (tmp_path / segment_name(1)).stat().st_size > 300
+    assert len(_frame_offsets(tmp_path / segment_name(1))) == 19
+    assert _bodies(tmp_path) == list(range(21))
 
 
 def test_a_record_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path) -> None:
     with FileJournal(tmp_path, segment_bytes_max=100, **CHECKED) as journal:
-        journal.append("event.in", EVENT, {"n": 0})
-        journal.append("event.in", EVENT, {"n": 1, "big": b"x" * 500})
-        journal.append("event.in", EVENT, {"n": 2})
-        journal.commit()
+        for body in ({"n": 0}, {"n": 1, "big": b"x" * 500}, {"n": 2}):
+            journal.append("event.in", EVENT, body)
+            journal.commit()
         assert journal.segments == tuple(segment_name(n) for n in range(3))
     assert _bodies(tmp_path) == [0, 1, 2]
 
 
 def test_reads_from_any_cursor_after_reopen_use_the_sparse_index(tmp_path: Path) -> None:
     with FileJournal(tmp_path, segment_bytes_max=40_000) as journal:
-        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(1200))
-        journal.commit()
+        for start in range(0, 1200, 100):
+            journal.append_many(("event.in", EVENT, {"n": n}) for n in range(start, start + 100))
+            journal.commit()
     with FileJournal(tmp_path, **CHECKED) as journal:
         assert len(journal.segments) > 1
         for cursor in (0, 1, 255, 256, 257, 511, 600, 1199):
@@ -341,6 +353,61 @@ def test_verify_reports_a_torn_tail_without_dropping_it(tmp_path: Path) -> None:
     assert _snapshot(tmp_path) == before
 
 
+def test_verify_shows_a_torn_tail_as_a_finding_in_its_text_and_json(tmp_path: Path) -> None:
+    _write(tmp_path, 3)
+    segment, offset, _ = _last_frame(tmp_path)
+    os.truncate(segment, offset + 5)
+    report = verify(tmp_path)
+    assert report.ok  # not corruption: opening drops it
+    assert not report.clean
+    (finding,) = report.findings
+    assert (finding.segment, finding.offset, finding.seq, finding.reason) == (
+        segment.name,
+        offset,
+        2,
+        "torn_tail",
+    )
+    assert finding.describe() in report.describe()
+    assert "journal ok" not in report.describe()
+    data = report.as_json()
+    assert data["torn_tail"] == {
+        "segment": segment.name,
+        "offset": offset,
+        "seq": 2,
+        "bytes_dropped": 5,
+        "reason": "short_header",
+    }
+    assert (data["ok"], data["clean"], data["problem"]) == (True, False, None)
+    assert data["findings"] == [finding.as_json()]
+    FileJournal(tmp_path).close()  # a writable open cuts it
+    assert verify(tmp_path).clean
+    assert verify(tmp_path).as_json()["findings"] == []
+
+
+def test_open_and_verify_describe_the_same_damage_with_the_same_line(tmp_path: Path) -> None:
+    _write(tmp_path, 6)
+    segment = tmp_path / segment_name(0)
+    offset = _frame_offsets(segment)[3]
+    _flip(segment, offset + FRAME_HEADER_BYTES + 2)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    report = verify(tmp_path)
+    assert report.problem == raised.value.problem
+    assert report.problem.reason in PROBLEM_REASONS
+    line = report.problem.describe()
+    assert "\n" not in line
+    assert str(raised.value) == f"journal corrupt: {line}"
+    assert line in report.describe()
+    assert report.as_json()["problem"] == {
+        "segment": segment.name,
+        "offset": offset,
+        "seq": 3,
+        "reason": "payload_checksum",
+        "detail": "",
+    }
+    assert report.as_json()["findings"] == [report.as_json()["problem"]]
+
+
 def test_verify_reports_corruption_without_modifying_anything(tmp_path: Path) -> None:
     _write(tmp_path, 30, segment_bytes_max=400)
     name = verify(tmp_path).segments[1]
@@ -394,8 +461,39 @@ def test_repair_keeps_a_backup_and_cuts_after_the_last_good_record(tmp_path: Pat
     assert report.bytes_removed == sum(len(originals[n]) for n in names[1:]) - offset
     first = int(names[1].removesuffix(".log"))
     assert report.seq_next == first + 2
-    assert verify(journal_dir).ok
+    assert (report.records_cut, report.seq_cut_first, report.seq_cut_last) == (
+        28 - first,
+        first + 2,
+        29,
+    )
+    assert report.backup_dir == str(backup_dir)
+    assert verify(journal_dir).clean
     assert _bodies(journal_dir) == list(range(first + 2))
+    # The cut records stay readable in the backup, all but the damaged one.
+    salvaged = [record.body["n"] for record in salvage(backup_dir)]
+    assert salvaged == [n for n in range(first, 30) if n != first + 2]
+    data = report.as_json()
+    assert data["before"] == report.before.as_json()
+    assert (data["records_cut"], data["seq_cut_first"], data["seq_cut_last"]) == (
+        28 - first,
+        first + 2,
+        29,
+    )
+    assert data["backup_files"] == list(report.backup_files)
+
+
+def test_repair_of_a_torn_tail_cuts_it_and_no_record(tmp_path: Path) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    _write(journal_dir, 4)
+    segment, offset, _ = _last_frame(journal_dir)
+    os.truncate(segment, offset + 9)
+    report = repair(journal_dir, backup_dir)
+    assert (report.changed, report.cut_segment, report.cut_offset) == (True, segment.name, offset)
+    assert (report.records_cut, report.seq_cut_first, report.seq_cut_last) == (0, None, None)
+    assert (report.bytes_removed, report.seq_next) == (9, 3)
+    assert "\n" not in report.describe()
+    assert verify(journal_dir).clean
+    assert [record.body["n"] for record in salvage(backup_dir)] == [0, 1, 2]
 
 
 def test_repair_moves_a_segment_with_a_foreign_header_out_whole(tmp_path: Path) -> None:
@@ -439,7 +537,8 @@ def test_repair_refuses_to_overwrite_an_existing_backup(tmp_path: Path) -> None:
 
 
 def _count_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the name of every segment whose frames are read one by one (by open or verify)."""
+    """Record the name of every segment whose frames are read one by one (by open or verify).
+    Opening scans the last segment first, while the seals of the others are being checked."""
     scanned: list[str] = []
     scan_segment = world.journal._scan_segment
 
@@ -468,10 +567,11 @@ def _sealed_journal(directory: Path) -> tuple[str, ...]:
     return names
 
 
-def test_a_full_segment_is_sealed_with_its_count_size_and_sparse_index(tmp_path: Path) -> None:
+def test_a_full_segment_is_sealed_with_its_count_size_index_and_digest(tmp_path: Path) -> None:
     with FileJournal(tmp_path, segment_bytes_max=40_000, **CHECKED) as journal:
-        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(2500))
-        journal.commit()
+        for start in range(0, 2500, 100):
+            journal.append_many(("event.in", EVENT, {"n": n}) for n in range(start, start + 100))
+            journal.commit()
         names = journal.segments
     assert len(names) >= 3
     assert sorted(path.name for path in tmp_path.glob("*.seal")) == [
@@ -484,8 +584,9 @@ def test_a_full_segment_is_sealed_with_its_count_size_and_sparse_index(tmp_path:
         offsets = _frame_offsets(tmp_path / name)
         index_bytes = fields.pop("index_offsets")
         assert list(struct.unpack(f"<{len(index_bytes) // 8}Q", index_bytes)) == offsets[::256]
+        assert fields.pop("blake3") == blake3.blake3((tmp_path / name).read_bytes()).digest()
         assert fields == {
-            "format": 1,
+            "format": 2,
             "first_seq": int(name.removesuffix(".log")),
             "record_count": len(offsets),
             "size_bytes": (tmp_path / name).stat().st_size,
@@ -502,7 +603,7 @@ def test_open_takes_earlier_segments_from_their_seals_and_scans_only_the_last(
     for options in ({"readonly": True}, CHECKED):
         scanned.clear()
         with FileJournal(tmp_path, **options) as journal:
-            assert scanned == [names[-1]]
+            assert sorted(scanned) == [names[-1]]
             assert journal.seq_next == 40
             assert [record.body["n"] for record in journal.read(5)] == list(range(5, 40))
 
@@ -528,16 +629,16 @@ def test_a_seal_that_disagrees_with_its_segment_is_ignored_and_the_segment_scann
     damage(seal, tmp_path / seal_name(names[2]))
     scanned = _count_scans(monkeypatch)
     with FileJournal(tmp_path, readonly=True) as journal:
-        assert scanned == [names[1], names[-1]]
+        assert sorted(scanned) == [names[1], names[-1]]
         assert [record.body["n"] for record in journal.read()] == list(range(40))
     assert seal.read_bytes() != written  # a read-only open writes nothing
     scanned.clear()
     with FileJournal(tmp_path) as journal:  # a writable open scans it and seals it again
-        assert (scanned, journal.seq_next) == ([names[1], names[-1]], 40)
+        assert (sorted(scanned), journal.seq_next) == ([names[1], names[-1]], 40)
     assert seal.read_bytes() == written
     scanned.clear()
     FileJournal(tmp_path, readonly=True).close()
-    assert scanned == [names[-1]]
+    assert sorted(scanned) == [names[-1]]
 
 
 def test_a_seal_that_disagrees_does_not_hide_damage_in_its_segment(tmp_path: Path) -> None:
@@ -562,13 +663,15 @@ def test_verify_checks_every_frame_of_sealed_segments_strictly(
         # Non-canonical (a one-byte integer written in two bytes) but framed and numbered right.
         payload = encode_record(2, EVENT, "event.in", 5).replace(b"dbody\x05", b"dbody\x18\x05")
         journal._pending.append(payload)
-        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(3, 30))
         journal.commit()
+        for n in range(3, 30):
+            journal.append("event.in", EVENT, {"n": n})
+            journal.commit()
         names = journal.segments
     assert (tmp_path / seal_name(names[0])).exists()
     scanned = _count_scans(monkeypatch)
     report = verify(tmp_path)
-    assert scanned == [names[0]]  # it stops at the first problem
+    assert sorted(scanned) == [names[0]]  # it stops at the first problem
     assert report.problem is not None
     assert (report.problem.segment, report.problem.seq) == (names[0], 2)
     assert report.problem.reason == "record_decode"
@@ -576,80 +679,90 @@ def test_verify_checks_every_frame_of_sealed_segments_strictly(
         assert lenient.seq_next == 30
 
 
-def test_a_flipped_byte_in_a_sealed_segment_is_reported_by_verify_and_by_reading_it(
-    tmp_path: Path,
+def test_a_flipped_byte_in_a_sealed_segment_is_noticed_by_every_open_and_by_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = _sealed_journal(tmp_path)
     first = int(names[2].removesuffix(".log"))
     offset = _frame_offsets(tmp_path / names[2])[1]
+    seal_before = (tmp_path / seal_name(names[2])).read_bytes()
     _flip(tmp_path / names[2], offset + FRAME_HEADER_BYTES + 3)
     expected = (names[2], offset, first + 1, "payload_checksum")
     report = verify(tmp_path)
     assert report.problem is not None
     problem = report.problem
     assert (problem.segment, problem.offset, problem.seq, problem.reason) == expected
+    scanned = _count_scans(monkeypatch)
+    for options in ({"readonly": True}, {}):
+        scanned.clear()
+        with pytest.raises(JournalCorrupt) as raised:
+            FileJournal(tmp_path, **options)
+        error = raised.value
+        assert (error.segment, error.offset, error.seq, error.reason) == expected
+        # Its digest disagreed, so the segment was scanned (and the last, as always).
+        assert sorted(scanned) == [names[2], names[-1]]
+        assert error.problem == problem
+    assert (tmp_path / seal_name(names[2])).read_bytes() == seal_before
+
+
+def test_a_byte_flipped_after_open_in_a_sealed_segment_is_caught_by_reading_it(
+    tmp_path: Path,
+) -> None:
+    names = _sealed_journal(tmp_path)
+    first = int(names[2].removesuffix(".log"))
+    offset = _frame_offsets(tmp_path / names[2])[1]
     with FileJournal(tmp_path) as journal:
-        assert journal.seq_next == 40
+        _flip(tmp_path / names[2], offset + FRAME_HEADER_BYTES + 3)
         later = int(names[3].removesuffix(".log"))
         assert next(journal.read(later)).seq == later  # records past the damage still read
         with pytest.raises(JournalCorrupt) as raised:
             list(journal.read(first))
     error = raised.value
-    assert (error.segment, error.offset, error.seq, error.reason) == expected
+    assert (error.segment, error.offset, error.seq, error.reason) == (
+        names[2],
+        offset,
+        first + 1,
+        "payload_checksum",
+    )
 
 
-_SEAL_CRASH_CHILD = """
-import os, signal, sys
-import world.journal
-from world.journal import FileJournal
-
-def die(*args):
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-replace = os.replace
-
-def replace_or_die(src, dst):
-    if str(dst).endswith(".seal"):
-        die()
-    replace(src, dst)
-
-if sys.argv[2] == "before-seal":
-    world.journal._write_seal = die
-else:
-    os.replace = replace_or_die
-journal = FileJournal(sys.argv[1], segment_bytes_max=300)
-for n in range(100):
-    journal.append("event.in", "/world/event/demo/CounterEvent@1", {"n": n})
-    journal.commit()
-    print(n, flush=True)
-"""
+def _old_seal(seal: Path) -> None:
+    """Rewrite a seal as the writer before digests wrote it: format 1, no blake3."""
+    fields = cbor.loads(seal.read_bytes())
+    del fields["crc32"], fields["blake3"]
+    fields["format"] = 1
+    seal.write_bytes(cbor.dumps({**fields, "crc32": zlib.crc32(cbor.dumps(fields))}))
 
 
-@pytest.mark.parametrize("die", ["before-seal", "at-seal-rename"])
-def test_a_kill_9_between_a_roll_and_its_seal_leaves_a_journal_that_opens_and_is_sealed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, die: str
+def test_a_seal_without_a_digest_is_scanned_and_a_writable_open_seals_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    argv = [sys.executable, "-c", _SEAL_CRASH_CHILD, str(tmp_path), die]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    acknowledged = [int(line) for line in done.stdout.split()]
-    names = tuple(path.name for path in sorted(tmp_path.glob("*.log")))
-    assert len(names) == 2  # the full segment, and the next one with only its header
-    assert (tmp_path / names[1]).stat().st_size == SEGMENT_HEADER_BYTES
-    assert not list(tmp_path.glob("*.seal"))
-    temps = list(tmp_path.glob(f".{seal_name(names[0])}.*.tmp"))
-    assert len(temps) == (die == "at-seal-rename")
+    names = _sealed_journal(tmp_path)
+    seals = {name: (tmp_path / seal_name(name)).read_bytes() for name in names[:-1]}
+    for name in names[:-1]:
+        _old_seal(tmp_path / seal_name(name))
+    old = {name: (tmp_path / seal_name(name)).read_bytes() for name in names[:-1]}
     scanned = _count_scans(monkeypatch)
-    with FileJournal(tmp_path, **CHECKED) as journal:
-        assert scanned == list(names)
-        assert journal.seq_next == len(acknowledged) == acknowledged[-1] + 1
-    assert not any(temp.exists() for temp in temps)
-    assert [path.name for path in tmp_path.glob("*.seal")] == [seal_name(names[0])]
+    with FileJournal(tmp_path, readonly=True) as journal:
+        assert (sorted(scanned), journal.seq_next) == (list(names), 40)
+    assert {name: (tmp_path / seal_name(name)).read_bytes() for name in names[:-1]} == old
     scanned.clear()
-    assert _bodies(tmp_path) == acknowledged
-    assert scanned == [names[1]]
-    assert verify(tmp_path).ok
+    with FileJournal(tmp_path) as journal:
+        assert (sorted(scanned), journal.seq_next) == (list(names), 40)
+    assert {name: (tmp_path / seal_name(name)).read_bytes() for name in names[:-1]} == seals
+    scanned.clear()
+    FileJournal(tmp_path, readonly=True).close()
+    assert sorted(scanned) == [names[-1]]
+
+
+def test_damage_under_a_seal_without_a_digest_is_found_by_the_scan(tmp_path: Path) -> None:
+    names = _sealed_journal(tmp_path)
+    _old_seal(tmp_path / seal_name(names[1]))
+    offset = _frame_offsets(tmp_path / names[1])[2]
+    _flip(tmp_path / names[1], offset + FRAME_HEADER_BYTES + 1)
+    with pytest.raises(JournalCorrupt) as raised:
+        FileJournal(tmp_path)
+    assert (raised.value.segment, raised.value.offset) == (names[1], offset)
 
 
 def test_a_journal_without_seals_opens_by_scanning_and_a_writable_open_seals_it(
@@ -661,15 +774,15 @@ def test_a_journal_without_seals_opens_by_scanning_and_a_writable_open_seals_it(
         (tmp_path / name).unlink()
     scanned = _count_scans(monkeypatch)
     FileJournal(tmp_path, readonly=True).close()
-    assert scanned == list(names)
+    assert sorted(scanned) == list(names)
     assert not list(tmp_path.glob("*.seal"))
     scanned.clear()
     with FileJournal(tmp_path) as journal:
-        assert (scanned, journal.seq_next) == (list(names), 40)
+        assert (sorted(scanned), journal.seq_next) == (list(names), 40)
     assert {path.name: path.read_bytes() for path in tmp_path.glob("*.seal")} == seals
     scanned.clear()
     FileJournal(tmp_path).close()
-    assert scanned == [names[-1]]
+    assert sorted(scanned) == [names[-1]]
 
 
 def test_repair_backs_up_and_removes_the_seals_of_the_segments_it_cuts(
@@ -688,7 +801,7 @@ def test_repair_backs_up_and_removes_the_seals_of_the_segments_it_cuts(
     assert sorted(path.name for path in journal_dir.glob("*.seal")) == [seal_name(names[0])]
     scanned = _count_scans(monkeypatch)
     with FileJournal(journal_dir, segment_bytes_max=300, **CHECKED) as journal:
-        assert scanned == [names[1]]  # the cut segment is now the last
+        assert sorted(scanned) == [names[1]]  # the cut segment is now the last
         assert journal.seq_next == report.seq_next
         for n in range(journal.seq_next, 40):
             journal.append("event.in", EVENT, {"n": n})
@@ -729,81 +842,184 @@ def test_a_readonly_open_neither_truncates_a_torn_tail_nor_appends(tmp_path: Pat
     assert segment.stat().st_size == offset + 7
 
 
-def test_a_failed_write_poisons_the_handle_until_reopened(
+def test_refresh_is_for_readers(tmp_path: Path) -> None:
+    with FileJournal(tmp_path) as journal, pytest.raises(UsageError):
+        journal.refresh()
+
+
+# --- readers ------------------------------------------------------------------------------------
+
+
+def _refuse_every_operation(op: str, path: str) -> None:
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+
+def test_a_readonly_open_does_no_file_operation_so_it_works_on_a_read_only_disk(
+    tmp_path: Path,
+) -> None:
+    names = _sealed_journal(tmp_path)
+    (tmp_path / seal_name(names[1])).unlink()  # a segment that a writable open would seal
+    segment = tmp_path / names[-1]
+    size = segment.stat().st_size
+    with segment.open("ab") as file:  # a writer's frame in flight: a torn tail
+        file.write(b"\x05\x00\x00")
+    before = _snapshot(tmp_path)
+    with fileio.fault_hook(_refuse_every_operation):
+        with FileJournal(tmp_path, readonly=True, **CHECKED) as journal:
+            assert journal.dropped is not None
+            assert (journal.dropped.segment, journal.dropped.offset) == (names[-1], size)
+            assert [record.body["n"] for record in journal.read()] == list(range(40))
+            assert journal.refresh() == 40
+        assert verify(tmp_path).torn_tail is not None
+        with FileJournal(tmp_path / "missing", readonly=True) as empty:
+            assert empty.seq_next == 0
+        with pytest.raises(StorageError) as raised:
+            FileJournal(tmp_path)  # a writable open has to cut the tail, and cannot
+    assert (raised.value.operation, raised.value.errno_name) == ("truncate", "EROFS")
+    assert raised.value.path == str(segment)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_reader_refreshes_to_see_what_a_live_writer_committed_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write(tmp_path, 2)
-    journal = FileJournal(tmp_path)
-    journal.append("event.in", EVENT, {"n": 2})
-
-    def no_space(fd: int, data: bytes) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(world.journal, "_write_all", no_space)
-    with pytest.raises(OSError):
-        journal.commit()
-    with pytest.raises(UsageError):
-        journal.append("event.in", EVENT, None)
-    journal.close()
-    monkeypatch.undo()
-    assert _bodies(tmp_path) == [0, 1]
-
-
-# --- kill -9 at every commit ------------------------------------------------------------------
-
-_COMMITS = 20
+    writer = FileJournal(tmp_path, segment_bytes_max=300, **CHECKED)
+    writer.append_many(("event.in", EVENT, {"n": n}) for n in range(3))
+    writer.commit()
+    reader = FileJournal(tmp_path, readonly=True, **CHECKED)
+    assert reader.seq_next == 3
+    for n in range(3, 40):
+        writer.append("event.in", EVENT, {"n": n})
+        writer.commit()
+    names = writer.segments
+    assert len(names) > 3
+    scanned = _count_scans(monkeypatch)
+    assert reader.refresh() == 40
+    # The segment it knew, from where it stopped, and the new last one; the rest by their seals.
+    assert sorted(scanned) == [names[0], names[-1]]
+    assert [record.body["n"] for record in reader.read()] == list(range(40))
+    assert reader.refresh() == 40
+    writer.close()
+    reader.close()
 
 
-def _crash(directory: Path, mode: str, die_at: int, group: int, segment_bytes: int) -> list[int]:
-    """Run the child until it kills itself; return the seqs it acknowledged."""
-    argv = [sys.executable, str(CHILD), str(directory), "--mode", mode, "--die-at", str(die_at)]
-    argv += ["--commits", str(_COMMITS), "--group", str(group)]
-    argv += ["--segment-bytes", str(segment_bytes)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode in (-signal.SIGKILL, 0), done.stderr
-    return [int(line) for line in done.stdout.split()]
-
-
-def _check_survivors(directory: Path, acknowledged: list[int], attempted: int) -> tuple[int, bool]:
-    """Every acknowledged record is present and intact, and the journal is a clean prefix."""
-    with FileJournal(directory, **CHECKED) as journal:
-        torn = journal.dropped is not None
-        records = list(journal.read())
-        assert [record.seq for record in records] == list(range(len(records)))
-        assert all(
-            (r.kind, r.subject, r.body) == (KIND, SUBJECT, crash_body(r.seq)) for r in records
-        )
-        assert len(records) <= attempted
-        assert not acknowledged or acknowledged[-1] < len(records)
-        journal.append(KIND, SUBJECT, crash_body(len(records)))
-        journal.commit()
-    report = verify(directory)
-    assert (report.ok, report.torn_tail, report.records) == (True, None, len(records) + 1)
-    return len(records), torn
-
-
-@pytest.mark.parametrize(
-    ("mode", "group", "segment_bytes"),
-    [
-        ("after-commit", 1, 400),
-        ("mid-write", 1, 400),
-        ("mid-write", 3, 700),
-        ("at-roll", 2, 300),
-    ],
-)
-def test_kill_9_at_every_commit_loses_nothing_acknowledged(
-    tmp_path: Path, mode: str, group: int, segment_bytes: int
+def test_a_reader_takes_a_frame_in_flight_as_the_end_and_reads_it_once_written(
+    tmp_path: Path,
 ) -> None:
-    for die_at in range(_COMMITS):
-        directory = tmp_path / f"crash-{die_at}"
-        acknowledged = _crash(directory, mode, die_at, group, segment_bytes)
-        attempted = (die_at + 1) * group
-        if mode != "at-roll":
-            assert acknowledged == [group * (n + 1) - 1 for n in range(die_at)]
-        survivors, torn = _check_survivors(directory, acknowledged, _COMMITS * group)
-        if mode == "after-commit":
-            assert (survivors, torn) == (attempted, False)
-        if mode == "mid-write":
-            assert group * die_at <= survivors < attempted
-            # Half of one commit's bytes can end on a frame boundary when it holds several.
-            assert torn or group > 1
+    _write(tmp_path, 3)
+    segment = tmp_path / segment_name(0)
+    payload = encode_record(3, EVENT, "event.in", {"n": 3})
+    head = struct.pack("<II", len(payload), zlib.crc32(payload))
+    frame = head + zlib.crc32(head).to_bytes(4, "little") + payload
+    with segment.open("ab") as file:
+        file.write(frame[:10])
+    with FileJournal(tmp_path, readonly=True, **CHECKED) as reader:
+        assert reader.seq_next == 3
+        assert reader.dropped is not None
+        assert reader.dropped.reason == "short_header"
+        with segment.open("ab") as file:
+            file.write(frame[10:])
+        assert reader.refresh() == 4
+        assert reader.dropped is None
+        assert [record.body for record in reader.read(3)] == [{"n": 3}]
+
+
+def test_a_reader_that_saw_a_batch_the_writer_rolled_back_rescans_on_refresh(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, 3)
+    with FileJournal(tmp_path) as writer, FileJournal(tmp_path, readonly=True) as reader:
+        seen: list[int] = []
+
+        def refresh_then_fail(op: str, path: str) -> None:
+            if op == "fdatasync":
+                seen.append(reader.refresh())  # the batch is written, not yet synced
+                raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+        writer.append_many(("event.in", EVENT, {"n": n}) for n in range(3, 6))
+        with fileio.fault_hook(refresh_then_fail), pytest.raises(StorageError):
+            writer.commit()
+        assert seen == [6]
+        assert reader.refresh() == 3
+        assert [record.body["n"] for record in reader.read()] == [0, 1, 2]
+
+
+def test_a_segment_that_vanishes_under_a_reader_is_a_storage_error(tmp_path: Path) -> None:
+    names = _sealed_journal(tmp_path)
+    with FileJournal(tmp_path, readonly=True) as journal:
+        (tmp_path / names[1]).unlink()
+        with pytest.raises(StorageError) as raised:
+            list(journal.read())
+    error = raised.value
+    assert (error.path, error.operation, error.errno_name) == (
+        str(tmp_path / names[1]),
+        "read",
+        "ENOENT",
+    )
+
+
+def test_a_journal_path_that_is_a_file_is_a_storage_error(tmp_path: Path) -> None:
+    (tmp_path / "journal").write_bytes(b"")
+    with pytest.raises(StorageError) as raised:
+        FileJournal(tmp_path / "journal")
+    assert (raised.value.operation, raised.value.errno_name) == ("mkdir", "EEXIST")
+
+
+# --- syncs and modes ----------------------------------------------------------------------------
+
+
+def _recording() -> tuple[list[tuple[str, str]], Callable[[str, str], None]]:
+    ops: list[tuple[str, str]] = []
+    return ops, lambda op, path: ops.append((op, path))
+
+
+@pytest.mark.parametrize("count", [1, 50, 1000])
+def test_a_commit_into_one_segment_syncs_exactly_once(tmp_path: Path, count: int) -> None:
+    with FileJournal(tmp_path) as journal:
+        journal.append("event.in", EVENT, {"n": 0})
+        journal.commit()  # creates the segment
+        journal.append_many(("event.in", EVENT, {"n": n}) for n in range(1, count + 1))
+        ops, hook = _recording()
+        with fileio.fault_hook(hook):
+            journal.commit()
+            journal.commit()  # nothing pending: nothing to do
+    assert [op for op, _ in ops].count("fdatasync") == 1
+    assert [op for op, _ in ops if op.startswith(("fsync", "sync"))] == []
+
+
+def test_a_commit_syncs_the_segment_after_writing_it(tmp_path: Path) -> None:
+    """Fails if commit skips the sync: the records would not be durable when it returns."""
+    with FileJournal(tmp_path) as journal:
+        ops, hook = _recording()
+        with fileio.fault_hook(hook):
+            journal.append_many(("event.in", EVENT, {"n": n}) for n in range(5))
+            journal.commit()
+            segment = str(tmp_path / journal.segments[-1])
+            written = ops.index(("write", segment))
+            assert ("fdatasync", segment) in ops[written + 1 :]
+            del ops[:]
+            journal.append("event.in", EVENT, {"n": 5})
+            journal.commit()
+    assert ops == [("write", segment), ("fdatasync", segment)]
+
+
+@pytest.fixture
+def no_umask() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("no_umask")
+def test_journal_files_are_0600_and_directories_0700_whatever_the_umask(tmp_path: Path) -> None:
+    journal_dir, backup_dir = tmp_path / "journal", tmp_path / "backup"
+    _write(journal_dir, 20, segment_bytes_max=300)
+    names = verify(journal_dir).segments
+    _flip(journal_dir / names[1], _frame_offsets(journal_dir / names[1])[1] + FRAME_HEADER_BYTES)
+    repair(journal_dir, backup_dir)
+    for directory in (journal_dir, backup_dir):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        for path in directory.iterdir():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -1,16 +1,18 @@
-"""What ``verify`` reports, and how ``repair`` cuts a journal back to its last good record.
+"""What ``verify`` reports, how ``repair`` cuts a journal back to its last good record, and
+``salvage``, which reads what it can from the segments a repair backed up.
 
-Private to ``world.journal``, which re-exports ``VerifyReport`` and ``RepairReport`` and owns the
-public ``verify`` and ``repair`` (``verify`` walks the segments with the same scan that opening
-uses, so it stays next to it; this module only acts on its report).
+Private to ``world.journal``, which re-exports ``VerifyReport``, ``RepairReport`` and ``salvage``
+and owns the public ``verify`` and ``repair`` (``verify`` walks the segments with the same scan
+that opening uses, so it stays next to it; this module only acts on its report).
 
 Invariants of a repair. It changes nothing unless ``verify`` found a problem or a torn tail, and
-then only from the first bad place on: the segment holding it is cut before that frame (or
-removed whole, if the problem is its header or its place in the sequence), and every later
-segment is removed. Everything changed or removed is first copied to the backup directory and
-the copies are synced, with the directory, before any original is touched; a backup never
+then only from the end of the last whole commit before it on: the segment holding it is cut
+there (or removed whole, if the problem is its header or its place in the sequence), and every
+later segment is removed. Everything changed or removed is first copied to the backup directory
+and the copies are synced, with the directory, before any original is touched; a backup never
 overwrites an existing file. Seals of the cut and removed segments are backed up and removed
-before the segments themselves, so that no seal outlives the bytes it describes. Not here:
+before the segments themselves, so that no seal outlives the bytes it describes. Every durable
+operation goes through ``world.fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
 deciding whether to repair (``world journal verify --repair`` asks), or checking frames
 (``world._segments``).
 """
@@ -18,17 +20,39 @@ deciding whether to repair (``world journal verify --repair`` asks), or checking
 from __future__ import annotations
 
 import os
-import shutil
+import struct
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
-from air.errors import UsageError
-from world._segments import SEGMENT_HEADER_BYTES, JournalProblem, TornTail, _truncate, seal_name
-from world.fsutil import fsync_dir
+from air.errors import CborError, UsageError
+from kernel.journal import JournalProblem, JournalRecord, decode_record_fast
+from world import fileio
+from world._segments import (
+    FRAME_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
+    Io,
+    TornTail,
+    fsync_dir,
+    list_segments,
+    read_file,
+    seal_name,
+    truncate,
+    unlink,
+)
+
+_FRAME_HEAD: Final = struct.Struct("<III")
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
+    """What ``verify`` found: ``records`` good records (seqs ``0 .. records - 1``) in
+    ``segments``, then possibly the first ``problem`` (corruption: opening refuses the journal)
+    or a ``torn_tail`` (an unfinished last write: opening drops it). ``ok`` is "no corruption";
+    ``clean`` is "nothing at all to report"."""
+
     segments: tuple[str, ...]
     records: int
     seq_last_good: int | None
@@ -40,9 +64,52 @@ class VerifyReport:
         """No corruption (a torn tail is not corruption: opening drops it)."""
         return self.problem is None
 
+    @property
+    def clean(self) -> bool:
+        """No corruption and no torn tail."""
+        return self.problem is None and self.torn_tail is None
+
+    @property
+    def findings(self) -> tuple[JournalProblem, ...]:
+        """The problem and the torn tail (as reason ``torn_tail``), each as one finding."""
+        torn = () if self.torn_tail is None else (self.torn_tail.problem(),)
+        return (*(() if self.problem is None else (self.problem,)), *torn)
+
+    def describe(self) -> str:
+        """One line: ``journal ok: ...``, ``journal corrupt: <finding>; ...`` or
+        ``journal has a torn tail: <finding>; ...``."""
+        where = f"{self.records} good record(s) in {len(self.segments)} segment(s)"
+        if self.problem is not None:
+            return f"journal corrupt: {self.problem.describe()}; {where} before it"
+        if self.torn_tail is not None:
+            torn = self.torn_tail.problem().describe()
+            return f"journal has a torn tail: {torn}; {where} before it; opening drops it"
+        return f"journal ok: {self.records} record(s) in {len(self.segments)} segment(s)"
+
+    def as_json(self) -> dict[str, Any]:
+        """``{ok, clean, records, seq_last_good, segments: [name], problem: finding | null,
+        torn_tail: {segment, offset, seq, bytes_dropped, reason} | null, findings: [finding]}``;
+        a finding is ``JournalProblem.as_json()``."""
+        return {
+            "ok": self.ok,
+            "clean": self.clean,
+            "records": self.records,
+            "seq_last_good": self.seq_last_good,
+            "segments": list(self.segments),
+            "problem": None if self.problem is None else self.problem.as_json(),
+            "torn_tail": None if self.torn_tail is None else self.torn_tail.as_json(),
+            "findings": [finding.as_json() for finding in self.findings],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RepairReport:
+    """What ``repair`` did. ``records_cut`` records (seqs ``seq_cut_first .. seq_cut_last``, as
+    far as frame headers could be followed past the damage) were cut, ``bytes_removed`` bytes in
+    all, from ``cut_segment`` at ``cut_offset`` on; ``segments_moved`` were removed whole. Every
+    changed or removed file is in ``backup_dir`` (``backup_files``), where ``salvage`` reads the
+    cut records back. ``seq_next`` is where the journal now ends."""
+
     changed: bool
     cut_segment: str | None
     cut_offset: int | None
@@ -51,47 +118,170 @@ class RepairReport:
     backup_files: tuple[str, ...]
     seq_next: int
     before: VerifyReport
+    records_cut: int = 0
+    seq_cut_first: int | None = None
+    seq_cut_last: int | None = None
+    backup_dir: str | None = None
+
+    def describe(self) -> str:
+        """One line: ``nothing to repair: ...`` or ``repaired: cut N record(s) ...``."""
+        if not self.changed:
+            return f"nothing to repair: {self.seq_next} record(s)"
+        seqs = (
+            ""
+            if self.seq_cut_first is None
+            else f" (seq {self.seq_cut_first}..{self.seq_cut_last})"
+        )
+        return (
+            f"repaired: cut {self.records_cut} record(s){seqs}, {self.bytes_removed} bytes, "
+            f"from {self.cut_segment} at offset {self.cut_offset}; the journal now has "
+            f"{self.seq_next} record(s); backup in {self.backup_dir}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """``{changed, cut_segment, cut_offset, bytes_removed, records_cut, seq_cut_first,
+        seq_cut_last, segments_moved: [name], backup_dir, backup_files: [path], seq_next,
+        before: VerifyReport.as_json()}``."""
+        return {
+            "changed": self.changed,
+            "cut_segment": self.cut_segment,
+            "cut_offset": self.cut_offset,
+            "bytes_removed": self.bytes_removed,
+            "records_cut": self.records_cut,
+            "seq_cut_first": self.seq_cut_first,
+            "seq_cut_last": self.seq_cut_last,
+            "segments_moved": list(self.segments_moved),
+            "backup_dir": self.backup_dir,
+            "backup_files": list(self.backup_files),
+            "seq_next": self.seq_next,
+            "before": self.before.as_json(),
+        }
+
+
+# --- following frames past damage --------------------------------------------------------------
+
+
+def _frames(data: bytes, offset: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(offset, payload or None if its CRC fails)`` of each frame from ``offset`` on, as long
+    as frame headers are intact (their CRC says the length can be trusted)."""
+    while len(data) - offset >= FRAME_HEADER_BYTES:
+        length, crc, head_crc = _FRAME_HEAD.unpack_from(data, offset)
+        if zlib.crc32(data[offset : offset + 8]) != head_crc:
+            return
+        start = offset + FRAME_HEADER_BYTES
+        end = start + length
+        if end > len(data):
+            return
+        payload = data[start:end]
+        yield offset, payload if zlib.crc32(payload) == crc else None
+        offset = end
+
+
+def salvage(directory: str | os.PathLike[str]) -> Iterator[JournalRecord]:
+    """Yield every record that can still be read from the segment files in ``directory`` (for a
+    repair's backup, whose segments need not start at seq 0): frames whose CRCs hold and that
+    decode, in file order; a frame with a bad payload is stepped over, and a segment is left at
+    its first bad frame header. Unlike opening and reading, this guesses around damage: it is
+    for a human recovering cut records, never for the world."""
+    for _, name in list_segments(Path(directory)):
+        data = read_file(Path(directory) / name)
+        for _, payload in _frames(data, SEGMENT_HEADER_BYTES):
+            if payload is None:
+                continue
+            try:
+                record = decode_record_fast(payload)
+            except CborError:  # intact bytes that are not a record: skipped, by design
+                continue
+            yield record
+
+
+def _count_cut(
+    path: Path, cut_segment: str, moved: tuple[str, ...], offset: int, seq: int
+) -> list[tuple[int, int]]:
+    """``(first seq, record count)`` of each stretch of records a repair cuts: from ``offset``
+    (where ``seq`` was) in ``cut_segment``, then every moved segment from its header."""
+    stretches = []
+    if offset >= SEGMENT_HEADER_BYTES:
+        data = read_file(path / cut_segment)
+        stretches.append((seq, sum(1 for _ in _frames(data, offset))))
+    for name in moved:
+        data = read_file(path / name)
+        stretches.append(
+            (int(name.removesuffix(".log")), sum(1 for _ in _frames(data, SEGMENT_HEADER_BYTES)))
+        )
+    return [stretch for stretch in stretches if stretch[1]]
+
+
+# --- cutting ---------------------------------------------------------------------------------
 
 
 def _backup(source: Path, backup_dir: Path) -> Path:
     target = backup_dir / source.name
     if target.exists():
         raise UsageError(f"backup {target} already exists")
-    shutil.copyfile(source, target)
-    fd = os.open(target, os.O_RDONLY)
+    data = read_file(source)
+    with Io("create", target):
+        fd = fileio.create(target, exclusive=True)
     try:
-        os.fsync(fd)
+        with Io("write", target):
+            fileio.write(fd, data, target)
+        with Io("fsync", target):
+            fileio.fsync(fd, target)
     finally:
-        os.close(fd)
+        with Io("close", target):
+            os.close(fd)
     return target
 
 
-def _cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> RepairReport:
+def _size(path: Path) -> int:
+    with Io("stat", path):
+        return path.stat().st_size
+
+
+def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> RepairReport:
     """Carry out ``world.journal.repair`` on the journal in ``path``, which ``before`` verified."""
     cut = before.problem or before.torn_tail
     if cut is None:
         return RepairReport(False, None, None, 0, (), (), before.records, before)
+    cut_segment, cut_offset = cut.segment, cut.offset
     names = before.segments
-    position = names.index(cut.segment)
-    whole = cut.offset < SEGMENT_HEADER_BYTES
+    position = names.index(cut_segment)
+    whole = cut_offset < SEGMENT_HEADER_BYTES
     moved = names[position:] if whole else names[position + 1 :]
-    cut_names = () if whole else (cut.segment,)
+    cut_names = () if whole else (cut_segment,)
+    # A torn tail holds no record: only corruption cuts records that were written whole.
+    stretches = (
+        []
+        if before.problem is None
+        else _count_cut(path, cut_segment, moved, cut_offset, before.records)
+    )
     seals = [seal_name(name) for name in (*cut_names, *moved) if (path / seal_name(name)).exists()]
-    backup_path.mkdir(parents=True, exist_ok=True)
+    with Io("mkdir", backup_path):
+        fileio.mkdir(backup_path, parents=True, exist_ok=True)
     backups = [_backup(path / name, backup_path) for name in (*cut_names, *moved, *seals)]
     fsync_dir(backup_path)
     for seal in seals:
-        os.unlink(path / seal)
+        unlink(path / seal)
     if seals:
         fsync_dir(path)
-    removed = sum((path / name).stat().st_size for name in moved)
+    removed = sum(_size(path / name) for name in moved)
     if not whole:
-        removed += (path / cut.segment).stat().st_size - cut.offset
-        _truncate(path / cut.segment, cut.offset)
+        removed += _size(path / cut_segment) - cut_offset
+        truncate(path / cut_segment, cut_offset)
     for name in moved:
-        os.unlink(path / name)
+        unlink(path / name)
     fsync_dir(path)
-    backup_names = tuple(str(file) for file in backups)
     return RepairReport(
-        True, cut.segment, cut.offset, removed, moved, backup_names, before.records, before
+        True,
+        cut_segment,
+        cut_offset,
+        removed,
+        moved,
+        tuple(str(file) for file in backups),
+        before.records,
+        before,
+        records_cut=sum(count for _, count in stretches),
+        seq_cut_first=min((first for first, _ in stretches), default=None),
+        seq_cut_last=max((first + count - 1 for first, count in stretches), default=None),
+        backup_dir=str(backup_path),
     )

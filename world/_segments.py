@@ -1,10 +1,12 @@
 """Journal segments on disk: the frame format, scanning one segment, the torn-tail rule, seals.
 
 Private to ``world.journal``, which re-exports the public names here (the format constants,
-``segment_name``, ``seal_name``, ``TornTail``, ``JournalProblem``) and decides when to scan,
-truncate, seal and read. The checks are pure (bytes in, a verdict out); the file helpers each
-touch one segment or one seal file. Not here: the order of segments in a journal and the walk
-over them, the writer, and repair (``world.journal``, ``world._journal_repair``).
+``segment_name``, ``seal_name``, ``TornTail``) and decides when to scan, truncate, seal and read.
+The checks are pure (bytes in, a verdict out); the file helpers each touch one segment or one
+seal file, every durable operation through ``world.fileio``, and turn an ``OSError`` into a
+``StorageError`` that names the operation and the path. Not here: the order of segments in a
+journal and the walk over them, the writer, and repair (``world.journal``,
+``world._journal_repair``).
 
 Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then frames.
 
@@ -22,8 +24,9 @@ and look exactly like a torn tail, and opening would silently cut acknowledged r
 Opening (``world.journal``) scans the last segment, and every earlier segment without a trusted
 seal (below), in order, and checks each frame's header CRC, payload CRC and seq (from the
 payload's fixed prefix, without decoding). The first bad frame decides. It is a **torn tail**
-(dropped: the segment is truncated there and fsynced, and ``FileJournal.dropped`` says where and
-how much) only if it is in the last segment and one of these holds:
+(dropped: a writable open truncates the segment there and a reader stops before it;
+``FileJournal.dropped`` says where and how much) only if it is in the last segment and one of
+these holds:
 
     short_header   fewer than 12 bytes remain;
     short_payload  the header is intact and its length runs past the end of the file;
@@ -33,33 +36,39 @@ how much) only if it is in the last segment and one of these holds:
                    payload (at least 8 bytes) is all zeros, and only zeros follow the frame.
 
 Everything else raises ``JournalCorrupt(segment, offset, seq, reason)``: a bad frame followed by
-real data, any bad frame in an earlier segment, a bad CRC with no sign of a partial write (bit rot
-in the last record is reported, not dropped), a seq gap, a foreign segment header. A ``kill -9``
-always leaves a prefix of the last write, so it is always torn; a power loss that persisted a
-later page of the final write but not an earlier one is reported as corruption, and ``repair``
-cuts it (no such record was ever acknowledged, since ``commit`` had not returned).
+real data, any bad frame in an earlier segment, a bad CRC with no sign of a partial write (bit
+rot in the last record is reported, not dropped), a seq gap, a foreign segment header.
+A ``kill -9`` always leaves a prefix of the last write, so it is always torn; a power loss that
+persisted a later page of the final write but not an earlier one is reported as corruption, and
+``repair`` cuts it (no such record was ever acknowledged, since ``commit`` had not returned).
 
-Seals. When the writer rolls over, it creates the next segment and then writes
-``<segment>.seal`` next to the full one with ``atomic_write`` (temp, fsync, rename, fsync dir):
-the canonical CBOR map
+Seals. When the writer rolls over, it writes ``<segment>.seal`` next to the full segment (temp,
+fsync, rename, fsync dir): the canonical CBOR map
 
-    format 1 | first_seq | record_count | size_bytes (the segment file's length)
+    format 2 | first_seq | record_count | size_bytes (the segment file's length)
     | last_frame_offset | index_stride (256) | index_offsets (u64 LE offset of every 256th frame)
+    | blake3 (32 bytes: the digest of the segment file's bytes)
     | crc32 (of the canonical CBOR of the map without this field)
 
 Every frame of the segment was synced by the commit that wrote it, before the roll, so a crash
-leaves either no seal (the segment is scanned, as before seals) or a whole one. A writable open
-writes the missing seal of every earlier segment it scanned cleanly (a crash between the roll
-and the seal, or a journal from before seals), after an fsync of that segment. Creating a
-segment first removes any stale seal of that name; ``repair`` backs up and removes the seals of
-the segments it cuts or removes.
+leaves either no seal (the segment is scanned, as before seals) or a whole one. Opening trusts a
+seal only if it decodes strictly, its CRC and fields agree, the file has ``size_bytes``, its
+header and last frame are intact, and the blake3 of the file equals the seal's: so a flipped byte
+anywhere in a sealed segment is noticed by every open, and the segment is then scanned, which
+reports the damage at its frame. A seal of format 1 (no digest) is not trusted: the segment is
+scanned, and a writable open seals it again. A writable open writes the missing seal of every
+earlier segment it scanned cleanly, after an fsync of that segment. Creating a segment first
+removes any stale seal of that name; ``repair`` backs up and removes the seals of the segments it
+cuts.
 
-Reading (``_read_segment``) checks both CRCs and the seq of every frame again, whatever a seal
-said, so damage inside a sealed segment is reported by the first read that reaches it.
+Reading (``read_segment``) checks both CRCs and the seq of every frame again, whatever a seal
+said, so damage that appears after open is reported by the first read that reaches it.
 """
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import re
 import struct
@@ -67,18 +76,22 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Final
+from types import TracebackType
+from typing import Any, BinaryIO, Final
+
+import blake3
 
 from air import cbor
-from air.errors import CborError
+from air.errors import CborError, StorageError
 from kernel.journal import (
     JournalCorrupt,
+    JournalProblem,
     JournalRecord,
     decode_record,
     decode_record_fast,
     record_prefix,
 )
-from world.fsutil import atomic_write
+from world import fileio
 
 SEGMENT_MAGIC: Final = b"WJRNL1\n"
 SEGMENT_VERSION: Final = 1
@@ -88,13 +101,15 @@ SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size
 _FRAME_HEAD: Final = struct.Struct("<III")
 _LEN_CRC: Final = struct.Struct("<II")
 FRAME_HEADER_BYTES: Final = _FRAME_HEAD.size
+FRAME_PAYLOAD_BYTES_MAX: Final = 2**32 - 1
 _SEGMENT_NAME_RE: Final = re.compile(r"(\d{20})\.log")
 _INDEX_STRIDE: Final = 256  # a sparse seq -> offset index: one entry per this many records
 _SECTOR_BYTES: Final = 512
 _ZERO_CHUNK_MIN: Final = 8
 _TORN_ALWAYS: Final = frozenset({"short_header", "short_payload"})
+TORN_REASONS: Final = frozenset({"short_header", "short_payload", "zero_fill", "partial_write"})
 SEAL_SUFFIX: Final = ".seal"
-_SEAL_FORMAT: Final = 1
+_SEAL_FORMAT: Final = 2
 _SEAL_KEYS: Final = frozenset(
     {
         "format",
@@ -104,10 +119,12 @@ _SEAL_KEYS: Final = frozenset(
         "last_frame_offset",
         "index_stride",
         "index_offsets",
+        "blake3",
         "crc32",
     }
 )
 _SEAL_BYTES_MAX: Final = 64 * 1024 * 1024  # a seal is ~8 bytes per 256 records; refuse absurd ones
+_TEMP_SUFFIX: Final = ".new.tmp"
 
 
 def segment_name(first_seq: int) -> str:
@@ -119,10 +136,47 @@ def seal_name(segment: str) -> str:
     return segment + SEAL_SUFFIX
 
 
-def _frame_parts(payload: bytes) -> tuple[bytes, bytes]:
-    length, crc = len(payload), zlib.crc32(payload)
-    head = _LEN_CRC.pack(length, crc)
-    return head + zlib.crc32(head).to_bytes(4, "little"), payload
+def segment_header(first_seq: int) -> bytes:
+    return _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, first_seq)
+
+
+def frame_batch(payloads: Sequence[bytes]) -> tuple[bytes, list[int]]:
+    """The frames of one commit, joined, and each frame's offset from the start of the batch."""
+    parts, offsets, end = list[bytes](), list[int](), 0
+    crc32, pack = zlib.crc32, _LEN_CRC.pack
+    for payload in payloads:
+        head = pack(len(payload), crc32(payload))
+        parts += (head, crc32(head).to_bytes(4, "little"), payload)
+        offsets.append(end)
+        end += FRAME_HEADER_BYTES + len(payload)
+    return b"".join(parts), offsets
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def storage_error(exc: OSError, operation: str, path: fileio.StrPath) -> StorageError:
+    name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+    return StorageError(os.fspath(path), operation, name, exc.strerror or str(exc))
+
+
+class Io:
+    """``with Io(operation, path):`` turns an ``OSError`` inside into a ``StorageError``."""
+
+    __slots__ = ("operation", "path")
+
+    def __init__(self, operation: str, path: fileio.StrPath) -> None:
+        self.operation = operation
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, OSError):
+            raise storage_error(exc, self.operation, self.path) from exc
 
 
 # --- reports ---------------------------------------------------------------------------------
@@ -130,26 +184,30 @@ def _frame_parts(payload: bytes) -> tuple[bytes, bytes]:
 
 @dataclass(frozen=True, slots=True)
 class TornTail:
-    """An incomplete last write, dropped on open: where it started, how many bytes, and why."""
+    """An incomplete last write: where it starts, the seq it would have held, how many bytes,
+    and how it is torn (one of ``TORN_REASONS``). A writable open cuts it; a reader stops before
+    it."""
 
     segment: str
     offset: int
     bytes_dropped: int
     reason: str
+    seq: int
 
+    def problem(self) -> JournalProblem:
+        """The torn tail as a finding: reason ``torn_tail``, detail the kind and the bytes."""
+        detail = f"{self.reason}, {self.bytes_dropped} bytes"
+        return JournalProblem(self.segment, self.offset, self.seq, "torn_tail", detail)
 
-@dataclass(frozen=True, slots=True)
-class JournalProblem:
-    """The first bad place in a journal, as ``verify`` reports it (fields of ``JournalCorrupt``)."""
-
-    segment: str
-    offset: int
-    seq: int | None
-    reason: str
-    detail: str = ""
-
-    def error(self) -> JournalCorrupt:
-        return JournalCorrupt(self.segment, self.offset, self.seq, self.reason, self.detail)
+    def as_json(self) -> dict[str, Any]:
+        """``{segment, offset, seq, bytes_dropped, reason}``."""
+        return {
+            "segment": self.segment,
+            "offset": self.offset,
+            "seq": self.seq,
+            "bytes_dropped": self.bytes_dropped,
+            "reason": self.reason,
+        }
 
 
 # --- scanning --------------------------------------------------------------------------------
@@ -173,14 +231,20 @@ class _Segment:
     index: list[int] = field(default_factory=list)
     last_offset: int = 0  # of the last frame, when count > 0
 
-    def add(self, offsets: Sequence[int], end: int) -> None:
+    def add(self, offsets: Sequence[int], base: int, end: int) -> None:
+        """Count frames at ``base + offset`` for each offset; the segment now ends at ``end``."""
         for offset in offsets:
             if self.count % _INDEX_STRIDE == 0:
-                self.index.append(offset)
+                self.index.append(base + offset)
             self.count += 1
         if offsets:
-            self.last_offset = offsets[-1]
+            self.last_offset = base + offsets[-1]
         self.size = end
+
+    def copy(self) -> _Segment:
+        return _Segment(
+            self.name, self.first_seq, self.count, self.size, [*self.index], self.last_offset
+        )
 
 
 @dataclass(slots=True)
@@ -204,7 +268,8 @@ def _check_frame(data: bytes, view: memoryview, offset: int, seq: int, strict: b
     length, crc, head_crc = _FRAME_HEAD.unpack_from(data, offset)
     if zlib.crc32(view[offset : offset + 8]) != head_crc:
         return _Bad("header_checksum")
-    start, end = offset + FRAME_HEADER_BYTES, offset + FRAME_HEADER_BYTES + length
+    start = offset + FRAME_HEADER_BYTES
+    end = start + length
     if end > len(data):
         return _Bad("short_payload", end)
     if zlib.crc32(view[start:end]) != crc:
@@ -223,16 +288,18 @@ def _all_zero(data: bytes, start: int, end: int) -> bool:
     return data.count(0, start, end) == end - start
 
 
-def _has_zero_chunk(data: bytes, start: int, end: int) -> bool:
+def _has_zero_chunk(data: bytes, start: int, end: int, base: int) -> bool:
+    """Whether ``data[start:end]`` holds a sector-aligned run of zeros (``data`` is the file
+    from byte ``base`` on)."""
     while start < end:
-        stop = min(end, (start // _SECTOR_BYTES + 1) * _SECTOR_BYTES)
+        stop = min(end, ((base + start) // _SECTOR_BYTES + 1) * _SECTOR_BYTES - base)
         if stop - start >= _ZERO_CHUNK_MIN and _all_zero(data, start, stop):
             return True
         start = stop
     return False
 
 
-def _torn_reason(data: bytes, offset: int, bad: _Bad) -> str | None:
+def _torn_reason(data: bytes, offset: int, bad: _Bad, base: int) -> str | None:
     """Why the bad frame at ``offset`` of the last segment is a torn tail, or None if it is not."""
     if bad.reason in _TORN_ALWAYS:
         return bad.reason
@@ -242,7 +309,7 @@ def _torn_reason(data: bytes, offset: int, bad: _Bad) -> str | None:
         bad.reason == "payload_checksum"
         and bad.end is not None
         and _all_zero(data, bad.end, len(data))
-        and _has_zero_chunk(data, offset + FRAME_HEADER_BYTES, bad.end)
+        and _has_zero_chunk(data, offset + FRAME_HEADER_BYTES, bad.end, base)
     ):
         return "partial_write"
     return None
@@ -260,46 +327,86 @@ def _check_segment_header(name: str, data: bytes, first_seq: int) -> JournalProb
 
 
 def _scan_segment(
-    scan: _Scan, name: str, data: bytes, first_seq: int, is_last: bool, strict: bool
+    scan: _Scan,
+    name: str,
+    data: bytes,
+    first_seq: int,
+    is_last: bool,
+    strict: bool,
+    resume: _Segment | None = None,
 ) -> None:
-    """Append the segment to ``scan``; set ``scan.problem`` or ``scan.torn`` where it goes bad."""
-    scan.problem = _check_segment_header(name, data, first_seq)
-    if scan.problem is not None:
-        return
-    segment = _Segment(name, first_seq)
+    """Append the segment to ``scan``; set ``scan.problem`` or ``scan.torn`` where it goes bad.
+
+    ``data`` is the whole file, or with ``resume`` (what an earlier scan knew) the file from
+    ``resume.size`` on.
+    """
+    if resume is None:
+        scan.problem = _check_segment_header(name, data, first_seq)
+        if scan.problem is not None:
+            return
+        segment, base, offset = _Segment(name, first_seq), 0, SEGMENT_HEADER_BYTES
+    else:
+        segment, base, offset = resume, resume.size, 0
     scan.segments.append(segment)
-    view, offset, offsets = memoryview(data), SEGMENT_HEADER_BYTES, list[int]()
+    view, offsets, seq = memoryview(data), list[int](), segment.first_seq + segment.count
     while offset < len(data):
-        checked = _check_frame(data, view, offset, first_seq + len(offsets), strict)
+        checked = _check_frame(data, view, offset, seq + len(offsets), strict)
         if isinstance(checked, _Bad):
-            _classify(scan, name, data, offset, first_seq + len(offsets), checked, is_last)
+            _classify(scan, name, data, (base, offset), seq + len(offsets), checked, is_last)
             break
         offsets.append(offset)
         offset = checked
-    segment.add(offsets, offset)
+    segment.add(offsets, base, base + offset)
 
 
 def _classify(
-    scan: _Scan, name: str, data: bytes, offset: int, seq: int, bad: _Bad, is_last: bool
+    scan: _Scan,
+    name: str,
+    data: bytes,
+    where: tuple[int, int],
+    seq: int,
+    bad: _Bad,
+    is_last: bool,
 ) -> None:
-    torn = _torn_reason(data, offset, bad) if is_last else None
+    """Record the bad frame at ``where`` (base of ``data`` in the file, offset in ``data``)."""
+    base, offset = where
+    torn = _torn_reason(data, offset, bad, base) if is_last else None
     if torn is None:
-        scan.problem = JournalProblem(name, offset, seq, bad.reason, bad.detail)
+        scan.problem = JournalProblem(name, base + offset, seq, bad.reason, bad.detail)
     else:
-        scan.torn = TornTail(name, offset, len(data) - offset, torn)
+        scan.torn = TornTail(name, base + offset, len(data) - offset, torn, seq)
 
 
-def _list_segments(directory: Path) -> list[tuple[int, str]]:
-    if not directory.is_dir():
-        return []
-    found = (_SEGMENT_NAME_RE.fullmatch(entry.name) for entry in os.scandir(directory))
+def list_segments(directory: Path) -> list[tuple[int, str]]:
+    """``(first seq, name)`` of every segment file in ``directory``, in order."""
+    try:
+        if not directory.is_dir():
+            return []
+        found = [_SEGMENT_NAME_RE.fullmatch(entry.name) for entry in os.scandir(directory)]
+    except OSError as exc:
+        raise storage_error(exc, "list", directory) from exc
     return sorted((int(match.group(1)), match.group(0)) for match in found if match)
+
+
+def read_file(path: Path, start: int = 0) -> bytes:
+    """The bytes of ``path`` from ``start`` on."""
+    with Io("read", path), open(path, "rb") as file:
+        file.seek(start)
+        return file.read()
 
 
 # --- seals -----------------------------------------------------------------------------------
 
 
-def _encode_seal(segment: _Segment) -> bytes:
+def _digest(file: BinaryIO, size: int) -> bytes:
+    """blake3 of the first ``size`` bytes of ``file``, without copying them. On one thread:
+    opening runs one check per core, and a multi-threaded blake3 would start rayon's global
+    pool, which lives as long as the process and does not survive a ``fork``."""
+    with mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as view:
+        return blake3.blake3(view).digest()
+
+
+def _encode_seal(segment: _Segment, digest: bytes) -> bytes:
     fields = {
         "format": _SEAL_FORMAT,
         "first_seq": segment.first_seq,
@@ -308,21 +415,24 @@ def _encode_seal(segment: _Segment) -> bytes:
         "last_frame_offset": segment.last_offset,
         "index_stride": _INDEX_STRIDE,
         "index_offsets": struct.pack(f"<{len(segment.index)}Q", *segment.index),
+        "blake3": digest,
     }
     return cbor.dumps({**fields, "crc32": zlib.crc32(cbor.dumps(fields))})
 
 
-def _decode_seal(data: bytes, name: str, first_seq: int) -> _Segment | None:
-    """The segment a seal describes, or None if the seal is damaged or inconsistent."""
+def _decode_seal(data: bytes, name: str, first_seq: int) -> tuple[_Segment, bytes] | None:
+    """The segment a seal describes and its digest, or None if the seal is damaged, inconsistent
+    or of another format."""
     try:
         fields = cbor.loads(data)
     except CborError:
         return None
     if type(fields) is not dict or fields.keys() != _SEAL_KEYS:
         return None
-    crc = fields.pop("crc32")
-    offsets_bytes = fields.pop("index_offsets")
-    if type(offsets_bytes) is not bytes or any(type(value) is not int for value in fields.values()):
+    crc, offsets_bytes, digest = fields.pop("crc32"), fields.pop("index_offsets"), fields["blake3"]
+    if type(offsets_bytes) is not bytes or type(digest) is not bytes or len(digest) != 32:
+        return None
+    if any(type(value) is not int for key, value in fields.items() if key != "blake3"):
         return None
     if crc != zlib.crc32(cbor.dumps({**fields, "index_offsets": offsets_bytes})):
         return None
@@ -339,36 +449,58 @@ def _decode_seal(data: bytes, name: str, first_seq: int) -> _Segment | None:
     ordered = all(a < b for a, b in zip(index, [*index[1:], last + 1], strict=True))
     if index[0] != SEGMENT_HEADER_BYTES or not ordered or last + FRAME_HEADER_BYTES >= size:
         return None
-    return _Segment(name, first_seq, count, size, index, last)
+    return _Segment(name, first_seq, count, size, index, last), digest
 
 
-def _trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
+def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
     """The segment as its seal describes it, if the seal is whole and agrees with the file:
-    same size, an intact header, and an intact last frame holding the last seq at the end."""
+    same size, an intact header, an intact last frame holding the last seq at the end, and the
+    same blake3. None sends the segment to a scan."""
     try:
         with open(directory / seal_name(name), "rb") as file:
             data = file.read(_SEAL_BYTES_MAX + 1)
     except OSError:  # no seal (or an unreadable one): the segment is scanned
         return None
-    segment = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
-    if segment is None:
+    sealed = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
+    if sealed is None:
         return None
-    with open(directory / name, "rb") as file:
+    segment, digest = sealed
+    with Io("read", directory / name), open(directory / name, "rb") as file:
         if os.fstat(file.fileno()).st_size != segment.size:
             return None
         header = file.read(SEGMENT_HEADER_BYTES)
         file.seek(segment.last_offset)
         frame = file.read(segment.size - segment.last_offset)
-    if _check_segment_header(name, header, first_seq) is not None:
-        return None
-    last_seq = first_seq + segment.count - 1
-    if _check_frame(frame, memoryview(frame), 0, last_seq, strict=False) != len(frame):
-        return None
+        if _check_segment_header(name, header, first_seq) is not None:
+            return None
+        last_seq = first_seq + segment.count - 1
+        if _check_frame(frame, memoryview(frame), 0, last_seq, strict=False) != len(frame):
+            return None
+        if _digest(file, segment.size) != digest:
+            return None
     return segment
 
 
-def _write_seal(directory: Path, segment: _Segment) -> None:
-    atomic_write(directory / seal_name(segment.name), _encode_seal(segment))
+def write_temp(directory: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` to the temp file of ``name`` and fsync it; return the temp file's path
+    (``.<name>.new.tmp``: a writable open removes any it finds)."""
+    temp = directory / f".{name}{_TEMP_SUFFIX}"
+    with Io("create", temp):
+        fd = fileio.create(temp)
+    try:
+        with Io("write", temp):
+            fileio.write(fd, data, temp)
+        with Io("fsync", temp):
+            fileio.fsync(fd, temp)
+    finally:
+        os.close(fd)
+    return temp
+
+
+def seal_bytes(directory: Path, segment: _Segment) -> bytes:
+    """The seal of ``segment``, with the digest of its file's bytes as they are now."""
+    with Io("read", directory / segment.name), open(directory / segment.name, "rb") as file:
+        return _encode_seal(segment, _digest(file, segment.size))
 
 
 # --- segment files ---------------------------------------------------------------------------
@@ -376,23 +508,28 @@ def _write_seal(directory: Path, segment: _Segment) -> None:
 _READ_BUFFER_BYTES: Final = 1024 * 1024
 
 
-def _truncate(path: Path, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def truncate(path: Path, size: int) -> None:
+    with Io("truncate", path):
+        fileio.truncate(path, size)
 
 
-def _create_segment(directory: Path, first_seq: int) -> _Segment:
-    """Create a segment holding only its header; a stale seal of that name goes first (the
-    directory sync that makes the segment durable makes the removal durable too)."""
-    name = segment_name(first_seq)
-    header = _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, first_seq)
-    (directory / seal_name(name)).unlink(missing_ok=True)
-    atomic_write(directory / name, header)
-    return _Segment(name, first_seq)
+def unlink(path: Path) -> None:
+    with Io("unlink", path):
+        fileio.unlink(path, missing_ok=True)
+
+
+def fsync_dir(path: Path) -> None:
+    with Io("fsync_dir", path):
+        fileio.fsync_dir(path)
+
+
+def fsync_file(path: Path) -> None:
+    with Io("fsync", path):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fileio.fsync(fd, path)
+        finally:
+            os.close(fd)
 
 
 def _read_payload(file: BinaryIO, name: str, offset: int, seq: int) -> bytes:
@@ -411,7 +548,7 @@ def _read_payload(file: BinaryIO, name: str, offset: int, seq: int) -> bytes:
     return payload
 
 
-def _decode_at(payload: bytes, name: str, offset: int, seq: int, strict: bool) -> JournalRecord:
+def decode_at(payload: bytes, name: str, offset: int, seq: int, strict: bool) -> JournalRecord:
     try:
         record = decode_record(payload) if strict else decode_record_fast(payload)
     except CborError as exc:
@@ -421,17 +558,18 @@ def _decode_at(payload: bytes, name: str, offset: int, seq: int, strict: bool) -
     return record
 
 
-def _read_segment(
+def read_segment(
     directory: Path, segment: _Segment, from_seq: int, end_seq: int, strict: bool
 ) -> Iterator[JournalRecord]:
     """Yield ``segment``'s records with ``from_seq <= seq < end_seq``, checking every frame."""
     stride = (from_seq - segment.first_seq) // _INDEX_STRIDE
     seq, offset = segment.first_seq + stride * _INDEX_STRIDE, segment.index[stride]
-    with open(directory / segment.name, "rb", buffering=_READ_BUFFER_BYTES) as file:
+    path = directory / segment.name
+    with Io("read", path), open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
         file.seek(offset)
         while seq < end_seq:
             payload = _read_payload(file, segment.name, offset, seq)
             if seq >= from_seq:
-                yield _decode_at(payload, segment.name, offset, seq, strict)
+                yield decode_at(payload, segment.name, offset, seq, strict)
             offset += FRAME_HEADER_BYTES + len(payload)
             seq += 1

@@ -83,9 +83,16 @@ def _op(op: str, path: StrPath) -> Iterator[None]:
         _check(op, path)
         yield
     except OSError as exc:
-        if exc.filename is None:
-            exc.filename = os.fspath(path)
-        raise as_storage_error(exc, op) from exc
+        raise _failed(exc, op, path) from exc
+
+
+def _failed(exc: OSError, op: str, path: StrPath) -> StorageError:
+    if exc.filename is None:
+        exc.filename = os.fspath(path)
+    return as_storage_error(exc, op)
+
+
+_sync_data = getattr(os, "fdatasync", os.fsync)
 
 
 def create(path: StrPath, *, exclusive: bool = False) -> int:
@@ -106,9 +113,12 @@ def open_append(path: StrPath) -> int:
 def write(fd: int, data: bytes, path: StrPath) -> None:
     """Write all of ``data`` to ``fd`` (``path`` names it for the hook and for errors)."""
     view = memoryview(data)
-    with _op("write", path):
+    try:  # a plain try, not _op: this and fdatasync are on the journal's commit path
+        _check("write", path)
         while view:
             view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise _failed(exc, "write", path) from exc
 
 
 def fsync(fd: int, path: StrPath) -> None:
@@ -118,8 +128,11 @@ def fsync(fd: int, path: StrPath) -> None:
 
 def fdatasync(fd: int, path: StrPath) -> None:
     """``fdatasync`` where the OS has it (it covers the file size), else ``fsync``."""
-    with _op("fdatasync", path):
-        getattr(os, "fdatasync", os.fsync)(fd)
+    try:
+        _check("fdatasync", path)
+        _sync_data(fd)
+    except OSError as exc:
+        raise _failed(exc, "fdatasync", path) from exc
 
 
 def fsync_dir(path: StrPath) -> None:

@@ -1,103 +1,164 @@
 """The file journal: segments of checksummed frames under ``<world>/journal/``.
 
-This module holds ``FileJournal`` (writing, opening, reading), the walk over a journal's segments
-that opening and ``verify`` share, and the public surface. The on-disk format, the check of one
-segment, the torn-tail rule and seals are in ``world._segments``; the reports and the cutting
-that ``repair`` does are in ``world._journal_repair``. Every public name is importable from here.
+This module holds ``FileJournal`` (writing, opening, reading, refreshing), the walk over a
+journal's segments that opening and ``verify`` share, and the public surface. The on-disk format,
+the check of one segment, the torn-tail rule and seals are in ``world._segments``; the reports,
+the cutting that ``repair`` does and ``salvage`` are in ``world._journal_repair``. Every public
+name is importable from here. Every durable operation (creating a segment or a seal, writing,
+``fdatasync``, truncating, removing, directory syncs) goes through ``world.fileio``, and every
+``OSError`` leaves as a ``StorageError`` naming the operation, the path and the errno.
 
-Writing. ``append`` encodes and buffers; ``commit`` writes every buffered frame of one segment
-with one ``write`` and one ``fdatasync`` (which covers the file size; a full ``fsync`` would add
-a metadata flush for nothing). A segment rolls over when the next frame would take it past
-``segment_bytes_max``; a new segment is created whole (temp file with the header, fsync, rename,
-fsync the directory) before any frame goes into it, so a segment file never has a partial header.
-A failed write or sync poisons the handle: the file's state is unknown until it is reopened.
+Writing. ``append`` encodes and buffers; ``commit`` writes the buffered records as one *batch*:
+their frames, joined, with one ``write`` and one ``fdatasync`` (which covers the file size), into
+one segment. A batch never spans two segments: if it does not fit in the space the last segment
+has left under ``segment_bytes_max``, the writer rolls over first (creates the next segment
+whole: temp file with the header, fsync, rename; seals the full one the same way; one fsync of
+the directory for both), and a batch larger than ``segment_bytes_max`` gets a segment of its own,
+which then exceeds the limit. So a commit touches the bytes of one segment and syncs once.
+Rejected: filling a segment and carrying the rest of the batch over (what this module did
+before), which wrote and synced per segment, so that a failure in the second segment left the
+first chunk durable, and a rollback would have had to cut several files. The price: where
+segments end depends on how records were grouped into commits, so a replay that commits
+differently reproduces a journal longer than one segment record for record, not byte for byte.
+
+Failure. A commit is all or nothing under I/O errors. If any step fails (an ``ENOSPC`` on a
+full disk, an ``EIO`` on ``fdatasync``, a short write), the journal truncates the segment it
+wrote to back to its size before the commit (``ftruncate`` + ``fsync``; cutting frees space, so
+this works on a full disk), removes the segment and the seal the commit's roll created, syncs
+the directory, drops the pending records and raises ``JournalWriteFailed(rolled_back=True)`` with
+the failing operation, path and errno: none of the batch is durable, the handle stays open, and
+the next commit works once the cause is gone. Only if the rollback fails too is it
+``rolled_back=False``: the handle then refuses writes until it is reopened, and what opening
+finds is decided by the torn-tail rule (whole frames of the batch that reached the file stay).
+
+Crash. After a crash, every commit that returned is whole. Of a batch whose ``commit`` had not
+returned, reopening finds a *prefix*: none, some or all of its records from the first, each
+whole (a torn last frame is dropped), never a later one without the earlier ones. Exactly:
+
+    process crash between two ``world.fileio`` operations (what the crash tests inject): all of
+        the batch if its ``write`` had completed (the page cache keeps it; ``fdatasync`` only
+        matters for power loss), none of it otherwise;
+    ``kill -9`` inside the ``write`` (Linux stops a multi-page write at a page boundary when a
+        fatal signal arrives), or power loss before ``fdatasync`` returned: any prefix;
+    power loss that kept a later page and lost an earlier one: reported as corruption, which
+        ``repair`` cuts; nothing is guessed around.
+
+None of these records was acknowledged. Rejected: making a batch one unit on disk (a bit in each
+frame saying "more of this commit follows", and a torn-tail rule that drops an unfinished batch
+whole). It would turn "a prefix" into "all or none" for crashes too, but it writes the commit
+grouping into every frame, so no replay that commits differently could reproduce even a small
+journal byte for byte (``world.replay.rebuild_world`` commits once, at the end).
 
 What each path checks:
 
     open    the name, order and header of every segment. An earlier segment whose seal decodes
-            strictly, has the right CRC and consistent fields, whose ``size_bytes`` equals the
-            file's size, and whose last frame (CRCs, seq ``first_seq + record_count - 1``, ending
-            at the end of the file) is intact, is taken from the seal: its count and index,
-            without reading its frames. Any other seal is ignored, never trusted: the segment is
-            scanned, and damage found is ``JournalCorrupt`` as before. The last segment is always
-            scanned, with the torn-tail rule of ``world._segments``, and its seal (if any)
-            ignored.
-    read    both CRCs and the seq of every frame it returns, so damage inside a sealed segment
+            strictly, agrees with the file (size, header, last frame) and whose blake3 digest
+            equals the file's is taken from the seal: its count and index, without reading its
+            frames one by one. Any other seal (damaged, of format 1, or with another digest) is
+            not trusted: the segment is scanned, damage found is ``JournalCorrupt``, and a
+            writable open seals it (again). The last segment is always scanned, with the
+            torn-tail rule, and its seal (if any) ignored.
+    read    both CRCs and the seq of every frame it returns, so damage that appears after open
             is reported, as ``JournalCorrupt(segment, offset, seq, reason)``, by the first read
-            that reaches it, and a seal that lied about the index is caught the same way.
+            that reaches it.
     verify  every frame of every segment, strictly; seals are ignored.
 
-So open cost follows the last segment, not the journal: a 2,000,000-record journal in 64 MiB
-segments opens in 0.11 s against 2.2 s scanned whole, and a full 64 MiB last segment (~380,000
-records) costs ~0.45 s whatever the journal's length (BENCHMARKS.md). The trade: open no
-longer notices bit rot in the frames of old sealed segments that nobody reads; ``verify`` and
-the first read do. Rejected: scanning every segment on every open (what this module did before
-seals), since a 1,000,000-cell world has at least 2,000,000 records and its open budget is 2 s
-in all; and a CRC of the whole segment in the seal, since checking it means reading the segment.
+So a flipped byte anywhere in the journal is noticed by every open. The cost is a blake3 of every
+sealed segment (through ``mmap``, on worker threads, one per core, while the main thread scans the
+last segment) at ~3-4 GB/s per core: a read of the whole journal from the page cache at every
+open (from disk when cold: the journal's size at the disk's read rate). Measured on the 2-core
+machine of BENCHMARKS.md, 2026-11-26, shared (load average 4-5, so these are upper bounds),
+2,000,000 records: in 64 MiB segments (336 MiB), 0.19-0.22 s median (best 0.16-0.21) with seals
+before digests, 0.28-0.32 s (best 0.23-0.27) with every digest checked; in 1 MiB segments, 0.06 s
+before and 0.27 s (best 0.21) after, the digests being nearly all of it. Scanning every frame
+takes 3-4.5 s there. A full 64 MiB last segment still costs its ~0.45 s scan, now overlapping the
+digests. Rejected: trusting seals without a digest (what this module did before), which left
+bit rot in old sealed segments unnoticed by ``world info``, ``send`` and ``run``; and a CRC32 of
+the segment in the seal: as fast here, but 32 bits over 64 MiB, where blake3 is the project's
+content hash already. Sealing a full 64 MiB segment at a roll hashes it once (~20 ms).
 
-Reading checks both CRCs and the seq again and decodes with ``decode_record_fast`` (the CRC
-proves the bytes are the ones written, and the writer wrote canonical CBOR); ``check_reads=True``
-decodes strictly (on read, and on open for the segments it scans). ``verify`` checks everything
-strictly and changes nothing; ``repair`` backs up, then cuts after the last good record. Not
-here: locking (the world directory layer holds it), archiving old segments, or deciding what the
-kernel journals.
+Readers. ``readonly=True`` performs no operation through ``world.fileio`` at all (it works on a
+read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
+tail at the end is read as the end (a live writer's commit in flight), not as damage.
+``refresh()`` takes in what a writer committed since: it rescans only the last segment it knew,
+from where it stopped, and any new segments. A reader sees a batch once it is written, before it
+is synced; if the writer then rolls it back, the reader's next ``refresh`` finds the segment
+shorter and rescans. Not here: locking (the world directory layer holds it), archiving old
+segments, or deciding what the kernel journals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
-from air.errors import UsageError
+from air.errors import JournalWriteFailed, StorageError, UsageError
 from kernel.journal import (
+    PROBLEM_REASONS,
     RECORD_BYTES_MAX,
+    JournalProblem,
     JournalRecord,
     check_read_args,
     filter_records,
     prepare_payload,
     record_prefix,
 )
-from world._journal_repair import RepairReport, VerifyReport, _cut_after_last_good
+from world import fileio
+from world._journal_repair import RepairReport, VerifyReport, cut_after_last_good, salvage
 from world._segments import (
     FRAME_HEADER_BYTES,
+    FRAME_PAYLOAD_BYTES_MAX,
     SEAL_SUFFIX,
     SEGMENT_BYTES_MAX,
     SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
-    JournalProblem,
+    SEGMENT_VERSION,
+    TORN_REASONS,
+    Io,
     TornTail,
-    _create_segment,
-    _decode_at,
-    _frame_parts,
-    _list_segments,
-    _read_segment,
     _Scan,
     _scan_segment,
     _Segment,
-    _truncate,
-    _trusted_seal,
-    _write_seal,
+    decode_at,
+    frame_batch,
+    fsync_dir,
+    fsync_file,
+    list_segments,
+    read_file,
+    read_segment,
+    seal_bytes,
     seal_name,
+    segment_header,
     segment_name,
+    storage_error,
+    truncate,
+    trusted_seal,
+    unlink,
+    write_temp,
 )
-from world._segments import SEGMENT_VERSION as SEGMENT_VERSION
-from world.fsutil import fsync_dir
 
 __all__ = [
     "FRAME_HEADER_BYTES",
+    "PROBLEM_REASONS",
     "SEAL_SUFFIX",
     "SEGMENT_BYTES_MAX",
     "SEGMENT_HEADER_BYTES",
     "SEGMENT_MAGIC",
+    "SEGMENT_VERSION",
+    "TORN_REASONS",
     "FileJournal",
     "JournalProblem",
     "RepairReport",
     "TornTail",
     "VerifyReport",
     "repair",
+    "salvage",
     "seal_name",
     "segment_name",
     "verify",
@@ -105,70 +166,163 @@ __all__ = [
 
 # --- scanning --------------------------------------------------------------------------------
 
-# ``_scan_journal``, ``_seal_scanned``, ``_write_all`` and the writer stay in this module, not in
-# ``world._segments``, so that the names they call (``_scan_segment``, ``_write_seal``,
-# ``_write_all``) are looked up here: tests and the crash children replace those names on
-# ``world.journal`` to count scans and inject crashes, and must keep working after the split.
+# ``_scan_journal`` stays in this module, not in ``world._segments``, so that the name it calls
+# (``_scan_segment``) is looked up here: tests replace it on ``world.journal`` to count scans.
 
 
-def _scan_journal(directory: Path, *, strict: bool, trust_seals: bool) -> _Scan:
+def _resume(
+    directory: Path,
+    scan: _Scan,
+    listed: list[tuple[int, str]],
+    known: Sequence[_Segment],
+    strict: bool,
+) -> int:
+    """Take ``known`` segments (a reader's earlier scan) into ``scan`` and rescan the last of
+    them from where it stopped; return how many listed segments that covers (0: start over)."""
+    names = [name for _, name in listed[: len(known)]]
+    if not known or names != [segment.name for segment in known]:
+        return 0
+    last, path = known[-1], directory / known[-1].name
+    with Io("stat", path):
+        if os.stat(path).st_size < last.size:
+            return 0  # the segment shrank (a writer rolled a batch back, or a repair cut it)
+    data = read_file(path, last.size)
+    scan.segments.extend(known[:-1])
+    is_last = len(known) == len(listed)
+    _scan_segment(scan, last.name, data, last.first_seq, is_last, strict, last.copy())
+    return len(known)
+
+
+def _scan_journal(
+    directory: Path, *, strict: bool, trust_seals: bool, known: Sequence[_Segment] = ()
+) -> _Scan:
     """Check every segment in order, stopping at the first problem.
 
     With ``trust_seals``, an earlier segment whose seal agrees with its file is taken from the
-    seal instead of being scanned; the last segment is always scanned.
+    seal instead of being scanned; the last segment is always scanned, while worker threads
+    check the seals (blake3 releases the GIL, so the digests and the scan share the cores).
+    With ``known``, the segments of an earlier scan that are still there are taken as they
+    were, and the last of them is scanned from where that scan stopped.
     """
-    scan, listed = _Scan(), _list_segments(directory)
+    listed, scan = list_segments(directory), _Scan()
+    start = _resume(directory, scan, listed, known, strict) if known else 0
+    sealed = listed[start:-1] if trust_seals else []
+    if not sealed:
+        return _walk(directory, scan, listed[start:], strict, {}, None)
+    with ThreadPoolExecutor(max_workers=min(len(sealed), os.cpu_count() or 1)) as pool:
+        checks = {name: pool.submit(trusted_seal, directory, name, first) for first, name in sealed}
+        try:
+            first_seq, name = listed[-1]
+            last = _Scan()
+            _scan_segment(last, name, read_file(directory / name), first_seq, True, strict)
+            return _walk(directory, scan, listed[start:], strict, checks, last)
+        finally:
+            for check in checks.values():
+                check.cancel()
+
+
+def _walk(
+    directory: Path,
+    scan: _Scan,
+    listed: list[tuple[int, str]],
+    strict: bool,
+    checks: dict[str, Future[_Segment | None]],
+    last: _Scan | None,
+) -> _Scan:
+    """Add ``listed`` to ``scan`` in order: from ``checks`` (trusted seals) where they say so,
+    ``last`` (a scan of the last segment made ahead) for the last one, else by scanning."""
     for position, (first_seq, name) in enumerate(listed):
+        if scan.problem is not None:
+            break
         if first_seq != scan.seq_next:
             detail = f"expected a segment starting at seq {scan.seq_next}"
             scan.problem = JournalProblem(name, 0, scan.seq_next, "segment_gap", detail)
             break
         is_last = position == len(listed) - 1
-        sealed = _trusted_seal(directory, name, first_seq) if trust_seals and not is_last else None
+        if is_last and last is not None:
+            scan.segments += last.segments
+            scan.problem, scan.torn = last.problem, last.torn
+            break
+        check = checks.get(name)
+        sealed = None if check is None else check.result()
         if sealed is not None:
             scan.segments.append(sealed)
             continue
-        data = (directory / name).read_bytes()
-        _scan_segment(scan, name, data, first_seq, is_last, strict)
-        if scan.problem is not None:
-            break
-        if not is_last:
+        _scan_segment(scan, name, read_file(directory / name), first_seq, is_last, strict)
+        if scan.problem is None and not is_last:
             scan.unsealed.append(scan.segments[-1])
     return scan
 
 
 def _seal_scanned(directory: Path, segments: Iterable[_Segment]) -> None:
     """Seal earlier segments that open had to scan, once their bytes are surely durable."""
+    sealed = False
     for segment in segments:
-        fd = os.open(directory / segment.name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _write_seal(directory, segment)
+        fsync_file(directory / segment.name)
+        target = directory / seal_name(segment.name)
+        temp = write_temp(directory, target.name, seal_bytes(directory, segment))
+        with Io("replace", target):
+            fileio.replace(temp, target)
+        sealed = True
+    if sealed:
+        fsync_dir(directory)
 
 
 # --- files -----------------------------------------------------------------------------------
 
-# The temp names ``world.fsutil.atomic_write`` gives a segment or a seal while writing it.
+# Temp names of a segment or a seal being written: ours (``.<name>.new.tmp``) and those of
+# ``world.fsutil.atomic_write``, which wrote them before.
 _TEMP_NAME_RE: Final = re.compile(r"\.\d{20}\.log(\.seal)?\..*\.tmp")
-_sync_data = getattr(os, "fdatasync", os.fsync)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _prepare_directory(directory: Path) -> None:
     """Create the journal directory durably if needed and remove temp files of a crashed roll."""
     if not directory.is_dir():
-        directory.mkdir(parents=True)
+        with Io("mkdir", directory):
+            fileio.mkdir(directory, parents=True)
         fsync_dir(directory.parent)
-    for entry in os.scandir(directory):
-        if _TEMP_NAME_RE.fullmatch(entry.name):
-            os.unlink(entry.path)
+    with Io("list", directory):
+        names = [entry.name for entry in os.scandir(directory)]
+    for name in names:
+        if _TEMP_NAME_RE.fullmatch(name):
+            unlink(directory / name)
+
+
+def _close(fd: int) -> None:
+    """Close a segment's fd. An error here is not worth raising: every byte that counts was
+    synced by the commit that wrote it, and what was not is cut by the next open."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class _Commit:
+    """What one commit changed on disk so far, for its rollback."""
+
+    written: tuple[Path, int] | None = None  # the segment written to, and its size before
+    step: str = "commit"  # the operation under way on that segment (for the error)
+    temps: list[Path] = field(default_factory=list)  # temp files made for a roll
+    created: list[Path] = field(default_factory=list)  # a segment and a seal renamed into place
+    fd: int | None = None  # of the segment a roll created
+
+
+def _roll_back(directory: Path, commit: _Commit) -> None:
+    """Undo ``commit``: cut the segment it wrote to, remove what its roll created, sync."""
+    for temp in commit.temps:  # harmless if left: the next writable open removes them
+        if os.path.lexists(temp):
+            with contextlib.suppress(OSError, StorageError):
+                fileio.unlink(temp, missing_ok=True)
+    if commit.written is not None and commit.written[0] not in commit.created:
+        path, size = commit.written
+        with Io("stat", path):
+            grown = os.stat(path).st_size != size
+        if grown:
+            truncate(path, size)
+    removed = [path for path in reversed(commit.created) if os.path.lexists(path)]
+    for path in removed:
+        unlink(path)
+    if commit.created:
+        fsync_dir(directory)
 
 
 # --- the journal -----------------------------------------------------------------------------
@@ -178,11 +332,12 @@ class FileJournal:
     """A ``Journal`` kept in segment files in ``directory`` (a world's ``journal/``).
 
     Opening drops a torn tail (see ``dropped``) and raises ``JournalCorrupt`` for anything else
-    that is wrong. A writable open seals the earlier segments it had to scan (see
-    ``world._segments``). ``readonly=True`` creates, truncates, seals and removes nothing (a torn tail is
-    only skipped) and refuses appends: for readers next to a live writer, and for inspection.
-    ``check_writes``/``check_reads`` turn on the strict round-trip on append and the strict
-    decode on read and on open of the segments it scans (tests run with both).
+    that is wrong, ``StorageError`` if the OS fails it. A writable open cuts the torn tail and
+    seals the earlier segments it had to scan. ``readonly=True`` does no durable operation and
+    refuses appends: for readers next to a live writer (``refresh`` catches up), and for
+    inspection. ``check_writes``/``check_reads`` turn on the strict round-trip on append and the
+    strict decode on read and on open of the segments it scans (tests run with both).
+    ``commit`` raises ``JournalWriteFailed`` (see the module docstring).
     """
 
     def __init__(
@@ -197,6 +352,8 @@ class FileJournal:
     ) -> None:
         if segment_bytes_max <= SEGMENT_HEADER_BYTES + FRAME_HEADER_BYTES:
             raise UsageError(f"segment_bytes_max {segment_bytes_max} is too small")
+        if not 0 < record_bytes_max <= FRAME_PAYLOAD_BYTES_MAX:
+            raise UsageError(f"record_bytes_max must be in 1..{FRAME_PAYLOAD_BYTES_MAX}")
         self._dir = Path(directory)
         self._segment_bytes_max = segment_bytes_max
         self._record_bytes_max = record_bytes_max
@@ -210,13 +367,14 @@ class FileJournal:
             raise scan.problem.error()
         if not readonly:
             if scan.torn is not None:
-                _truncate(self._dir / scan.torn.segment, scan.torn.offset)
+                truncate(self._dir / scan.torn.segment, scan.torn.offset)
             _seal_scanned(self._dir, scan.unsealed)
         self.dropped: TornTail | None = scan.torn
         self._segments = scan.segments
         self._seq_committed = scan.seq_next
         self._pending: list[bytes] = []
         self._fd: int | None = None
+        self._fd_path: Path | None = None  # of the last segment, which ``_fd`` is open on
         self._state = "open"
 
     @classmethod
@@ -258,16 +416,23 @@ class FileJournal:
         return range(first, self.seq_next)
 
     def commit(self) -> int:
-        """Write and sync every pending record; return the next seq. One sync per segment."""
+        """Write and sync every pending record as one batch; return the next seq."""
         self._check_writable()
         if self._pending:
-            try:
-                self._flush()
-            except BaseException:
-                self._state = "failed"
-                raise
-            self._seq_committed += len(self._pending)
-            self._pending = []
+            self._commit_batch(self._pending)
+        return self._seq_committed
+
+    def refresh(self) -> int:
+        """Take in what a writer committed since this read-only journal was opened or last
+        refreshed; return the new ``seq_next``. Raises ``JournalCorrupt`` as opening does."""
+        self._check_open()
+        if not self._readonly:
+            raise UsageError("refresh is for read-only journals; a writer knows its records")
+        known = self._segments
+        scan = _scan_journal(self._dir, strict=self._check_reads, trust_seals=True, known=known)
+        if scan.problem is not None:
+            raise scan.problem.error()
+        self._segments, self._seq_committed, self.dropped = scan.segments, scan.seq_next, scan.torn
         return self._seq_committed
 
     def read(
@@ -277,8 +442,7 @@ class FileJournal:
         *,
         committed_only: bool = False,
     ) -> Iterator[JournalRecord]:
-        if self._state != "open":
-            raise UsageError(f"journal is {self._state}")
+        self._check_open()
         pattern = check_read_args(from_seq, subject_pattern)
         plan = self._plan(from_seq, self._seq_committed)
         skip = max(0, from_seq - self._seq_committed)
@@ -288,9 +452,7 @@ class FileJournal:
 
     def close(self) -> None:
         """Release the file; records not committed are dropped, as a crash would drop them."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._close_fd()
         self._pending = []
         self._state = "closed"
 
@@ -303,11 +465,21 @@ class FileJournal:
     def _encode(self, seq: int, kind: str, subject: str, body: Any) -> bytes:
         return prepare_payload(seq, kind, subject, body, self._record_bytes_max, self._check_writes)
 
+    def _check_open(self) -> None:
+        if self._state == "closed":
+            raise UsageError("journal is closed")
+
     def _check_writable(self) -> None:
-        if self._state != "open":
-            raise UsageError(f"journal is {self._state}")
+        self._check_open()
         if self._readonly:
             raise UsageError("journal is open read-only")
+        if self._state == "failed":
+            raise UsageError("journal refuses writes after a failed rollback; reopen it")
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            _close(self._fd)
+            self._fd, self._fd_path = None, None
 
     def _plan(self, from_seq: int, end_seq: int) -> list[tuple[_Segment, int, int]]:
         plan = []
@@ -322,79 +494,128 @@ class FileJournal:
         self, plan: list[tuple[_Segment, int, int]], pending: list[bytes], pending_seq: int
     ) -> Iterator[JournalRecord]:
         for segment, low, high in plan:
-            yield from _read_segment(self._dir, segment, low, high, self._check_reads)
+            yield from read_segment(self._dir, segment, low, high, self._check_reads)
         for payload in pending:
-            yield _decode_at(payload, "<pending>", 0, pending_seq, self._check_reads)
+            yield decode_at(payload, "<pending>", 0, pending_seq, self._check_reads)
             pending_seq += 1
 
-    def _flush(self) -> None:
-        payloads, seq, start = self._pending, self._seq_committed, 0
-        while start < len(payloads):
-            segment = self._segment_for(seq, FRAME_HEADER_BYTES + len(payloads[start]))
-            stop, size = start + 1, segment.size + FRAME_HEADER_BYTES + len(payloads[start])
-            while stop < len(payloads):
-                size += FRAME_HEADER_BYTES + len(payloads[stop])
-                if size > self._segment_bytes_max:
-                    break
-                stop += 1
-            self._write_chunk(segment, payloads[start:stop])
-            seq, start = seq + stop - start, stop
+    # --- committing ----------------------------------------------------------------------------
 
-    def _segment_for(self, seq: int, frame_bytes: int) -> _Segment:
-        """The segment the frame for ``seq`` goes into, rolling over to a new one if it is full."""
+    def _commit_batch(self, payloads: list[bytes]) -> None:
+        commit = _Commit()
+        try:
+            if self._check_writes:  # the write-side half of the seq check every read makes
+                self._check_seqs(payloads)
+            data, offsets = frame_batch(payloads)
+            segment, fd, path = self._segment_for(len(data), commit)
+            commit.written = (path, segment.size)
+            commit.step = "write"
+            fileio.write(fd, data, path)
+            commit.step = "fdatasync"
+            fileio.fdatasync(fd, path)
+        except BaseException as exc:
+            self._fail(commit, exc)
+        if commit.fd is not None:  # rolled over: the new segment is the last one
+            self._close_fd()
+            self._fd, self._fd_path = commit.fd, path
+            self._segments.append(segment)
+        segment.add(offsets, segment.size, segment.size + len(data))
+        self._seq_committed += len(payloads)
+        self._pending = []
+
+    def _check_seqs(self, payloads: list[bytes]) -> None:
+        for index, payload in enumerate(payloads):
+            if not payload.startswith(record_prefix(self._seq_committed + index)):
+                raise AssertionError(
+                    f"frame for seq {self._seq_committed + index} holds another seq"
+                )
+
+    def _segment_for(self, batch_bytes: int, commit: _Commit) -> tuple[_Segment, int, Path]:
+        """The segment the batch goes into (its fd, its path), rolling over if it does not fit."""
         last = self._segments[-1] if self._segments else None
-        if last is None or (last.count and last.size + frame_bytes > self._segment_bytes_max):
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            full, last = last, _create_segment(self._dir, seq)
-            self._segments.append(last)
-            if full is not None:  # every frame of it was synced by the commit that wrote it
-                _write_seal(self._dir, full)
-        if self._fd is None:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-            self._fd = os.open(self._dir / last.name, flags)
-        return last
+        if last is not None and (
+            not last.count or last.size + batch_bytes <= self._segment_bytes_max
+        ):
+            if self._fd is None or self._fd_path is None:
+                path = self._dir / last.name
+                with Io("open", path):
+                    self._fd, self._fd_path = fileio.open_append(path), path
+            return last, self._fd, self._fd_path
+        return self._roll(last, commit)
 
-    def _write_chunk(self, segment: _Segment, payloads: list[bytes]) -> None:
-        assert self._fd is not None
-        parts, offsets, end = list[bytes](), list[int](), segment.size
-        if self._check_writes:  # the write-side half of the seq check every read makes
-            seq = segment.first_seq + segment.count
-            for index, payload in enumerate(payloads):
-                if not payload.startswith(record_prefix(seq + index)):
-                    raise AssertionError(f"frame for seq {seq + index} holds another seq")
-        for payload in payloads:
-            parts.extend(_frame_parts(payload))
-            offsets.append(end)
-            end += FRAME_HEADER_BYTES + len(payload)
-        _write_all(self._fd, b"".join(parts))
-        _sync_data(self._fd)
-        segment.add(offsets, end)
+    def _roll(self, last: _Segment | None, commit: _Commit) -> tuple[_Segment, int, Path]:
+        """Create the next segment, and seal the full one; the commit undoes both if it fails.
+        A stale seal of the new segment's name goes first, and is not put back."""
+        segment = _Segment(segment_name(self._seq_committed), self._seq_committed)
+        path = self._dir / segment.name
+        if (self._dir / seal_name(segment.name)).exists():
+            unlink(self._dir / seal_name(segment.name))
+        targets = [path]
+        commit.temps.append(write_temp(self._dir, segment.name, segment_header(segment.first_seq)))
+        if last is not None and last.count:  # every frame of it was synced by its commit
+            targets.append(self._dir / seal_name(last.name))
+            commit.temps.append(
+                write_temp(self._dir, targets[-1].name, seal_bytes(self._dir, last))
+            )
+        for temp, target in zip(commit.temps, targets, strict=True):
+            with Io("replace", target):
+                fileio.replace(temp, target)
+            commit.created.append(target)
+        fsync_dir(self._dir)
+        with Io("open", path):
+            commit.fd = fileio.open_append(path)
+        return segment, commit.fd, path
+
+    def _fail(self, commit: _Commit, exc: BaseException) -> NoReturn:
+        """Roll ``commit`` back and raise: ``JournalWriteFailed`` for an I/O error."""
+        self._pending = []
+        self._close_fd()
+        undo_error: StorageError | None = None
+        try:
+            _roll_back(self._dir, commit)
+        except StorageError as error:
+            undo_error = error
+            self._state = "failed"
+        finally:
+            if commit.fd is not None:
+                _close(commit.fd)
+        if isinstance(exc, OSError):  # from the write or the fdatasync of the batch
+            path = self._dir if commit.written is None else commit.written[0]
+            exc = storage_error(exc, commit.step, path)
+        if not isinstance(exc, StorageError):
+            raise exc
+        detail = (
+            exc.detail if undo_error is None else f"{exc.detail}; rollback failed: {undo_error}"
+        )
+        raise JournalWriteFailed(
+            exc.path, exc.operation, exc.errno_name, detail, rolled_back=undo_error is None
+        ) from exc
 
 
 # --- verify and repair -----------------------------------------------------------------------
 
 
 def verify(directory: str | os.PathLike[str]) -> VerifyReport:
-    """Check every frame of the journal in ``directory`` strictly; change nothing."""
+    """Check every frame of the journal in ``directory`` strictly; change nothing (no operation
+    through ``world.fileio``)."""
     path = Path(directory)
     if not path.is_dir():
         raise UsageError(f"no journal directory at {path}")
     scan = _scan_journal(path, strict=True, trust_seals=False)
     records = scan.seq_next
-    names = tuple(name for _, name in _list_segments(path))
+    names = tuple(name for _, name in list_segments(path))
     last_good = records - 1 if records else None
     return VerifyReport(names, records, last_good, scan.problem, scan.torn)
 
 
 def repair(directory: str | os.PathLike[str], backup_dir: str | os.PathLike[str]) -> RepairReport:
-    """Cut the journal after its last good record, backing up whatever is changed or removed.
+    """Cut the journal after its last whole commit before the first problem or torn tail,
+    backing up whatever is changed or removed (``salvage`` reads the backup).
 
-    The segment holding the first bad frame is copied to ``backup_dir`` and truncated before that
-    frame; later segments (and a segment whose header is bad) are copied and then removed. The
-    seals of all these segments are copied and removed first, so that no seal outlives the bytes
-    it describes. The copies are synced before any original is touched.
+    The segment holding the cut is copied to ``backup_dir`` and truncated there; later segments
+    (and a segment whose header is bad) are copied and then removed. The seals of all these
+    segments are copied and removed first, so that no seal outlives the bytes it describes. The
+    copies are synced before any original is touched. Afterwards ``verify`` is clean.
     """
     path, backup_path = Path(directory), Path(backup_dir)
-    return _cut_after_last_good(path, backup_path, verify(path))
+    return cut_after_last_good(path, backup_path, verify(path))

@@ -47,8 +47,6 @@ Failure rules (issue 7):
 
 from __future__ import annotations
 
-import json
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -69,17 +67,34 @@ from air.errors import (
     WorldError,
     WrongMode,
 )
-from air.loader import AirSource, LoadedAir, load_air, resolve_relative
+from air.loader import AirSource, LoadedAir, load_air
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel.cells import CellEntry, CellStore, MemoryCellStore, ObjectMissing
 from kernel.core import Kernel, KernelLimits
-from kernel.journal import JournalRecord, make_subject
+from kernel.journal import JournalRecord
 from world import fileio
+from world._worlddir import (
+    build_world,
+    discard_store,
+    load_world_air,
+    read_sources,
+    remove_tree,
+)
 from world.airfiles import air_sources, builtin_sources, inspect_wasm
 from world.airfiles import read_file as _read_file
 from world.cas import FileCas
 from world.cellstore import FileCellStore
+from world.errors import (
+    CheckpointAhead,
+    CheckpointMoved,
+    EventRejected,
+    GenesisMismatch,
+    Interrupted,
+    NotAWorld,
+    WorldExists,
+    WorldStale,
+)
 from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal import FileJournal
 from world.runner import HostRunner
@@ -95,81 +110,14 @@ __all__ = [
     "World",
     "WorldExists",
     "WorldStale",
+    "discard_store",
 ]
 
 SNAPSHOT_DIRTY_MAX: Final = 200_000
 """Checkpoint automatically once this many cells are dirty (bounds memory and replay time)."""
 COMMIT_EVERY_STEPS: Final = 4096
-FORMAT: Final = 1
 READER_RETRIES_MAX: Final = 3
 """A reader whose checkpoint a live writer replaced under it retries the open this often."""
-
-
-class WorldExists(WorldError):
-    def __init__(self, path: str) -> None:
-        self.path = path
-        super().__init__(f"{path} already holds something; a new world needs an empty folder")
-
-
-class NotAWorld(WorldError):
-    def __init__(self, path: str) -> None:
-        self.path = path
-        super().__init__(f"{path} is not a world (no air/sources.json); create one with world init")
-
-
-class GenesisMismatch(WorldError):
-    """The journal's genesis record names another manifest than the world's AIR."""
-
-    def __init__(self, expected: str, actual: str) -> None:
-        self.expected = expected
-        self.actual = actual
-        super().__init__(
-            f"the journal was started by manifest {expected} but the world's AIR is {actual}"
-        )
-
-
-class CheckpointAhead(WorldError):
-    """The cell checkpoint covers journal records that are no longer there (the journal lost
-    committed records after the checkpoint was written). Never guessed around: repair the
-    journal (which discards such a checkpoint) or restore it."""
-
-    def __init__(self, checkpoint_seq_next: int, journal_seq_next: int) -> None:
-        self.checkpoint_seq_next = checkpoint_seq_next
-        self.journal_seq_next = journal_seq_next
-        super().__init__(
-            f"the state checkpoint reaches seq {checkpoint_seq_next} but the journal ends at "
-            f"{journal_seq_next}: committed records were lost; run `world journal verify DIR` "
-            "to see what, then `world journal verify DIR --repair`"
-        )
-
-
-class Interrupted(WorldError):
-    """A loop stopped at a tick boundary because ``interrupt()`` was called; everything up to
-    ``seq_next`` is committed and nothing queued was lost."""
-
-    def __init__(self, seq_next: int) -> None:
-        self.seq_next = seq_next
-        super().__init__(f"interrupted after seq {seq_next - 1}; nothing lost; run again to go on")
-
-
-class WorldStale(WorldError):
-    """This handle's memory may be ahead of the journal (``reason``); reopen the world."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"this world handle stopped after an error ({reason}); open it again")
-
-
-class EventRejected(WorldError):
-    """Event ``index`` of a batch (``where``: e.g. ``events.jsonl:12``) failed normalisation;
-    nothing of the batch was journaled. ``cause`` is the error it failed with."""
-
-    def __init__(self, index: int, cause: WorldError, where: str = "") -> None:
-        self.index = index
-        self.cause = cause
-        self.where = where or f"event {index}"
-        self.code = getattr(cause, "code", None) or type(cause).__name__
-        super().__init__(f"{self.where}: {cause}")
 
 
 @dataclass(frozen=True)
@@ -251,7 +199,7 @@ class World:
         placed = False
         lock: WorldLock | None = None
         try:
-            lock = _build_world(staging, air, sources)
+            lock = build_world(staging, air, sources)
             if path.exists():
                 path.rmdir()  # empty (checked above); rename cannot replace it otherwise
             fileio.replace(staging, path)
@@ -262,7 +210,7 @@ class World:
             # All or nothing: a failed init leaves neither a world nor a lock behind.
             if lock is not None:
                 lock.release()
-            _remove_tree(path if placed else staging)
+            remove_tree(path if placed else staging)
             raise
 
     @classmethod
@@ -270,7 +218,7 @@ class World:
         cls, path: Path, air_dir: Path, limits: KernelLimits | None = None
     ) -> World:
         """Create a world from another world's ``air/`` folder (same sources, same wasm)."""
-        sources, wasm_map = _read_sources(air_dir / "sources.json")
+        sources, wasm_map = read_sources(air_dir / "sources.json")
         source_cas = FileCas(air_dir.parent, readonly=True)
         return cls._create(
             Path(path), sources, {p: source_cas.get(h) for p, h in wasm_map.items()}.get, limits
@@ -290,10 +238,10 @@ class World:
             lock = lock_world(path, "read" if readonly else "write")
             try:
                 with fileio.storage_errors("open"):
-                    air = _load_world_air(path)
+                    air = load_world_air(path)
                     world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
                     world._recover()
-            except _CheckpointMoved:
+            except CheckpointMoved:
                 lock.release()
                 if attempt == READER_RETRIES_MAX:
                     raise
@@ -347,7 +295,7 @@ class World:
                 self.kernel.apply(record)
         except StoreDamaged:
             if self.readonly and self._checkpoint_replaced():
-                raise _CheckpointMoved() from None
+                raise CheckpointMoved() from None
             raise
 
     def _checkpoint_replaced(self) -> bool:
@@ -360,7 +308,7 @@ class World:
     def _rebuild(self, damage: StoreDamaged) -> None:
         """Throw the derived state away and re-execute the whole journal (checked)."""
         if self.readonly and self._checkpoint_replaced():
-            raise _CheckpointMoved() from damage
+            raise CheckpointMoved() from damage
         where = "in memory" if self.readonly else "and checkpointed"
         self.notices.append(
             f"derived state damaged: {damage.path}: {damage.reason}; rebuilt from the journal "
@@ -371,7 +319,7 @@ class World:
         else:
             self.journal.commit()
             with fileio.storage_errors("rebuild"):
-                _discard_store(self.path)
+                discard_store(self.path)
                 self.store = FileCellStore(self.path)
         self.kernel = Kernel(self.air, self.journal, self.store, self._runner, self.limits)
         self._checkpoint_seq = 0
@@ -622,88 +570,3 @@ class World:
             "dead_letters_total": self.kernel.dead_letters_total,
             "notices": list(self.notices),
         }
-
-
-class _CheckpointMoved(WorldError):
-    """A reader found files missing because a live writer replaced the checkpoint: retry."""
-
-
-def _build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLock:
-    """Write a new world's files into the (empty, private) folder ``path``; return its lock."""
-    fileio.mkdir(path / "journal", exist_ok=True)
-    lock = lock_world(path)
-    try:
-        cas = FileCas(path)
-        wasm_map = {}
-        for name, data in air.wasm_bytes.items():
-            source = resolve_relative(air.defs[name].file, air.defs[name].model.wasm)
-            wasm_map[source] = cas.put(data)
-        for data in [air.manifest_cbor, *air.def_cbor.values()]:
-            cas.put(data)  # every AIR node, content-addressed (SPEC §7)
-        fileio.mkdir(path / "air", exist_ok=True)
-        doc = {
-            "format": FORMAT,
-            "sources": [{"file": s.file, "text": s.text, "builtin": s.builtin} for s in sources],
-            "wasm": wasm_map,
-        }
-        atomic_write(path / "air" / "sources.json", json.dumps(doc, indent=1).encode())
-        atomic_write(path / "air" / "manifest.cbor", air.manifest_cbor)
-        with FileJournal.open(path / "journal") as journal:
-            journal.append(
-                "world.created",
-                make_subject("world", "manifest"),
-                {"manifest_hash": cbor.hash_to_raw(air.manifest_hash)},
-            )
-            journal.commit()
-    except BaseException:
-        lock.release()
-        raise
-    return lock
-
-
-def _remove_tree(path: Path) -> None:
-    """Best-effort removal of a folder this process made or moved aside (not durable state)."""
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _discard_store(path: Path) -> None:
-    """Move the damaged cell store aside (one rename: from then on there is no checkpoint),
-    then delete it."""
-    store = path / "state" / "reducers"
-    if not store.exists():
-        return
-    aside = path / "state" / "reducers.damaged"
-    _remove_tree(aside)
-    fileio.replace(store, aside)
-    fileio.fsync_dir(path / "state")
-    _remove_tree(aside)
-
-
-def _read_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
-    """The AIR sources and the wasm path -> hash map stored in a world's ``sources.json``."""
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-        sources = [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]]
-        wasm_map = dict(doc["wasm"])
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in wasm_map.items()):
-            raise TypeError("wasm map entries must be text")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StoreDamaged(str(path), f"not a world's AIR sources: {exc}") from exc
-    return sources, wasm_map
-
-
-def _load_world_air(path: Path) -> LoadedAir:
-    sources, wasm_map = _read_sources(path / "air" / "sources.json")
-    cas = FileCas(path, readonly=True)
-
-    def read_wasm(p: str) -> bytes | None:
-        return cas.get(wasm_map[p]) if p in wasm_map else None
-
-    air = load_air(sources, read_wasm)
-    stored = (path / "air" / "manifest.cbor").read_bytes()
-    if stored != air.manifest_cbor:
-        raise StoreDamaged(
-            str(path / "air" / "manifest.cbor"),
-            "does not match the AIR sources; the world directory was altered",
-        )
-    return air

@@ -13,6 +13,13 @@ subclass, say: the fast walk tests ``type(x) is dict``). So the one invariant th
 one-sided: the fast walk never accepts what ``check`` rejects. tests/test_values.py holds the
 two to it on random types (refs and recursive schemas included) and random values.
 
+Depth. ``check`` refuses a value nested deeper than ``VALUE_DEPTH_MAX`` type levels, and the
+fast walk counts nothing, so ``compile_checker`` measures the type first: one that could hold
+such a value (a recursive schema, or a chain of refs taller than the limit) is checked by
+``check`` alone. AIR v1 has no recursive schemas (the loader refuses a cycle), so the kernel's
+checkers all keep the fast walk. The compiler below still handles cycles (its trampolines), so
+it stays total if that rule is ever relaxed together with a depth count in the fast walk.
+
 Recursive schemas. A compiler compiles each schema name once and memoises it; while a name is
 being compiled its memo entry is a trampoline to the closure being built, so a cycle through a
 list, option, map or variant compiles in finite time. A name that is unknown, or whose refs
@@ -51,7 +58,7 @@ from air.types import (
     Variant,
     resolve,
 )
-from air.values import INT_MAX, INT_MIN, NAT_MAX, check
+from air.values import INT_MAX, INT_MIN, NAT_MAX, VALUE_DEPTH_MAX, check
 
 __all__ = ["compile_checker", "dec128_is_canonical"]
 
@@ -66,6 +73,10 @@ _DEC_EXP_FIELD_MAX: Final = 6111 + 6176  # the largest exponent, biased
 
 def compile_checker(node: TypeNode, schemas: Schemas) -> Callable[[Any], None]:
     """A function that raises exactly as ``check(node, obj, schemas)`` does, only faster."""
+    if _levels(node, schemas, {}, 0) > VALUE_DEPTH_MAX:
+        # ``check`` refuses values deeper than VALUE_DEPTH_MAX and the fast walk counts no
+        # depth, so a type that allows such values (recursive, or very tall) gets no fast walk.
+        return lambda obj: check(node, obj, schemas)
     fast = _Compiler(schemas).compile(node)
 
     def checker(obj: Any) -> None:
@@ -77,6 +88,38 @@ def compile_checker(node: TypeNode, schemas: Schemas) -> Callable[[Any], None]:
             check(node, obj, schemas)
 
     return checker
+
+
+def _levels(node: TypeNode, schemas: Schemas, memo: dict[str, int], depth: int) -> int:
+    """How many levels ``check`` can recurse below ``node``: an over-estimate, and
+    ``VALUE_DEPTH_MAX + 1`` for anything deeper (a cycle through structure included)."""
+    too_deep = VALUE_DEPTH_MAX + 1
+    if depth > VALUE_DEPTH_MAX:
+        return too_deep
+    if isinstance(node, Ref):
+        if node.name not in memo:
+            memo[node.name] = too_deep  # while in progress: reaching it again is a cycle
+            try:
+                target = resolve(node, schemas)
+            except ValueMismatch:  # unknown or a bare ref cycle: ``check`` stops there
+                memo[node.name] = 0
+            else:
+                memo[node.name] = _levels(target, schemas, memo, depth)
+        return memo[node.name]
+    if isinstance(node, Record | Variant):
+        children = [sub for _, sub in (node.fields if isinstance(node, Record) else node.cases)]
+    elif isinstance(node, MapT):
+        children = [node.key, node.value]
+    elif isinstance(node, ListT | SetT | OptionT):
+        children = [node.item]
+    else:
+        return 0
+    most = 0
+    for child in children:
+        most = max(most, _levels(child, schemas, memo, depth + 1))
+        if most >= too_deep:
+            break
+    return min(most + 1, too_deep)
 
 
 def dec128_is_canonical(raw: bytes) -> bool:

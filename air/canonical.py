@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from air import cbor, expr
 from air.diagnostics import Diagnostics
-from air.errors import ValueMismatch
+from air.errors import CborError, ValueMismatch
 from air.model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, Manifest
 from air.types import parse_type, type_to_obj
 from air.values import normalise
@@ -174,8 +174,10 @@ def fill_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnostics) -> No
     for name, loc in air.defs.items():
         try:
             data = cbor.dumps(def_canonical(loc.model, air.wasm_hashes.get(name)))
-        except ValueMismatch as exc:
-            diags.add(loc.file, exc.pointer, "air.value.mismatch", exc.detail)
+        except (ValueMismatch, CborError) as exc:  # validation should have caught it: defence
+            diags.add(
+                loc.file, loc.pointer + exc.pointer.rstrip("/"), "air.value.mismatch", exc.detail
+            )
             continue
         air.def_cbor[name] = data
         air.def_hashes[name] = cbor.content_hash(data)

@@ -1,9 +1,20 @@
 """Collecting diagnostics: every finding is recorded with its file and JSON pointer, and
 validation goes on, so an author sees all problems at once rather than the first.
 
-Stable codes used across the loader and validator (tests and tools key on these):
+Stable codes used across the loader and validator (tests and tools key on these; each has a
+minimal AIR input that produces it in tests/test_diagnostic_codes.py). Diagnostics carry a file
+and a JSON pointer, not a line: the ``air.json.*`` codes, which come before there is any JSON
+to point into, put the 1-based line and column at the start of their message.
 
-    air.json                     the file is not JSON, or not an object / array of objects
+    air.json                     not an AIR document: not an object / array of objects (or, from
+                                 ``world.airfiles``, no such file, an empty folder, unreadable)
+    air.json.syntax              the text is not valid JSON (empty text included)
+    air.json.encoding            the bytes are not UTF-8
+    air.json.too_deep            arrays/objects nested deeper than ``jsontext.JSON_DEPTH_MAX``
+    air.json.number_too_long     a number with more than ``jsontext.JSON_NUMBER_DIGITS_MAX`` digits
+    air.json.duplicate_key       an object names one key twice
+    air.json.surrogate           a string or key holds a lone UTF-16 surrogate (``"\\ud800"``)
+    air.json.not_finite          NaN, Infinity, or a number too large for a float
     air.kind.unknown             ``$kind`` missing or not an AIR kind
     air.shape                    a field is missing, unknown or of the wrong JSON type
     air.name.invalid             a def name is not namespace/name@version
@@ -11,8 +22,9 @@ Stable codes used across the loader and validator (tests and tools key on these)
     air.manifest.missing         no manifest in the AIR
     air.manifest.multiple        more than one manifest
     air.hash.mismatch            a hash written in the AIR differs from the computed one
-    air.type.invalid             a type expression is malformed
-    air.type.ref_cycle           schemas refer to each other with no structure between
+    air.type.invalid             a type expression is malformed (or nested too deep)
+    air.schema.cycle             schemas reach themselves through refs (AIR v1 has no recursive
+                                 types); once per cycle, at its least-named schema
     air.ref.unknown_schema       a name that should be a schema is not defined
     air.ref.unknown_module       ... a module
     air.ref.unknown_plan         ... a plan
@@ -30,17 +42,19 @@ Stable codes used across the loader and validator (tests and tools key on these)
     air.effect.origin            an effect kind used where its origin is not allowed
     air.cap.type_mismatch        a grant's capability type does not fit the effect
     air.value.mismatch           a literal value does not match its schema
-    air.expr.<code>              an expression failed to parse (``expr.*`` codes from air.expr)
+    air.expr.<code>              an expression failed to parse, or a constant one to evaluate
+                                 (``expr.*`` codes from air.expr, e.g. air.expr.parse.shape)
     air.plan.step.duplicate      two steps share an id
     air.plan.edge.unknown_step   an edge names a step that does not exist
     air.plan.cycle               the plan's edges form a cycle
-    air.plan.ref.unknown_step    ``@step:x`` names no step (or a step that yields nothing)
+    air.plan.ref.unknown_step    ``@step:x`` names no step of the plan
     air.plan.ref.unknown_var     ``@var:x`` is neither a local nor assigned
     air.plan.ref.event_outside_where  ``@event`` used outside an ``await_event.where``
     air.plan.await_receipt.for   ``await_receipt.for`` does not name an ``emit_effect`` step
     air.plan.raise_event.key     a keyed reducer needs ``key``; a non-keyed one must not get one
     air.plan.await_event.where_required  a correlated plan awaits an event without ``where``
-    air.module.wasm_missing      (warning) the module's wasm file is absent; not validated
+    air.module.wasm_missing      the module's wasm file is absent or unreadable, or it names
+                                 neither ``wasm`` nor ``wasm_hash``
     air.module.wasm_invalid      the wasm bytes are not a valid module
     air.module.imports           the module imports something (reducers import nothing)
     air.module.exports           the module lacks memory, alloc or step

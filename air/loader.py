@@ -4,14 +4,21 @@ Pure: the caller (``world.airfiles``) reads the files and passes their text, and
 ``read_wasm`` / ``inspect_wasm`` callbacks for module binaries, so nothing here touches the
 filesystem or wasmtime.
 
-Pipeline: parse JSON → shape-check each def (pydantic) → names (format, duplicates, one
-manifest) → schema types → semantic validation (``air.validate``) → canonical forms and hashes.
-Every step records diagnostics and goes on; errors raise one ``ManifestError`` at the end.
+Pipeline: parse JSON (``air.jsontext``) → shape-check each def (pydantic) → names (format,
+duplicates, one manifest) → schema types, and no cycles among schemas → semantic validation
+(``air.validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
+errors raise one ``ManifestError`` at the end. Bad input of any kind, down to a binary file or
+10,000 nested brackets, is a diagnostic naming the file, never an exception of its own.
 
 Choices:
 - The world is every def in the AIR plus the built-in ``sys/`` defs. The manifest's def lists
   may name defs (optionally with a ``hash`` that must match); the loader fills in every def and
   its hash, so the canonical manifest lists them all, sorted by name.
+- A document's text may be ``bytes``: the loader reads it as UTF-8 and reports bytes that are
+  not (``air.json.encoding``, with the line and column in the message).
+- No schema may reach itself through refs (``air.schema.cycle``), directly or through record,
+  variant, list, set, option or map: AIR v1 has no recursive types, so every value has a
+  bounded depth and every type a finite canonical form.
 - A def hash is blake3 over the canonical CBOR of the def's canonical form: types in their
   one canonical form, expressions via ``air.expr.to_json``, literal values normalised by
   their schema, plan steps sorted by id and edges by (from, to), set-like lists sorted. The
@@ -20,7 +27,6 @@ Choices:
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,8 +34,9 @@ from typing import Any, Protocol
 
 import pydantic
 
+from air import jsontext
 from air.diagnostics import Diagnostics, escape_pointer
-from air.errors import ValueMismatch
+from air.errors import JsonError, ValueMismatch
 from air.model import (
     AIR_KINDS,
     DefCap,
@@ -40,17 +47,18 @@ from air.model import (
     DefSchema,
     Manifest,
 )
-from air.types import Ref, TypeNode, is_def_name, parse_type, resolve, type_refs
+from air.types import TypeNode, is_def_name, parse_type, type_refs
 
 __all__ = ["AirSource", "LoadedAir", "Located", "WasmInfo", "load_air"]
 
 
 @dataclass(frozen=True)
 class AirSource:
-    """One AIR document: its path (for diagnostics and relative wasm paths) and JSON text."""
+    """One AIR document: its path (for diagnostics and relative wasm paths) and JSON text
+    (``bytes`` are read as UTF-8; ``world.airfiles`` passes them only when they are not)."""
 
     file: str
-    text: str
+    text: str | bytes
     builtin: bool = False
 
 
@@ -128,9 +136,10 @@ def _parse_documents(
     out = []
     for source in sources:
         try:
-            obj = json.loads(source.text)
-        except json.JSONDecodeError as exc:
-            diags.add(source.file, "", "air.json", f"not JSON: {exc.msg} at line {exc.lineno}")
+            obj = jsontext.loads(source.text, source=source.file)
+        except JsonError as exc:
+            where = f"line {exc.line}, column {exc.column}"
+            diags.add(source.file, "", f"air.{exc.code}", f"{where}: {exc.detail}")
             continue
         if isinstance(obj, dict):
             out.append((source, "", obj))
@@ -226,13 +235,86 @@ def _parse_schemas(defs: dict[str, Located], diags: Diagnostics) -> dict[str, Ty
                     "air.ref.unknown_schema",
                     f"unknown schema {ref}",
                 )
-        if isinstance(node, Ref):
-            try:
-                resolve(node, schemas)
-            except ValueMismatch as exc:
-                if exc.code == "type.ref_cycle":
-                    diags.add(loc.file, f"{loc.pointer}/type", "air.type.ref_cycle", exc.detail)
+    for cycle in _schema_cycles(schemas):
+        loc = defs[cycle[0]]
+        path = " -> ".join([*cycle, cycle[0]])
+        detail = f"schemas refer to themselves ({path}); AIR v1 has no recursive types"
+        diags.add(loc.file, f"{loc.pointer}/type", "air.schema.cycle", detail)
+        for name in cycle:  # later checks would walk the cycle: they skip these, as if unparsed
+            del schemas[name]
     return schemas
+
+
+def _schema_cycles(schemas: dict[str, TypeNode]) -> list[list[str]]:
+    """Each group of schemas that reach themselves through refs, as a path through the group
+    starting at its least name. Iterative (a chain of 10,000 schemas is no deeper for it).
+
+    Tarjan's strongly connected components; a group is a cycle if it has two or more members or
+    one member that refers to itself.
+    """
+    graph = {
+        name: sorted(r for r in type_refs(node) if r in schemas) for name, node in schemas.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            name, i = work.pop()
+            if i == 0:
+                index[name] = low[name] = len(index)
+                stack.append(name)
+                on_stack.add(name)
+            succs = graph[name]
+            if i < len(succs):
+                work.append((name, i + 1))
+                succ = succs[i]
+                if succ not in index:
+                    work.append((succ, 0))
+                elif succ in on_stack:
+                    low[name] = min(low[name], index[succ])
+                continue
+            if low[name] == index[name]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == name:
+                        break
+                if len(group) > 1 or name in graph[name]:
+                    groups.append(_cycle_path(sorted(group), graph))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[name])
+    return sorted(groups)
+
+
+def _cycle_path(group: list[str], graph: dict[str, list[str]]) -> list[str]:
+    """A cycle within ``group`` from its least member back to it, by least names first (BFS)."""
+    members = set(group)
+    start = group[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for name in frontier:
+            for succ in graph[name]:
+                if succ == start:
+                    path = [name]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return path[::-1]
+                if succ in members and succ not in came_from:
+                    came_from[succ] = name
+                    following.append(succ)
+        frontier = following
+    return [start]  # unreachable: every member of a strongly connected group reaches the start
 
 
 def load_air(

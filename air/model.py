@@ -188,7 +188,7 @@ class CapGrant(_Model):
     name: str
     cap: str
     params: Any = {}
-    expiry_ns: int | None = None
+    expiry_ns: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None  # an AIR time
 
 
 class Defaults(_Model):

@@ -14,8 +14,12 @@ sorts), so the same type authored either way hashes the same. Record fields and 
 keep no declaration order: identity is by name, as in the canonical CBOR of values.
 
 Invariants: nodes are immutable and hashable; a ``Ref`` is resolved through a ``Schemas``
-mapping (name -> node) only when a value is checked, so recursive schemas are representable;
-map keys are restricted to int, nat, text, uuid and hash (checked after refs resolve).
+mapping (name -> node) only when a value is checked, so recursive schemas are representable
+here (AIR v1 itself has none: ``air.loader`` refuses a cycle of schemas); map keys are
+restricted to int, nat, text, uuid and hash (checked after refs resolve). A type expression is
+at most ``TYPE_DEPTH_MAX`` levels deep, so every walk of a node's own tree (``type_to_obj``,
+``type_refs``) stays far from Python's recursion limit; member names are Unicode text (no lone
+surrogates), since they become canonical CBOR.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from air.errors import ValueMismatch
 __all__ = [
     "MAP_KEY_PRIMS",
     "PRIMS",
+    "TYPE_DEPTH_MAX",
     "ListT",
     "MapT",
     "OptionT",
@@ -52,6 +57,9 @@ PRIMS: Final = frozenset(
     {"bool", "int", "nat", "dec128", "bytes", "text", "time", "duration", "hash", "uuid", "unit"}
 )
 MAP_KEY_PRIMS: Final = frozenset({"int", "nat", "text", "uuid", "hash"})
+TYPE_DEPTH_MAX: Final = 64
+"""Most type constructors (record, variant, list, set, option, map) nested in one type
+expression; refs to other schemas start a new count. Deeper is ``type.invalid``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,16 +131,24 @@ def _bad(pointer: str, detail: str) -> ValueMismatch:
 
 def parse_type(obj: Any, pointer: str = "") -> TypeNode:
     """Parse a type in any accepted JSON form; raise ``ValueMismatch(code='type.invalid')``."""
+    return _parse(obj, pointer, 0)
+
+
+def _parse(obj: Any, pointer: str, depth: int) -> TypeNode:
+    if depth > TYPE_DEPTH_MAX:
+        raise _bad(pointer, f"type nested deeper than TYPE_DEPTH_MAX={TYPE_DEPTH_MAX}")
     if isinstance(obj, str):
         if obj in PRIMS:
             return Prim(obj)
         if is_def_name(obj):
             return Ref(obj)
-        raise _bad(pointer, f"unknown type {obj!r}")
+        raise _bad(pointer, f"unknown type {_short(obj)}")
     if not isinstance(obj, dict) or len(obj) != 1:
         raise _bad(pointer, "a type is a name or an object with exactly one key")
     ((kind, body),) = obj.items()
-    at = f"{pointer}/{kind}"
+    if not isinstance(kind, str):
+        raise _bad(pointer, "a type kind is text")
+    at = f"{pointer}/{_escape(kind)}"
     if kind in PRIMS:
         if body not in ({}, None):
             raise _bad(at, f"primitive {kind} takes no parameters")
@@ -142,31 +158,42 @@ def parse_type(obj: Any, pointer: str = "") -> TypeNode:
             raise _bad(at, "ref must name a schema as namespace/name@version")
         return Ref(body)
     if kind in ("record", "variant"):
-        return _parse_fields(kind, body, at)
+        return _parse_fields(kind, body, at, depth + 1)
     if kind in _WRAPPERS:
-        return _WRAPPERS[kind](parse_type(body, at))
+        return _WRAPPERS[kind](_parse(body, at, depth + 1))
     if kind == "map":
         if not isinstance(body, dict) or set(body) != {"key", "value"}:
             raise _bad(at, "map needs exactly 'key' and 'value'")
-        key = parse_type(body["key"], f"{at}/key")
+        key = _parse(body["key"], f"{at}/key", depth + 1)
         if isinstance(key, Prim) and key.name not in MAP_KEY_PRIMS:
             raise _bad(f"{at}/key", f"map keys must be one of {sorted(MAP_KEY_PRIMS)}")
-        return MapT(key, parse_type(body["value"], f"{at}/value"))
-    raise _bad(pointer, f"unknown type kind {kind!r}")
+        return MapT(key, _parse(body["value"], f"{at}/value", depth + 1))
+    raise _bad(pointer, f"unknown type kind {_short(kind)}")
 
 
-def _parse_fields(kind: str, body: Any, at: str) -> TypeNode:
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:80]) + "..."
+
+
+def _parse_fields(kind: str, body: Any, at: str, depth: int) -> TypeNode:
     if not isinstance(body, dict):
         raise _bad(at, f"{kind} takes an object of names to types")
     if kind == "variant" and not body:
         raise _bad(at, "a variant needs at least one case")
     items = []
     for name, sub in body.items():
-        if not isinstance(name, str) or not name or name.startswith("$"):
-            raise _bad(at, f"invalid {kind} member name {name!r}")
-        items.append((name, parse_type(sub, f"{at}/{_escape(name)}")))
+        if not _member_name(name):
+            shown = _short(name) if isinstance(name, str) else f"<{type(name).__name__}>"
+            raise _bad(at, f"invalid {kind} member name {shown}")
+        items.append((name, _parse(sub, f"{at}/{_escape(name)}", depth)))
     items.sort()
     return Record(tuple(items)) if kind == "record" else Variant(tuple(items))
+
+
+def _member_name(name: Any) -> bool:
+    if not isinstance(name, str) or not name or name.startswith("$"):
+        return False
+    return name.isascii() or not any("\ud800" <= char <= "\udfff" for char in name)
 
 
 def _escape(token: str) -> str:
@@ -205,6 +232,8 @@ def type_refs(node: TypeNode) -> set[str]:
 
 def resolve(node: TypeNode, schemas: Schemas, pointer: str = "") -> TypeNode:
     """Follow refs until a structural node; raise ``ValueMismatch`` for an unknown or cyclic ref."""
+    if not isinstance(node, Ref):  # most calls, from every value walk: no set to build
+        return node
     seen: set[str] = set()
     while isinstance(node, Ref):
         if node.name in seen:

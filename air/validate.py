@@ -168,22 +168,30 @@ def _effect_origin(
 def _wasm(
     ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
 ) -> None:
+    """Hash and inspect the module's binary. With no ``read_wasm`` the caller asked for no
+    binaries: nothing is read or reported, and a written ``wasm_hash`` is taken as it is."""
     from air.loader import resolve_relative
 
     model: DefModule = loc.model
+    if model.wasm is None and model.wasm_hash is None:
+        ctx.diags.add(
+            loc.file,
+            loc.pointer,
+            "air.module.wasm_missing",
+            f"module {name} names neither a wasm file nor a wasm_hash",
+        )
+        return
     data = read_wasm(resolve_relative(loc.file, model.wasm)) if model.wasm and read_wasm else None
     if data is None:
-        if model.wasm_hash is None:
-            where = model.wasm or "(no wasm path)"
+        if model.wasm_hash is not None:
+            ctx.air.wasm_hashes[name] = model.wasm_hash
+        elif read_wasm is not None:
             ctx.diags.add(
                 loc.file,
                 f"{loc.pointer}/wasm",
                 "air.module.wasm_missing",
-                f"wasm {where} not found; module {name} is not validated",
-                "warning",
+                f"wasm file {model.wasm} of module {name} is missing or cannot be read",
             )
-        else:
-            ctx.air.wasm_hashes[name] = model.wasm_hash
         return
     actual = cbor.content_hash(data)
     if model.wasm_hash is not None and model.wasm_hash != actual:

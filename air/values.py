@@ -20,6 +20,21 @@ documented here rather than guessed around elsewhere.
 
 Every failure is a ``ValueMismatch(pointer, code, detail)`` with the JSON pointer inside the
 value. Nothing here reads clocks: times are arithmetic on the proleptic Gregorian calendar.
+
+Bad input from the Python API is a ``ValueMismatch`` too, never a bare Python error:
+
+- Depth. ``normalise``, ``check`` and ``to_sugar`` recurse once per level of the type (record,
+  variant, list, set, map, option), so a value nested deeper than ``VALUE_DEPTH_MAX`` levels is
+  ``value.too_deep`` (a recursive schema allows any depth; a JSON text cannot go past
+  ``air.jsontext.JSON_DEPTH_MAX``). ``compile_checker`` keeps its fast walk only for types that
+  cannot reach that depth, so it still decides exactly as ``check`` does.
+- Text with a lone surrogate (``"\\ud800"``), as a value or a map key, is ``text.not_unicode``
+  in ``normalise``: it has no UTF-8 form, so no canonical CBOR. ``check`` leaves that to
+  ``air.cbor``: values it sees were decoded from CBOR, which cannot hold one.
+- Integers of any size are range-checked without being printed in full (Python refuses to
+  turn an int of more than 4,300 digits into text), and integer text (``"123"``) longer than
+  any in-range number is ``range`` before it is converted. Integer text is ASCII digits only.
+- Error details show at most a short, flat rendering of the offending value.
 """
 
 from __future__ import annotations
@@ -52,6 +67,7 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "NAT_MAX",
+    "VALUE_DEPTH_MAX",
     "SchemaCheckers",
     "check",
     "compile_checker",
@@ -65,16 +81,26 @@ __all__ = [
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**63 - 1
 NAT_MAX: Final = 2**64 - 1
+VALUE_DEPTH_MAX: Final = 128
+"""Most type levels (record, variant, list, set, map, option) a value may nest. Below
+``air.cbor.CBOR_DEPTH_MAX`` with room for the records the kernel wraps a value in, and low
+enough that a walk of it stays far from Python's recursion limit (each level costs two frames)."""
+# NAT_MAX has 20 digits: integer text with more (leading zeros aside) is out of every range.
+_INT_TEXT_DIGITS_MAX: Final = 20
 _DEC_COEFF_MAX: Final = 10**34 - 1
 _DEC_EXP_MIN: Final = -6176
 _DEC_EXP_MAX: Final = 6111
 _DEC_BIAS: Final = 6176
 _NS: Final = 1_000_000_000
 _UUID_RE: Final = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+# [0-9], not \d: \d also matches other scripts' digits, which int() would accept.
 _TIME_RE: Final = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
-_DURATION_RE: Final = re.compile(r"^(-?\d+)(ns|us|ms|s|m|h)$")
+_DURATION_RE: Final = re.compile(r"^(-?[0-9]+)(ns|us|ms|s|m|h)$")
+_INT_TEXT_RE: Final = re.compile(r"-?[0-9]+")
+_SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
 _DURATION_UNITS: Final = {
     "ns": 1,
     "us": 1_000,
@@ -86,11 +112,38 @@ _DURATION_UNITS: Final = {
 
 
 def _mismatch(pointer: str, code: str, detail: str) -> ValueMismatch:
+    if not pointer.isascii():  # a map key with a lone surrogate: keep the pointer printable
+        pointer = pointer.encode("utf-8", "backslashreplace").decode("utf-8")
     return ValueMismatch(pointer or "/", code, detail)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _too_deep(pointer: str) -> ValueMismatch:
+    detail = f"value nested deeper than VALUE_DEPTH_MAX={VALUE_DEPTH_MAX}"
+    return _mismatch(pointer, "value.too_deep", detail)
+
+
+def _show(value: Any) -> str:
+    """A short rendering of a user's value for an error detail; never fails, never huge."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 128 else f"<{value.bit_length()}-bit integer>"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 80 else repr(value[:80]) + "..."
+    return f"<{type(value).__name__}>"
+
+
+def _token(key: Any) -> str:
+    """A map key or field name as a pointer token: never fails, never huge."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        return str(key) if len(key) <= 64 else f"<{len(key)} bytes>"
+    return _show(key)
 
 
 # --- dec128 (IEEE 754 decimal128, binary integer decimal, big-endian) -------------------------
@@ -102,6 +155,12 @@ def dec128_encode(value: Decimal, pointer: str = "") -> cbor.Tag:
         raise _mismatch(pointer, "dec128.special", "dec128 has no infinities or NaN here")
     sign, digits, exponent = value.as_tuple()
     assert isinstance(exponent, int)
+    if len(digits) > 34:  # strip trailing zeros on the tuple: int() of >4,300 digits raises
+        kept = len(bytes(digits).rstrip(b"\0")) or 1
+        strip = min(len(digits) - kept, max(0, _DEC_EXP_MAX - exponent))
+        digits, exponent = digits[: len(digits) - strip], exponent + strip
+        if len(digits) > 34:
+            raise _mismatch(pointer, "dec128.range", "the number does not fit decimal128 exactly")
     coeff = int("".join(map(str, digits))) if digits else 0
     if coeff == 0:
         return cbor.Tag(cbor.DEC128_TAG, bytes(16))
@@ -187,13 +246,21 @@ def _format_time(ns: int) -> str:
 
 
 def _int_in(value: Any, low: int, high: int, name: str, pointer: str) -> int:
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
-        value = int(value)
+    if isinstance(value, str) and _INT_TEXT_RE.fullmatch(value):
+        value = _int_text(value, name, pointer)
     if not _is_int(value):
         raise _mismatch(pointer, "type", f"expected {name}, got {type(value).__name__}")
     if not low <= value <= high:
-        raise _mismatch(pointer, "range", f"{value} is out of range for {name}")
+        raise _mismatch(pointer, "range", f"{_show(value)} is out of range for {name}")
     return int(value)
+
+
+def _int_text(text: str, name: str, pointer: str) -> int:
+    """ASCII integer text to int. Text with more digits than any in-range number is ``range``
+    before ``int()`` sees it (which would raise ``ValueError`` past 4,300 digits)."""
+    if len(text.lstrip("-").lstrip("0")) > _INT_TEXT_DIGITS_MAX:
+        raise _mismatch(pointer, "range", f"{_show(text)} is out of range for {name}")
+    return int(text)
 
 
 def _norm_bytes(value: Any, pointer: str) -> bytes:
@@ -236,25 +303,27 @@ def _norm_dec(value: Any, pointer: str) -> cbor.Tag:
         try:
             return dec128_encode(Decimal(value), pointer)
         except InvalidOperation as exc:
-            raise _mismatch(pointer, "dec128.format", f"not a decimal: {value!r}") from exc
+            raise _mismatch(pointer, "dec128.format", f"not a decimal: {_show(value)}") from exc
     raise _mismatch(pointer, "type", "expected a decimal string")
 
 
 def _norm_time(value: Any, pointer: str) -> int:
-    if isinstance(value, str) and not re.fullmatch(r"-?\d+", value):
+    if isinstance(value, str) and not _INT_TEXT_RE.fullmatch(value):
         value = _parse_time(value, pointer)
     return _int_in(value, INT_MIN, INT_MAX, "time", pointer)
 
 
 def _norm_duration(value: Any, pointer: str) -> int:
     if isinstance(value, str) and (match := _DURATION_RE.match(value)):
-        value = int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        value = _int_text(match.group(1), "duration", pointer) * _DURATION_UNITS[match.group(2)]
     return _int_in(value, INT_MIN, INT_MAX, "duration", pointer)
 
 
 def _norm_text(value: Any, pointer: str) -> str:
     if not isinstance(value, str):
         raise _mismatch(pointer, "type", f"expected text, got {type(value).__name__}")
+    if not value.isascii() and _SURROGATE_RE.search(value):
+        raise _mismatch(pointer, "text.not_unicode", "text holds a lone surrogate (no UTF-8 form)")
     return value
 
 
@@ -319,24 +388,34 @@ def _untag(node: TypeNode, value: Any) -> Any:
     return body
 
 
-def normalise(node: TypeNode, value: Any, schemas: Schemas, pointer: str = "") -> Any:
-    """Normalise ``value`` (sugar, tagged or canonical) to the canonical form of ``node``."""
+def normalise(
+    node: TypeNode, value: Any, schemas: Schemas, pointer: str = "", _depth: int = 0
+) -> Any:
+    """Normalise ``value`` (sugar, tagged or canonical) to the canonical form of ``node``.
+
+    ``_depth`` is the recursion's own: the type levels around ``value``. (A parameter rather
+    than a private twin: one call less per value, as for ``check`` and ``to_sugar``.)
+    """
     node = resolve(node, schemas, pointer)
     value = _untag(node, value)
     if isinstance(node, Prim):
         return _PRIM_NORMALISERS[node.name](value, pointer)
+    if _depth >= VALUE_DEPTH_MAX:  # after the leaves: they are most calls, and cannot nest
+        raise _too_deep(pointer)
+    depth = _depth + 1
     if isinstance(node, Record):
-        return _norm_record(node, value, schemas, pointer)
+        return _norm_record(node, value, schemas, pointer, depth)
     if isinstance(node, Variant):
-        return _norm_variant(node, value, schemas, pointer)
+        return _norm_variant(node, value, schemas, pointer, depth)
     if isinstance(node, OptionT):
-        return None if value is None else normalise(node.item, value, schemas, pointer)
+        return None if value is None else normalise(node.item, value, schemas, pointer, depth)
     if isinstance(node, MapT):
-        return _norm_map(node, value, schemas, pointer)
+        return _norm_map(node, value, schemas, pointer, depth)
     if not isinstance(value, list | tuple):
         raise _mismatch(pointer, "type", f"expected a {_kind(node)}, got {type(value).__name__}")
     assert isinstance(node, ListT | SetT)
-    items = [normalise(node.item, v, schemas, f"{pointer}/{i}") for i, v in enumerate(value)]
+    item = node.item
+    items = [normalise(item, v, schemas, f"{pointer}/{i}", depth) for i, v in enumerate(value)]
     return _sorted_set(items) if isinstance(node, SetT) else items
 
 
@@ -345,17 +424,20 @@ def _sorted_set(items: list[Any]) -> list[Any]:
     return [by_bytes[key] for key in sorted(by_bytes)]
 
 
-def _norm_record(node: Record, value: Any, schemas: Schemas, pointer: str) -> dict[str, Any]:
+def _norm_record(
+    node: Record, value: Any, schemas: Schemas, pointer: str, depth: int
+) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _mismatch(pointer, "type", f"expected a record, got {type(value).__name__}")
     fields = node.field_map()
     for name in value:
         if name not in fields:
-            raise _mismatch(f"{pointer}/{name}", "record.extra", f"unknown field {name!r}")
+            at = f"{pointer}/{_token(name)}"
+            raise _mismatch(at, "record.extra", f"unknown field {_show(name)}")
     out = {}
     for name, sub in node.fields:
         if name in value:
-            out[name] = normalise(sub, value[name], schemas, f"{pointer}/{name}")
+            out[name] = normalise(sub, value[name], schemas, f"{pointer}/{name}", depth)
         elif isinstance(resolve(sub, schemas, pointer), OptionT):
             out[name] = None
         else:
@@ -363,20 +445,22 @@ def _norm_record(node: Record, value: Any, schemas: Schemas, pointer: str) -> di
     return out
 
 
-def _norm_variant(node: Variant, value: Any, schemas: Schemas, pointer: str) -> dict[str, Any]:
+def _norm_variant(
+    node: Variant, value: Any, schemas: Schemas, pointer: str, depth: int
+) -> dict[str, Any]:
     cases = node.case_map()
     if isinstance(value, str):
         value = {"$tag": value, "$value": None}
     if not isinstance(value, dict) or "$tag" not in value or not set(value) <= {"$tag", "$value"}:
         raise _mismatch(pointer, "type", 'expected a variant {"$tag": T, "$value": V}')
     tag = value["$tag"]
-    if tag not in cases:
-        raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {tag!r}")
-    inner = normalise(cases[tag], value.get("$value"), schemas, f"{pointer}/$value")
+    if not isinstance(tag, str) or tag not in cases:  # a list tag would not even hash
+        raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {_show(tag)}")
+    inner = normalise(cases[tag], value.get("$value"), schemas, f"{pointer}/$value", depth)
     return {"$tag": tag, "$value": inner}
 
 
-def _norm_map(node: MapT, value: Any, schemas: Schemas, pointer: str) -> dict[Any, Any]:
+def _norm_map(node: MapT, value: Any, schemas: Schemas, pointer: str, depth: int) -> dict[Any, Any]:
     if isinstance(value, dict):
         pairs = list(value.items())
     elif isinstance(value, list | tuple):
@@ -385,11 +469,11 @@ def _norm_map(node: MapT, value: Any, schemas: Schemas, pointer: str) -> dict[An
         raise _mismatch(pointer, "type", f"expected a map, got {type(value).__name__}")
     out: dict[Any, Any] = {}
     for raw_key, raw_value in pairs:
-        at = f"{pointer}/{raw_key}"
-        key = normalise(node.key, raw_key, schemas, at)
+        at = f"{pointer}/{raw_key if type(raw_key) is str else _token(raw_key)}"
+        key = normalise(node.key, raw_key, schemas, at, depth)
         if key in out:
-            raise _mismatch(at, "map.duplicate", f"duplicate map key {raw_key!r}")
-        out[key] = normalise(node.value, raw_value, schemas, at)
+            raise _mismatch(at, "map.duplicate", f"duplicate map key {_show(raw_key)}")
+        out[key] = normalise(node.value, raw_value, schemas, at, depth)
     return {key: out[key] for key in sorted(out, key=cbor.dumps)}
 
 
@@ -427,31 +511,36 @@ def _check_prim(name: str, obj: Any, pointer: str) -> None:
         dec128_decode(obj.value, pointer)
 
 
-def check(node: TypeNode, obj: Any, schemas: Schemas, pointer: str = "") -> None:
-    """Raise ``ValueMismatch`` unless ``obj`` is exactly the canonical form of a ``node`` value."""
+def check(node: TypeNode, obj: Any, schemas: Schemas, pointer: str = "", _depth: int = 0) -> None:
+    """Raise ``ValueMismatch`` unless ``obj`` is exactly the canonical form of a ``node`` value.
+    (``_depth`` is the recursion's own, as for ``normalise``.)"""
     node = resolve(node, schemas, pointer)
     if isinstance(node, Prim):
         _check_prim(node.name, obj, pointer)
-    elif isinstance(node, Record):
+        return
+    if _depth >= VALUE_DEPTH_MAX:
+        raise _too_deep(pointer)
+    depth = _depth + 1
+    if isinstance(node, Record):
         if not isinstance(obj, dict) or len(obj) != len(node.fields):
             _check_record_shape(node, obj, pointer)
         for name, sub in node.fields:
             if name not in obj:
                 raise _mismatch(f"{pointer}/{name}", "record.missing", f"missing field {name!r}")
-            check(sub, obj[name], schemas, f"{pointer}/{name}")
+            check(sub, obj[name], schemas, f"{pointer}/{name}", depth)
     elif isinstance(node, Variant):
         if not isinstance(obj, dict) or set(obj) != {"$tag", "$value"}:
             raise _mismatch(pointer, "type", 'expected a variant {"$tag", "$value"}')
         tag = obj["$tag"]
         case_type = node.case_map().get(tag) if isinstance(tag, str) else None
         if case_type is None:
-            raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {obj['$tag']!r}")
-        check(case_type, obj["$value"], schemas, f"{pointer}/$value")
+            raise _mismatch(f"{pointer}/$tag", "variant.tag", f"unknown case {_show(tag)}")
+        check(case_type, obj["$value"], schemas, f"{pointer}/$value", depth)
     elif isinstance(node, OptionT):
         if obj is not None:
-            check(node.item, obj, schemas, pointer)
+            check(node.item, obj, schemas, pointer, depth)
     else:
-        _check_collection(node, obj, schemas, pointer)
+        _check_collection(node, obj, schemas, pointer, depth)
 
 
 def _check_record_shape(node: Record, obj: Any, pointer: str) -> None:
@@ -460,22 +549,24 @@ def _check_record_shape(node: Record, obj: Any, pointer: str) -> None:
     fields = node.field_map()
     for name in obj:
         if name not in fields:
-            raise _mismatch(f"{pointer}/{name}", "record.extra", f"unknown field {name!r}")
+            at = f"{pointer}/{_token(name)}"
+            raise _mismatch(at, "record.extra", f"unknown field {_show(name)}")
 
 
-def _check_collection(node: TypeNode, obj: Any, schemas: Schemas, pointer: str) -> None:
+def _check_collection(node: TypeNode, obj: Any, schemas: Schemas, pointer: str, depth: int) -> None:
     if isinstance(node, MapT):
         if not isinstance(obj, dict):
             raise _mismatch(pointer, "type", "expected a map")
         for key, sub in obj.items():
-            check(node.key, key, schemas, f"{pointer}/{key}")
-            check(node.value, sub, schemas, f"{pointer}/{key}")
+            at = f"{pointer}/{key if type(key) is str else _token(key)}"
+            check(node.key, key, schemas, at, depth)
+            check(node.value, sub, schemas, at, depth)
         return
     assert isinstance(node, ListT | SetT)
     if not isinstance(obj, list):
         raise _mismatch(pointer, "type", f"expected a {_kind(node)}")
     for i, item in enumerate(obj):
-        check(node.item, item, schemas, f"{pointer}/{i}")
+        check(node.item, item, schemas, f"{pointer}/{i}", depth)
     if isinstance(node, SetT):
         encoded = [cbor.dumps(item) for item in obj]
         if any(a >= b for a, b in itertools.pairwise(encoded)):
@@ -513,45 +604,54 @@ class SchemaCheckers:
 # --- display ---------------------------------------------------------------------------------
 
 
-def to_sugar(node: TypeNode, obj: Any, schemas: Schemas) -> Any:
-    """Canonical form to sugar JSON (the inverse of ``normalise`` on the sugar lens)."""
+def to_sugar(node: TypeNode, obj: Any, schemas: Schemas, _depth: int = 0) -> Any:
+    """Canonical form to sugar JSON (the inverse of ``normalise`` on the sugar lens).
+
+    Deeper than ``VALUE_DEPTH_MAX`` is ``value.too_deep`` at the root pointer: this is for
+    canonical values, which ``check`` bounds already, so it does not track where it is.
+    (``_depth`` is the recursion's own: the levels around ``obj``.)
+    """
     node = resolve(node, schemas)
     if isinstance(node, Prim):
-        return _prim_sugar(node.name, obj)
+        sugar = _PRIM_SUGAR.get(node.name)
+        return obj if sugar is None else sugar(obj)
+    if _depth >= VALUE_DEPTH_MAX:
+        raise _too_deep("")
+    depth = _depth + 1
     if isinstance(node, Record):
-        return {name: to_sugar(sub, obj[name], schemas) for name, sub in node.fields}
+        return {name: to_sugar(sub, obj[name], schemas, depth) for name, sub in node.fields}
     if isinstance(node, Variant):
         sub = node.case_map()[obj["$tag"]]
         if isinstance(resolve(sub, schemas), Prim) and obj["$value"] is None:
             return obj["$tag"]
-        return {"$tag": obj["$tag"], "$value": to_sugar(sub, obj["$value"], schemas)}
+        return {"$tag": obj["$tag"], "$value": to_sugar(sub, obj["$value"], schemas, depth)}
     if isinstance(node, OptionT):
-        return None if obj is None else to_sugar(node.item, obj, schemas)
+        return None if obj is None else to_sugar(node.item, obj, schemas, depth)
     if isinstance(node, MapT):
         key_node = resolve(node.key, schemas)
         if isinstance(key_node, Prim) and key_node.name == "text":
-            return {k: to_sugar(node.value, v, schemas) for k, v in obj.items()}
+            return {k: to_sugar(node.value, v, schemas, depth) for k, v in obj.items()}
         return [
-            [to_sugar(node.key, k, schemas), to_sugar(node.value, v, schemas)]
+            [to_sugar(node.key, k, schemas, depth), to_sugar(node.value, v, schemas, depth)]
             for k, v in obj.items()
         ]
     assert isinstance(node, ListT | SetT)
-    return [to_sugar(node.item, item, schemas) for item in obj]
+    return [to_sugar(node.item, item, schemas, depth) for item in obj]
 
 
-def _prim_sugar(name: str, obj: Any) -> Any:
-    if name == "bytes":
-        return base64.b64encode(obj).decode("ascii")
-    if name == "hash":
-        return cbor.raw_to_hash(obj)
-    if name == "uuid":
-        h = obj.hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-    if name == "time":
-        return _format_time(obj)
-    if name == "dec128":
-        return str(dec128_decode(obj.value))
-    return obj
+def _uuid_sugar(obj: bytes) -> str:
+    h = obj.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+# Primitives shown other than as they are (a dict lookup: to_sugar calls this for every leaf).
+_PRIM_SUGAR: Final[dict[str, Callable[[Any], Any]]] = {
+    "bytes": lambda obj: base64.b64encode(obj).decode("ascii"),
+    "hash": cbor.raw_to_hash,
+    "uuid": _uuid_sugar,
+    "time": _format_time,
+    "dec128": lambda obj: str(dec128_decode(obj.value)),
+}
 
 
 def value_hash(schema_hash_text: str, obj: Any) -> str:

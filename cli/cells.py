@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from cli.common import console, emit_json, fail, handle_errors
-from cli.core import parse_json_arg
-from world.world import CellView, World
+from cli.core import opened, parse_key_arg
+from world.world import CellView
 
 __all__ = ["app"]
 
@@ -26,7 +26,7 @@ def ls(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List a keyed reducer's cells: key, state, size, last active journal seq."""
-    with handle_errors(json_output), World.open(directory) as world:
+    with handle_errors(json_output), opened(directory, readonly=True) as world:
         total = world.cell_count(reducer)
         views: list[CellView] = []
         for view in world.cells(reducer):
@@ -64,8 +64,8 @@ def show(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show one cell's state."""
-    with handle_errors(json_output), World.open(directory) as world:
-        value = world.state(reducer, parse_json_arg(key))
+    with handle_errors(json_output), opened(directory, readonly=True) as world:
+        value = world.state(reducer, parse_key_arg(key))
     if json_output:
         emit_json({"ok": True, "state": value})
     elif value is None:

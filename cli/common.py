@@ -1,19 +1,41 @@
-"""Shared CLI plumbing: consoles, JSON output, and turning ``WorldError`` into one red line."""
+"""Shared CLI plumbing: consoles, JSON output, signals, and turning ``WorldError`` into one red
+line (or, with ``--json``, one object with the error's class, code and structured fields).
+
+Signals: commands that change the world run inside ``signals_deferred``: SIGINT and SIGTERM do
+not raise inside a commit; they ask the world to stop at the next tick boundary
+(``World.interrupt``), which commits and raises ``Interrupted``; the command then prints one
+line and exits 130. A send that was interrupted still finishes its commit, and its exit status
+says whether the batch is durable (0) or not (1)."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from types import FrameType
+from typing import Any, NoReturn, Protocol
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from air.errors import ManifestError, WorldError
 
-__all__ = ["console", "emit_json", "err_console", "fail", "handle_errors"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "SignalGate",
+    "console",
+    "emit_json",
+    "err_console",
+    "error_fields",
+    "fail",
+    "handle_errors",
+    "signals_deferred",
+]
+
+EXIT_INTERRUPTED = 130
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -24,7 +46,8 @@ def emit_json(obj: Any) -> None:
 
 
 def fail(message: str) -> NoReturn:
-    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    """One red line on stderr (the message is text, never markup), then exit 1."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -41,9 +64,89 @@ def handle_errors(
             raise typer.Exit(1) from exc
         fail(str(exc).splitlines()[0] if str(exc) else "invalid AIR")
     except WorldError as exc:
+        code = EXIT_INTERRUPTED if type(exc).__name__ == "Interrupted" else 1
         if json_output:
-            emit_json({"ok": False, "error": type(exc).__name__, "detail": str(exc)})
-            raise typer.Exit(1) from exc
+            emit_json(
+                {
+                    "ok": False,
+                    "error": type(exc).__name__,
+                    "code": getattr(exc, "code", None) or type(exc).__name__,
+                    "detail": str(exc),
+                    "fields": error_fields(exc),
+                }
+            )
+            raise typer.Exit(code) from exc
+        if code == EXIT_INTERRUPTED:
+            err_console.print(str(exc), soft_wrap=True, markup=False, highlight=False)
+            raise typer.Exit(code) from exc
         fail(f"{type(exc).__name__}: {exc}")
     except OSError as exc:
-        fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+        where = f": {exc.filename}" if exc.filename else ""
+        fail(f"{exc.strerror or exc}{where}")
+    except RecursionError as exc:  # input nested deeper than the checks below it expected
+        fail(f"input nested too deeply to process ({exc})")
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """An error's structured fields as JSON (bytes as hex; nested errors as their text)."""
+    out: dict[str, Any] = {}
+    for name, value in vars(exc).items():
+        if name.startswith("_"):
+            continue
+        out[name] = _jsonable_field(value)
+    return out
+
+
+def _jsonable_field(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list | tuple):
+        return [_jsonable_field(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable_field(v) for k, v in value.items()}
+    if hasattr(value, "as_json"):
+        return value.as_json()
+    return str(value)
+
+
+class _Interruptible(Protocol):
+    def interrupt(self) -> None: ...
+
+
+class SignalGate:
+    """What ``signals_deferred`` yields: the signals received, and the world to pass them to
+    (set ``target`` once the world is open; a signal that came earlier is passed on then)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._target: _Interruptible | None = None
+
+    @property
+    def target(self) -> _Interruptible | None:
+        return self._target
+
+    @target.setter
+    def target(self, world: _Interruptible | None) -> None:
+        self._target = world
+        if world is not None and self.received:
+            world.interrupt()
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self._target is not None:
+            self._target.interrupt()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[SignalGate]:
+    """SIGINT/SIGTERM inside the block are recorded and passed on as ``target.interrupt()``
+    instead of raising wherever the code happens to be. Handlers are restored on exit."""
+    gate = SignalGate()
+    previous = {sig: signal.signal(sig, gate) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield gate
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -3,27 +3,61 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from air.errors import UsageError
-from cli.common import console, emit_json, fail, handle_errors
-from world.world import World
+from air import jsontext
+from air.errors import InputFileError, JsonError
+from cli.common import (
+    SignalGate,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    handle_errors,
+    signals_deferred,
+)
+from world.world import EventRejected, World
 
-__all__ = ["info", "init", "parse_json_arg", "run", "send", "snapshot", "state", "step"]
+__all__ = [
+    "info",
+    "init",
+    "opened",
+    "parse_json_arg",
+    "parse_key_arg",
+    "run",
+    "send",
+    "snapshot",
+    "state",
+    "step",
+]
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
 
 
-def parse_json_arg(text: str) -> Any:
-    """JSON, or the text itself when it is not JSON (so ``order-1`` works for a text key)."""
+_JSON_START = frozenset('{["-0123456789')
+
+
+def parse_json_arg(text: str, *, source: str = "VALUE") -> Any:
+    """A value given on the command line: JSON (malformed JSON is an error with its position)."""
+    return jsontext.loads(text, source=source)
+
+
+def parse_key_arg(text: str) -> Any:
+    """A key given on the command line: JSON read through the key schema, or, when it cannot
+    be JSON at all (``order-1``), the text itself. Text that starts like JSON (a brace, a
+    bracket, a quote, a digit or a minus sign) must be valid JSON."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return jsontext.loads(text, source="KEY")
+    except JsonError:
+        if not text or text[0] in _JSON_START:
+            raise
         return text
 
 
@@ -32,7 +66,7 @@ def init(
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
-    with handle_errors():
+    with handle_errors(), signals_deferred():
         world = World.create(directory, air)
         manifest_hash = world.air.manifest_hash
         world.close()
@@ -40,15 +74,40 @@ def init(
 
 
 def _read_jsonl(path: Path) -> list[Any]:
+    """One JSON value per non-blank line; each error names the file and its line."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(str(path), f"cannot read: {exc.strerror or exc}") from exc
     values = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{number}: not JSON: {exc.msg}") from exc
+            values.append((number, jsontext.loads(line, source=str(path))))
+        except JsonError as exc:
+            raise JsonError(str(path), number, exc.column, exc.code, exc.detail) from exc
+    if not values:
+        raise InputFileError(str(path), "holds no events (it is empty or blank)")
     return values
+
+
+@contextmanager
+def opened(
+    directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
+) -> Iterator[World]:
+    """The world at ``directory``, closed at the end; its notices go to stderr once."""
+    world = World.open(directory, readonly=readonly)
+    if gate is not None:
+        gate.target = world
+    try:
+        yield world
+    finally:
+        try:
+            world.close()
+        finally:
+            for notice in world.notices:
+                err_console.print(f"[yellow]notice:[/yellow] {notice}", soft_wrap=True)
 
 
 def send(
@@ -64,10 +123,15 @@ def send(
     """Send events into the world (durable when the command returns)."""
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")
-    with handle_errors(json_output):
-        values = _read_jsonl(file) if file is not None else [parse_json_arg(value or "")]
-        with World.open(directory) as world:
-            seqs = world.send_many([(schema, v) for v in values])
+    with handle_errors(json_output), signals_deferred():
+        lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
+        with opened(directory) as world:
+            try:
+                seqs = world.send_many([(schema, v) for _n, v in lines])
+            except EventRejected as exc:
+                if file is None:
+                    raise exc.cause from exc
+                raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
     if json_output:
         emit_json({"ok": True, "seqs": seqs})
     else:
@@ -80,7 +144,11 @@ def step(
     json_output: JsonOpt = False,
 ) -> None:
     """Run ticks: each runs one step of one ready cell or reducer."""
-    with handle_errors(json_output), World.open(directory) as world:
+    with (
+        handle_errors(json_output),
+        signals_deferred() as gate,
+        opened(directory, gate=gate) as world,
+    ):
         ran = world.step(ticks)
         pending = world.kernel.scheduler.pending
     if json_output:
@@ -100,7 +168,11 @@ def run(
     json_output: JsonOpt = False,
 ) -> None:
     """Run the world until it is idle."""
-    with handle_errors(json_output), World.open(directory) as world:
+    with (
+        handle_errors(json_output),
+        signals_deferred() as gate,
+        opened(directory, gate=gate) as world,
+    ):
         ran = world.run_until_idle(max_steps)
     if json_output:
         emit_json({"ok": True, "steps": ran})
@@ -117,8 +189,8 @@ def state(
     json_output: JsonOpt = False,
 ) -> None:
     """Show a reducer's state, or one cell's with --key."""
-    with handle_errors(json_output), World.open(directory) as world:
-        value = world.state(reducer, None if key is None else parse_json_arg(key))
+    with handle_errors(json_output), opened(directory, readonly=True) as world:
+        value = world.state(reducer, None if key is None else parse_key_arg(key))
     if json_output:
         emit_json({"ok": True, "state": value})
     elif value is None:
@@ -129,7 +201,7 @@ def state(
 
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Summarise a world: manifest, journal, reducers and cells, dead letters."""
-    with handle_errors(json_output), World.open(directory) as world:
+    with handle_errors(json_output), opened(directory, readonly=True) as world:
         data = world.info()
     if json_output:
         emit_json(data)
@@ -156,7 +228,7 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
 
 def snapshot(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Checkpoint cells, index and kernel state now."""
-    with handle_errors(json_output), World.open(directory) as world:
+    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         address = world.snapshot()
     if json_output:
         emit_json({"ok": True, "snapshot": address})

@@ -10,9 +10,11 @@ from typing import Annotated, Any
 import typer
 
 from air import cbor
-from cli.common import console, emit_json, fail, handle_errors
+from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
 from kernel.journal import JournalRecord, SubjectPattern
 from world import journal as file_journal
+from world.errors import NotAWorld
+from world.repair import check_world, repair_world
 
 __all__ = ["app"]
 
@@ -23,57 +25,47 @@ app = typer.Typer(help="Inspect and check the journal.", no_args_is_help=True)
 def verify(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
     repair: Annotated[
-        bool, typer.Option("--repair", help="Cut after the last good record, keeping a backup")
+        bool,
+        typer.Option(
+            "--repair",
+            help="Cut after the last good record (kept in a backup) and discard a checkpoint "
+            "that reaches past it",
+        ),
     ] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Check every journal record; report the first bad one with segment and offset."""
+    """Check every journal record and the checkpoint; with --repair, make the world open again.
+
+    Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
+    open), or after a repair; exit 1 when it needs --repair."""
     with handle_errors(json_output):
-        report = file_journal.verify(directory / "journal")
-        fixed = None
-        if repair and (report.problem or report.torn_tail):
-            backup = directory / "journal-backup" / f"seq-{report.records}"
-            backup.mkdir(parents=True, exist_ok=False)
-            fixed = file_journal.repair(directory / "journal", backup)
-    problem = report.problem
-    data: dict[str, Any] = {
-        "ok": report.ok,
-        "records": report.records,
-        "seq_last_good": report.seq_last_good,
-        "segments": list(report.segments),
-        "problem": None
-        if problem is None
-        else {
-            "segment": problem.segment,
-            "offset": problem.offset,
-            "seq": problem.seq,
-            "reason": problem.reason,
-        },
-        "torn_tail": None
-        if report.torn_tail is None
-        else {"segment": report.torn_tail.segment, "offset": report.torn_tail.offset},
-        "repaired": None
-        if fixed is None
-        else {"backup_files": list(fixed.backup_files), "seq_next": fixed.seq_next},
-    }
+        if not repair:
+            check = check_world(directory)
+            if json_output:
+                emit_json(check.as_json())
+            elif check.ok:
+                console.print(check.describe(), markup=False, highlight=False, soft_wrap=True)
+            else:
+                fail(f"{check.describe()}; run `world journal verify {directory} --repair`")
+            if not check.ok:
+                raise typer.Exit(1)
+            return
+        backup = directory / "journal-backup" / _stamp(directory)
+        fixed = repair_world(directory, backup)
     if json_output:
-        emit_json(data)
-    elif problem is not None and fixed is None:
-        console.print(f"{report.records} good record(s) before the problem")
-        fail(
-            f"journal corrupt in {problem.segment} at offset {problem.offset} (seq {problem.seq}): {problem.reason}; "
-            "run `world journal verify --repair` to cut the journal there (a backup is kept)"
-        )
-    else:
-        console.print(
-            f"journal ok: {report.records} record(s) in {len(report.segments)} segment(s)"
-        )
-        if fixed is not None:
-            console.print(
-                f"repaired: cut to {fixed.seq_next} record(s); backup in {', '.join(fixed.backup_files)}"
-            )
-    if problem is not None and fixed is None:
-        raise typer.Exit(1)
+        emit_json({"ok": True, **fixed.as_json()})
+        return
+    if not fixed.before.clean:
+        console.print(f"found: {fixed.before.describe()}", markup=False, soft_wrap=True)
+    console.print(fixed.describe(), markup=False, highlight=False, soft_wrap=True)
+
+
+def _stamp(directory: Path) -> str:
+    """A backup folder name that is new: ``repair-<n>``, n one past the highest there."""
+    root = directory / "journal-backup"
+    taken = [p.name for p in root.iterdir()] if root.is_dir() else []
+    numbers = [int(n.split("-")[1]) for n in taken if n.startswith("repair-") and n[7:].isdigit()]
+    return f"repair-{max(numbers, default=0) + 1}"
 
 
 def _render(record: JournalRecord) -> dict[str, Any]:
@@ -110,17 +102,27 @@ def tail(
 ) -> None:
     """Print journal records as JSON lines (read-only: works while another process runs the world)."""
     with handle_errors():
+        if not (directory / "journal").is_dir():
+            raise NotAWorld(str(directory))
         pattern = SubjectPattern.compile(subject) if subject else None
+        reader = file_journal.FileJournal(directory / "journal", readonly=True)
         seq = from_seq
-        while True:
-            reader = file_journal.FileJournal(directory / "journal", readonly=True)
-            for record in reader.read(seq):
-                seq = record.seq + 1
-                if pattern is None or pattern.matches(record.subject):
-                    console.print(
-                        json.dumps(_render(record)), soft_wrap=True, highlight=False, markup=False
-                    )
+        try:
+            while True:
+                for record in reader.read(seq):
+                    seq = record.seq + 1
+                    if pattern is None or pattern.matches(record.subject):
+                        console.print(
+                            json.dumps(_render(record)),
+                            soft_wrap=True,
+                            highlight=False,
+                            markup=False,
+                        )
+                if not follow:
+                    return
+                time.sleep(0.2)
+                reader.refresh()
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
             reader.close()
-            if not follow:
-                return
-            time.sleep(0.2)

@@ -2,13 +2,56 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from cli import cells, core, demo, journal, replay, validate
+from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
 
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors (an unknown option, an int it cannot parse) become one line on
+    stderr and exit 1, like every other error of this CLI (SPEC §8), instead of a usage box
+    and exit 2. Help (``world`` alone, ``--help``) is unchanged. Click's exception classes are
+    matched by shape (``format_message`` and ``exit_code``), not imported: typer vendors click
+    in some versions and depends on it in others."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        call = (args, prog_name, complete_var, False, windows_expand_args)
+        if not standalone_mode:
+            return super().main(*call, **extra)
+        try:
+            code = super().main(*call, **extra)
+        except typer.Abort:
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+                raise
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                console.print(exc.format_message(), markup=False, highlight=False)
+                sys.exit(0)
+            err_console.print(f"error: {exc.format_message()}", markup=False, soft_wrap=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="world",
     help="Drive a deterministic, event-sourced world of WASM reducers.",
     no_args_is_help=True,
@@ -35,4 +78,21 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """The console entry point. Known errors are handled per command (one line, exit 1);
+    anything else is a bug, still reported as one line unless ``WORLD_DEBUG=1`` asks for the
+    traceback. Ctrl-C outside the commands' own handling exits 130 quietly."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted; nothing acknowledged was lost")
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if os.environ.get("WORLD_DEBUG") == "1":
+            raise
+        err_console.print(
+            f"internal error: {type(exc).__name__}: {exc} "
+            "(a bug in world; WORLD_DEBUG=1 shows the traceback)",
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(1)

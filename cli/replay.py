@@ -44,19 +44,27 @@ def replay(
         else {
             "seq": divergence.seq,
             "entity": divergence.entity,
+            "field": divergence.field,
             "expected": divergence.expected,
             "actual": divergence.actual,
         },
         "state_mismatches": report.state_mismatches,
+        "mismatches": [m.as_json() for m in report.mismatches],
+        "damaged": report.damaged,
     }
     if json_output:
         emit_json(data)
     elif divergence is not None:
+        fail(str(divergence))
+    elif report.damaged:
+        fail(f"damaged or missing objects: {'; '.join(report.damaged)}")
+    elif report.mismatches:
+        first = report.mismatches[0]
+        more = f" (and {len(report.mismatches) - 1} more)" if len(report.mismatches) > 1 else ""
         fail(
-            f"replay diverged at seq {divergence.seq} ({divergence.entity}): expected {divergence.expected}, got {divergence.actual}"
+            f"replayed world differs from the stored one: {first.field} expected "
+            f"{first.expected}, found {first.actual}{more}"
         )
-    elif report.state_mismatches:
-        fail(f"replayed states differ for {', '.join(report.state_mismatches)}")
     else:
         console.print(
             f"replay ok: {report.records} records, {report.steps} steps re-executed, identical outputs and state"

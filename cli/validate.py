@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from air.errors import Diagnostic, ManifestError
@@ -37,7 +38,9 @@ def summary(air: LoadedAir) -> dict[str, object]:
 def _print_diagnostics(items: list[Diagnostic]) -> None:
     for d in items:
         colour = "red" if d.severity == "error" else "yellow"
-        err_console.print(f"[{colour}]{d.severity}[/{colour}] {d.render()}", soft_wrap=True)
+        err_console.print(
+            f"[{colour}]{d.severity}:[/{colour}] {escape(d.render())}", soft_wrap=True
+        )
 
 
 def _print_summary(air: LoadedAir, info: dict[str, object]) -> None:
@@ -71,7 +74,8 @@ def validate(
             emit_json({"ok": False, "diagnostics": [d.as_json() for d in exc.diagnostics]})
         else:
             _print_diagnostics(exc.diagnostics)
-            err_console.print(f"[red]{len(exc.diagnostics)} error(s)[/red]")
+            if len(exc.diagnostics) > 1:
+                err_console.print(f"[red]{len(exc.diagnostics)} error(s)[/red]")
 
     with handle_errors(json_output, on_manifest):
         air = load_air_path(path)

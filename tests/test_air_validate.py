@@ -218,7 +218,7 @@ def test_invalid_json_names_the_file() -> None:
     with pytest.raises(ManifestError) as info:
         load_air([AirSource("bad.air.json", "{nope")])
     assert info.value.diagnostics[0].file == "bad.air.json"
-    assert info.value.diagnostics[0].code == "air.json"
+    assert info.value.diagnostics[0].code == "air.json.syntax"
 
 
 def _to_tagged_and_shuffled(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

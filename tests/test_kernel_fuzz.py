@@ -29,7 +29,9 @@ values = st.recursive(
     leaves,
     lambda inner: st.one_of(
         st.lists(inner, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.text(max_size=6), st.integers(-(2**64), 2**64 - 1)), inner, max_size=3
+        ),
     ),
     max_leaves=12,
 )

@@ -13,6 +13,7 @@ from air.errors import StoreDamaged
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from kernel.journal import make_subject
 from world import fileio
+from world.airfiles import read_world_sources
 from world.cas import FileCas
 from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal import FileJournal
@@ -81,16 +82,9 @@ def discard_store(path: Path) -> None:
 
 
 def read_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
-    """The AIR sources and the wasm path -> hash map stored in a world's ``sources.json``."""
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-        sources = [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]]
-        wasm_map = dict(doc["wasm"])
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in wasm_map.items()):
-            raise TypeError("wasm map entries must be text")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StoreDamaged(str(path), f"not a world's AIR sources: {exc}") from exc
-    return sources, wasm_map
+    """The AIR sources and the wasm path -> hash map stored in a world's ``sources.json``
+    (``StoreDamaged`` naming the file if it is missing, unreadable or of the wrong shape)."""
+    return read_world_sources(path)
 
 
 def load_world_air(path: Path) -> LoadedAir:

@@ -1,19 +1,32 @@
 """Reading AIR from disk: one JSON file or a folder of ``*.air.json`` files, plus the built-in
-``sys/`` defs shipped in the ``air`` package, with module binaries read relative to their file.
+``sys/`` defs shipped in the ``air`` package, with module binaries read relative to their file;
+and reading back the AIR sources a world stored (``<world>/air/sources.json``).
 
-This is the I/O half of ``air.loader.load_air``; the pure half never opens a file.
+This is the I/O half of ``air.loader.load_air``; the pure half never opens a file. Nothing read
+here raises a bare Python error: an author's file that cannot be read is a ``ManifestError``
+diagnostic (bytes that are not UTF-8 go to the loader, which says where), and a world's own
+``sources.json`` that is not what the world wrote is ``StoreDamaged`` naming the file.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from air.errors import Diagnostic, ManifestError
+from air import jsontext
+from air.errors import Diagnostic, JsonError, ManifestError, StoreDamaged
 from air.loader import AirSource, LoadedAir, WasmInfo, load_air
 from kernel.wasminfo import inspect_wasm_report
 
-__all__ = ["air_sources", "builtin_sources", "inspect_wasm", "load_air_path", "read_file"]
+__all__ = [
+    "air_sources",
+    "builtin_sources",
+    "inspect_wasm",
+    "load_air_path",
+    "read_file",
+    "read_world_sources",
+]
 
 
 def builtin_sources() -> list[AirSource]:
@@ -33,13 +46,33 @@ def air_sources(path: Path) -> list[AirSource]:
         files = [path]
     else:
         raise ManifestError([Diagnostic(str(path), "", "air.json", "no such file or folder")])
-    return [AirSource(str(f), f.read_text(encoding="utf-8")) for f in files]
+    sources, unreadable = [], []
+    for file in files:
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            unreadable.append(Diagnostic(str(file), "", "air.json", f"cannot read: {exc.strerror}"))
+            continue
+        sources.append(AirSource(str(file), _text(data)))
+    if unreadable:
+        raise ManifestError(unreadable)
+    return sources
+
+
+def _text(data: bytes) -> str | bytes:
+    """UTF-8 text as ``str``; other bytes as they are, for the loader to say where they fail
+    (only valid text is ever stored in a world, which keeps the sources as JSON strings)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 def read_file(path: str) -> bytes | None:
+    """The file's bytes, or None if it is missing or cannot be read (the loader reports it)."""
     try:
         return Path(path).read_bytes()
-    except FileNotFoundError:
+    except OSError:
         return None
 
 
@@ -50,3 +83,50 @@ def inspect_wasm(data: bytes) -> WasmInfo:
 def load_air_path(path: Path) -> LoadedAir:
     """Load and validate the AIR at ``path`` (file or folder) with the built-in defs."""
     return load_air(builtin_sources() + air_sources(path), read_file, inspect_wasm)
+
+
+def read_world_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
+    """The AIR sources and the wasm path -> hash map a world stored in ``path``
+    (``<world>/air/sources.json``, as ``{"sources": [{file, text, builtin}], "wasm": {...}}``).
+
+    Raise ``StoreDamaged(str(path), reason)`` if the file is missing, unreadable, not JSON, or
+    not of that shape. Other keys (the world's ``format``) are the caller's to check.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StoreDamaged(
+            str(path), f"cannot read the world's AIR sources: {exc.strerror}"
+        ) from exc
+    try:
+        doc = jsontext.loads(data, source=str(path))
+    except JsonError as exc:
+        reason = f"not a world's AIR sources: line {exc.line}, column {exc.column}: {exc.detail}"
+        raise StoreDamaged(str(path), reason) from exc
+    problem = _sources_problem(doc)
+    if problem is not None:
+        raise StoreDamaged(str(path), f"not a world's AIR sources: {problem}")
+    sources = [AirSource(s["file"], s["text"], s["builtin"]) for s in doc["sources"]]
+    return sources, dict(doc["wasm"])
+
+
+def _sources_problem(doc: Any) -> str | None:
+    """What is wrong with the shape of a parsed ``sources.json``, or None."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    entries, wasm = doc.get("sources"), doc.get("wasm")
+    if not isinstance(entries, list):
+        return "'sources' is not a list"
+    for i, entry in enumerate(entries):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("file"), str)
+            and isinstance(entry.get("text"), str)
+            and isinstance(entry.get("builtin"), bool)
+        ):
+            return f"sources[{i}] is not {{file: text, text: text, builtin: bool}}"
+    if not isinstance(wasm, dict):
+        return "'wasm' is not an object"
+    if not all(isinstance(value, str) for value in wasm.values()):
+        return "'wasm' maps a path to something other than a hash"
+    return None

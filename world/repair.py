@@ -36,7 +36,8 @@ __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "r
 @dataclass(frozen=True)
 class WorldCheck:
     """The journal's report, and the checkpoint's position (None: no checkpoint) or the reason
-    it cannot be read."""
+    it cannot be read. ``as_json`` is the journal's report (``world.journal.VerifyReport``)
+    with the world's ``ok``/``clean``/``findings`` and the checkpoint fields added."""
 
     journal: VerifyReport
     checkpoint_seq_next: int | None
@@ -75,9 +76,9 @@ class WorldCheck:
 
     def as_json(self) -> dict[str, Any]:
         return {
+            **self.journal.as_json(),
             "ok": self.ok,
             "clean": self.clean,
-            "journal": self.journal.as_json(),
             "checkpoint_seq_next": self.checkpoint_seq_next,
             "checkpoint_ahead": self.checkpoint_ahead,
             "checkpoint_damage": self.checkpoint_damage,
@@ -102,7 +103,7 @@ class WorldRepair:
     def as_json(self) -> dict[str, Any]:
         return {
             "before": self.before.as_json(),
-            "journal": None if self.journal is None else self.journal.as_json(),
+            "repaired": None if self.journal is None else self.journal.as_json(),
             "checkpoint_discarded": self.checkpoint_discarded,
         }
 

@@ -4,6 +4,7 @@ after ``--repair`` the world opens, with the cut records kept in a backup."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,27 @@ def test_a_flipped_byte_in_a_sealed_older_segment_stops_every_open(tmp_path: Pat
     code, _out, err = cli("send", w, EVENT, json.dumps(add("z", 1)))
     assert code == 1
     assert "journal corrupt" in err
+
+
+def test_a_journal_started_by_another_manifest_refuses_to_open(tmp_path: Path) -> None:
+    """The planted bug 'no genesis manifest check' fails here."""
+    from world.errors import GenesisMismatch
+
+    _world(tmp_path / "a", events=1)
+    other_air = COUNTER_AIR.parent / f".test-other-{tmp_path.name}"  # wasm paths stay relative
+    other_air.mkdir()
+    request_cleanup = shutil.rmtree
+    for source in COUNTER_AIR.iterdir():
+        text = source.read_text().replace("demo/CounterState@1", "demo/CounterState@2")
+        (other_air / source.name).write_text(text)
+    try:
+        World.create(tmp_path / "b", other_air).close()
+    finally:
+        request_cleanup(other_air)
+    for path in (tmp_path / "b" / "journal").iterdir():
+        path.unlink()
+    for path in (tmp_path / "a" / "journal").glob("*.log"):
+        (tmp_path / "b" / "journal" / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(GenesisMismatch) as caught:
+        World.open(tmp_path / "b", readonly=True)
+    assert caught.value.actual != caught.value.expected

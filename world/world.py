@@ -254,7 +254,12 @@ class World:
 
     def _recover(self) -> None:
         """Load the checkpoint and re-execute the journal after it; rebuild from genesis if
-        derived state is damaged."""
+        derived state is damaged. The genesis record is checked first, whatever the checkpoint
+        covers: a journal that another manifest started is never replayed onto this one."""
+        genesis = next(iter(self.journal.read(0)), None)
+        if genesis is None or genesis.kind != "world.created":
+            raise GenesisMismatch("(no genesis record)", self.air.manifest_hash)
+        self._check_genesis(genesis)
         try:
             if self._damage is not None:
                 raise self._damage

@@ -115,3 +115,25 @@ def test_demo_runs_and_shows_the_cells(tmp_path: Path) -> None:
     assert "alice" in out
     assert "carol" in out
     assert "dave" not in out.split("cells of")[1].split("dave's")[0]
+
+
+def test_a_schema_error_in_a_jsonl_batch_names_its_line_and_sends_nothing(
+    tmp_path: Path,
+) -> None:
+    w = tmp_path / "w"
+    world_cli("init", w, "--air", COUNTER_AIR)
+    good = json.dumps({"key": "k", "op": {"$tag": "Add", "$value": 1}})
+    bad = json.dumps({"key": "k", "op": {"$tag": "Add", "$value": -1}})
+    batch = tmp_path / "events.jsonl"
+    batch.write_text(f"{good}\n\n{bad}\n{good}\n")
+    code, _, err = world_cli("send", w, EVENT, "--file", batch)
+    assert code == 1
+    assert f"{batch}:3" in err
+    code, out, _ = world_cli("send", w, EVENT, "--file", batch, "--json")
+    error = json.loads(out)
+    assert (error["error"], error["fields"]["index"], error["fields"]["where"]) == (
+        "EventRejected",
+        1,
+        f"{batch}:3",
+    )
+    assert json.loads(world_cli("info", w, "--json")[1])["journal_seq_next"] == 1

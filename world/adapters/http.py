@@ -1,0 +1,285 @@
+"""``http.request``: one HTTP exchange per intent, with retries, timeouts and size limits.
+
+Params ``{method, url, headers: map<text,text>, body_ref: hash|None}``; receipt ``{status: int,
+headers: map<text,text>, body_ref: hash|None, body_preview: text}`` (SPEC §6).
+
+Outcomes:
+
+* Any HTTP response, whatever its status (200, 404, 503), is an ``ok`` receipt carrying that
+  status: the exchange happened; what it means is the plan's business.
+* A transport failure (connection refused or reset, connect/read timeout, the server closing
+  without an answer, ``HTTP_ATTEMPT_DEADLINE_S`` passed) is retried after ``backoff_s`` waits,
+  at most ``retries_max`` times; the last failure decides the receipt: ``timeout`` if it was a
+  timeout, else ``error``. An error receipt keeps the schema's shape: ``status`` 0, no headers,
+  no ``body_ref``, and ``body_preview`` saying what failed.
+* A request that cannot be sent as given (bad URL or scheme, a header that is not ASCII, a
+  ``body_ref`` not in the blob store) and a response body over ``response_bytes_max`` are
+  ``error`` receipts at once: trying again would not change them.
+
+Bodies: the request body is read from the blob store when ``body_ref`` is given. The response
+body is read raw (no content decoding: nothing asks for an encoding unless the plan's headers
+do, and a decompression bomb cannot expand past the limit), streamed, and refused at the first
+byte past ``response_bytes_max``. A body of at most ``body_inline_bytes_max`` bytes of UTF-8
+that fits the preview stays in the receipt (``body_ref`` null, ``body_preview`` the whole
+body); any other non-empty body goes to the blob store and ``body_ref`` names it.
+``body_preview`` is the first ``body_preview_chars`` characters either way. Response header
+names are lowercase, and repeated headers are joined with ", " (RFC 9110 §5.3); the receipt's
+map is canonical, so sorted, when encoded.
+
+What is deliberately not done, because the capability check (kernel) saw only the intent's URL:
+redirects are not followed (a 3xx is an ok receipt), no proxy is taken from the environment,
+no cookie is kept from one intent to the next, and no auth is added. The adapter uses an
+``httpx.HTTPTransport`` (a thread-safe connection pool) directly rather than ``httpx.Client``,
+because the client carries exactly that state (cookie jar, env proxies, default headers).
+Requests run on ``HTTP_WORKERS`` threads (``_worker.WorkerPool``).
+
+Retries may repeat a request that the server did receive (a read timeout after the request was
+sent), and so may the re-dispatch of an intent that had no receipt when the world stopped:
+delivery is at least once. An idempotency key header is the plan's tool for that.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from air import cbor
+from air.errors import WorldError
+from world.adapters import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    HTTP_ATTEMPT_DEADLINE_S,
+    HTTP_BODY_INLINE_BYTES_MAX,
+    HTTP_BODY_PREVIEW_CHARS,
+    HTTP_CONNECT_TIMEOUT_S,
+    HTTP_READ_TIMEOUT_S,
+    HTTP_RESPONSE_BYTES_MAX,
+    HTTP_WORKERS,
+    RETRIES_MAX,
+    Done,
+    Intent,
+    Receipt,
+    ReceiptStatus,
+    backoff_s,
+)
+from world.adapters._worker import Outbox, WorkerPool
+from world.adapters.blob import BlobStore
+
+__all__ = ["HTTP_KIND", "HTTP_USER_AGENT", "HttpAdapter"]
+
+HTTP_KIND: Final = "http.request"
+HTTP_USER_AGENT: Final = "world-kernel"
+"""Sent as ``user-agent`` unless the intent's headers name one."""
+
+_NOT_RETRIED: Final = (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.ProxyError)
+
+
+class _Failed(Exception):
+    """One attempt failed: ``status`` ``timeout`` or ``error``; ``retry`` if worth retrying."""
+
+    def __init__(self, status: ReceiptStatus, detail: str, *, retry: bool) -> None:
+        super().__init__(detail)
+        self.status: ReceiptStatus = status
+        self.detail = detail
+        self.retry = retry
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _preview(body: bytes, chars: int) -> str:
+    """The first ``chars`` characters of ``body`` as UTF-8, bad bytes replaced; a character cut
+    in half by the read window is left out rather than replaced."""
+    window = body[: chars * 4]
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    return decoder.decode(window, final=len(window) == len(body))[:chars]
+
+
+def _response_headers(response: httpx.Response) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in response.headers.multi_items():
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return dict(sorted(headers.items()))
+
+
+class HttpAdapter:
+    adapter_id: str = "http"
+    kinds: frozenset[str] = frozenset({HTTP_KIND})
+
+    def __init__(
+        self,
+        blobs: BlobStore,
+        *,
+        connect_timeout_s: float = HTTP_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = HTTP_READ_TIMEOUT_S,
+        attempt_deadline_s: float = HTTP_ATTEMPT_DEADLINE_S,
+        retries_max: int = RETRIES_MAX,
+        backoff_base_s: float = BACKOFF_BASE_S,
+        backoff_max_s: float = BACKOFF_MAX_S,
+        response_bytes_max: int = HTTP_RESPONSE_BYTES_MAX,
+        body_inline_bytes_max: int = HTTP_BODY_INLINE_BYTES_MAX,
+        body_preview_chars: int = HTTP_BODY_PREVIEW_CHARS,
+        workers: int = HTTP_WORKERS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.blobs = blobs
+        self.attempt_deadline_s = attempt_deadline_s
+        self.retries_max = retries_max
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.response_bytes_max = response_bytes_max
+        self.body_inline_bytes_max = body_inline_bytes_max
+        self.body_preview_chars = body_preview_chars
+        timeout = httpx.Timeout(
+            connect=connect_timeout_s,
+            read=read_timeout_s,
+            write=read_timeout_s,
+            pool=connect_timeout_s,
+        )
+        self._timeout = timeout.as_dict()
+        self._transport = transport if transport is not None else httpx.HTTPTransport()
+        self._outbox = Outbox()
+        self._pool = WorkerPool("http", workers)
+
+    def submit(self, intent: Intent, done: Done) -> None:
+        def job() -> None:
+            receipt = self._answer(intent)
+            if receipt is not None:
+                self._outbox.deliver(done, receipt)
+
+        self._pool.run(job)
+
+    def close(self) -> None:
+        self._outbox.close()
+        self._pool.close()
+        self._transport.close()
+
+    def _answer(self, intent: Intent) -> Receipt | None:
+        """The receipt for ``intent``, or None when the adapter closed while waiting to retry."""
+        try:
+            request = self._request(intent.params)
+            failed: _Failed | None = None
+            for retry in range(self.retries_max + 1):
+                if retry:
+                    wait_s = backoff_s(retry, self.backoff_base_s, self.backoff_max_s)
+                    if self._pool.closing.wait(wait_s):
+                        return None
+                try:
+                    payload = self._attempt(request)
+                except _Failed as exc:
+                    failed = exc
+                    if exc.retry:
+                        continue
+                    break
+                return Receipt(intent.intent_hash, self.adapter_id, "ok", payload)
+            assert failed is not None
+            if failed.retry:
+                attempts = self.retries_max + 1
+                failed = _Failed(
+                    failed.status, f"{attempts} attempts; last: {failed.detail}", retry=False
+                )
+        except _Failed as exc:  # the request cannot be made as given
+            failed = exc
+        except Exception as exc:  # a bug or an input nothing above foresaw: still one receipt
+            failed = _Failed("error", _describe(exc), retry=False)
+        return self._failure(intent, failed)
+
+    def _failure(self, intent: Intent, failed: _Failed) -> Receipt:
+        payload = {
+            "status": 0,
+            "headers": {},
+            "body_ref": None,
+            "body_preview": failed.detail[: self.body_preview_chars],
+        }
+        return Receipt(intent.intent_hash, self.adapter_id, failed.status, payload)
+
+    def _request(self, params: Any) -> _Request:
+        if not isinstance(params, dict):
+            raise _Failed("error", "params are not a record", retry=False)
+        method, url, headers = params.get("method"), params.get("url"), params.get("headers") or {}
+        if not (isinstance(method, str) and isinstance(url, str) and isinstance(headers, dict)):
+            raise _Failed("error", "params are not of sys/HttpRequestParams@1", retry=False)
+        headers = {str(name).lower(): str(value) for name, value in headers.items()}
+        headers.setdefault("user-agent", HTTP_USER_AGENT)
+        body_ref = params.get("body_ref")
+        body = None
+        if body_ref is not None:
+            try:
+                body = self.blobs.get(cbor.raw_to_hash(body_ref))
+            except (WorldError, OSError) as exc:
+                detail = f"request body {cbor.raw_to_hash(body_ref)}: {_describe(exc)}"
+                raise _Failed("error", detail, retry=False) from exc
+        return _Request(method, url, headers, body)
+
+    def _attempt(self, request: _Request) -> dict[str, Any]:
+        """One exchange: the receipt payload, or ``_Failed``."""
+        started = time.monotonic()
+        try:
+            outgoing = httpx.Request(
+                request.method,
+                request.url,
+                headers=request.headers,
+                content=request.body,
+                extensions={"timeout": self._timeout},
+            )
+            response = self._transport.handle_request(outgoing)
+            try:
+                body = self._read_body(response, started)
+            finally:
+                response.close()
+        except httpx.TimeoutException as exc:
+            raise _Failed("timeout", _describe(exc), retry=True) from exc
+        except _NOT_RETRIED as exc:
+            raise _Failed("error", _describe(exc), retry=False) from exc
+        except httpx.TransportError as exc:
+            raise _Failed("error", _describe(exc), retry=True) from exc
+        except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
+            raise _Failed("error", _describe(exc), retry=False) from exc
+        return self._payload(response, body)
+
+    def _read_body(self, response: httpx.Response, started: float) -> bytes:
+        limit = self.response_bytes_max
+        declared = response.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
+            detail = f"response body of {declared} bytes exceeds response_bytes_max={limit}"
+            raise _Failed("error", detail, retry=False)
+        body = bytearray()
+        for chunk in response.iter_raw():
+            body += chunk
+            if len(body) > limit:
+                detail = f"response body exceeds response_bytes_max={limit}"
+                raise _Failed("error", detail, retry=False)
+            if time.monotonic() - started > self.attempt_deadline_s:
+                detail = (
+                    f"response not complete within attempt_deadline_s={self.attempt_deadline_s}"
+                )
+                raise _Failed("timeout", detail, retry=True)
+        return bytes(body)
+
+    def _payload(self, response: httpx.Response, body: bytes) -> dict[str, Any]:
+        preview = _preview(body, self.body_preview_chars)
+        body_ref: bytes | None = None
+        # The preview encodes back to the body exactly when the body is valid UTF-8 and whole.
+        inline = len(body) <= self.body_inline_bytes_max and preview.encode("utf-8") == body
+        if not inline:
+            body_ref = cbor.hash_to_raw(self.blobs.put(body))
+        return {
+            "status": response.status_code,
+            "headers": _response_headers(response),
+            "body_ref": body_ref,
+            "body_preview": preview,
+        }

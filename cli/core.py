@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from air import jsontext
@@ -22,6 +23,7 @@ from cli.common import (
     handle_errors,
     signals_deferred,
 )
+from world.effectloop import EffectLoop
 from world.world import EventRejected, World
 
 __all__ = [
@@ -160,24 +162,43 @@ def step(
 def run(
     directory: DirArg,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Run until nothing is ready")
+        bool,
+        typer.Option(
+            "--until-idle/--wait-timers",
+            help="Return when nothing is ready and nothing is in flight but real-time timers "
+            "(default); --wait-timers also waits for those",
+        ),
     ] = True,
+    sim: Annotated[
+        bool, typer.Option("--sim", help="Simulated time: timers fire at once, in order")
+    ] = False,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Stop with an error past this many steps")
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Run the world until it is idle."""
+    """Run the world with its effect adapters live until it is idle."""
     with (
         handle_errors(json_output),
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
+        EffectLoop(world, sim=sim) as loop,
     ):
-        ran = world.run_until_idle(max_steps)
+        report = loop.run(until_idle=until_idle, max_steps=max_steps)
+    for note in report.notes:
+        err_console.print(f"[yellow]notice:[/yellow] {escape(note)}", soft_wrap=True)
     if json_output:
-        emit_json({"ok": True, "steps": ran})
+        emit_json(
+            {
+                "ok": True,
+                "steps": report.steps,
+                "effects_dispatched": report.dispatched,
+                "receipts": report.receipts,
+            }
+        )
     else:
-        console.print(f"ran {ran} step(s); the world is idle")
+        extra = f", {report.receipts} receipt(s)" if report.receipts else ""
+        console.print(f"ran {report.steps} step(s){extra}; the world is idle")
 
 
 def state(

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from cli import cells, core, demo, journal, replay, validate
+from cli import cells, core, demo, effects, journal, replay, validate
 from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
@@ -70,6 +70,7 @@ app.command("replay")(replay.replay)
 app.command("demo")(demo.demo)
 app.add_typer(cells.app, name="cells")
 app.add_typer(journal.app, name="journal")
+app.add_typer(effects.app, name="effects")
 
 
 @app.callback()

@@ -40,6 +40,8 @@ class Entity:
     reducer: str
     key_cbor: bytes | None = None
     store_key_hash: bytes = field(default=b"", compare=False, repr=False)
+    run_id: int | None = None
+    """Set for a plan run (``reducer`` is then the plan's name); None for a cell or reducer."""
 
     def __post_init__(self) -> None:
         if not self.store_key_hash:
@@ -47,7 +49,13 @@ class Entity:
             object.__setattr__(self, "store_key_hash", key_hash(key))
 
     def to_obj(self) -> list[Any]:
+        if self.run_id is not None:
+            return [self.reducer, self.key_cbor, self.run_id]
         return [self.reducer, self.key_cbor]
+
+    @classmethod
+    def from_obj(cls, obj: list[Any]) -> Entity:
+        return cls(obj[0], obj[1], run_id=obj[2] if len(obj) > 2 else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +129,8 @@ class Scheduler:
     @classmethod
     def from_obj(cls, obj: list[Any]) -> Scheduler:
         sched = cls()
-        for (reducer, key_cbor), deliveries in obj:
-            entity = Entity(reducer, key_cbor)
+        for entity_obj, deliveries in obj:
+            entity = Entity.from_obj(entity_obj)
             for src_seq, index, schema, value_cbor in deliveries:
                 sched.deliver(entity, Delivery(src_seq, index, schema, value_cbor))
         return sched

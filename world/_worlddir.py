@@ -17,6 +17,7 @@ from world.airfiles import read_world_sources
 from world.cas import FileCas
 from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal import FileJournal
+from world.receipts import ReceiptKey
 
 __all__ = [
     "FORMAT",
@@ -35,6 +36,7 @@ def build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLo
     fileio.mkdir(path / "journal", exist_ok=True)
     lock = lock_world(path)
     try:
+        ReceiptKey.load_or_create(path)  # born with the world: copies of it sign alike
         cas = FileCas(path)
         wasm_map = {}
         for name, data in air.wasm_bytes.items():

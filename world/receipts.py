@@ -59,12 +59,14 @@ MAC_BYTES: Final = 32
 SIG_BYTES: Final = KEY_ID_BYTES + MAC_BYTES
 KEY_ID_CONTEXT: Final = "world-kernel receipt key id v1"
 
-RefusalReason = Literal["forged", "altered"]
+RefusalReason = Literal["forged", "altered", "unknown_intent", "not_queued"]
 
 
 class ReceiptRefused(WorldError):
-    """A receipt's signature does not hold: ``forged`` (not made with this world's key) or
-    ``altered`` (made with it, over different content). ``intent_hash`` is hex."""
+    """A receipt is refused: its signature does not hold (``forged``: not made with this
+    world's key; ``altered``: made with it, over different content), or it answers no intent
+    the world is waiting on (``unknown_intent``; ``not_queued``: parked or denied). ``intent_hash``
+    is hex."""
 
     def __init__(self, intent_hash: str, reason: RefusalReason) -> None:
         self.intent_hash = intent_hash

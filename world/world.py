@@ -298,10 +298,21 @@ class World:
             for record in self.journal.read(seq_from):
                 self._check_genesis(record)
                 self.kernel.apply(record)
+            self._complete_tick()
         except StoreDamaged:
             if self.readonly and self._checkpoint_replaced():
                 raise CheckpointMoved() from None
             raise
+
+    def _complete_tick(self) -> None:
+        """A crash inside a commit can keep the first records of a tick and lose the rest
+        (a commit is durable as a prefix). Replay re-derived them: a writer journals them
+        again, so the journal is whole; a reader only has them in memory."""
+        owed = self.kernel.owed_records()
+        if owed and not self.readonly:
+            for kind, subject, body in owed:
+                self.journal.append(kind, subject, body)
+            self.commit()
 
     def _checkpoint_replaced(self) -> bool:
         store = self.store
@@ -331,6 +342,7 @@ class World:
         for record in self.journal.read(0):
             self._check_genesis(record)
             self.kernel.apply(record)
+        self._complete_tick()
         if not self.readonly:
             self._checkpoint_quietly()
 
@@ -378,6 +390,11 @@ class World:
         """Ask a running loop to stop at the next tick boundary (safe from a signal handler)."""
         self._interrupt = True
 
+    def take_interrupt(self) -> bool:
+        """Whether an interrupt was asked for since the last call (for loops outside World)."""
+        asked, self._interrupt = self._interrupt, False
+        return asked
+
     # --- writing ----------------------------------------------------------------------------
 
     def _writable(self) -> None:
@@ -386,7 +403,8 @@ class World:
         if self.stale is not None:
             raise WorldStale(self.stale)
 
-    def _commit(self) -> int:
+    def commit(self) -> int:
+        """Make everything journaled so far durable (a failure makes this handle stale)."""
         try:
             return self.journal.commit()
         except BaseException as exc:
@@ -413,7 +431,7 @@ class World:
         self.kernel.consistent = False
         seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
         self.kernel.consistent = True
-        self._commit()
+        self.commit()
         return seqs
 
     def step(self, ticks: int = 1) -> int:
@@ -465,7 +483,7 @@ class World:
         return ran
 
     def _after_steps(self) -> None:
-        self._commit()
+        self.commit()
         if self.store.dirty_count() >= SNAPSHOT_DIRTY_MAX:
             self._checkpoint_quietly()
 
@@ -476,7 +494,7 @@ class World:
         self._writable()
         if not isinstance(self.store, FileCellStore):
             raise WrongMode("checkpoint", "the store was rebuilt in memory")
-        seq_next = self._commit()
+        seq_next = self.commit()
         with fileio.storage_errors("checkpoint"):
             address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
             self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))

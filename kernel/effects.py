@@ -1,0 +1,276 @@
+"""The effect manager: intents, capability checks, policy, budgets, approvals and receipts.
+
+Everything here is deterministic: it reads no clock and does no I/O. An *intent* is an effect a
+plan step or a reducer step asked for. Its identity is
+``intent_hash = blake3(cbor([kind, params_cbor, cap, idempotency_key]))``, where the
+idempotency key comes from the origin (``run:<run_id>:<step id>`` for a plan step,
+``cell:<reducer>:<key hash hex>:<src seq>:<idx>`` for a reducer step: the delivery it
+handled), so two distinct intents never share a hash and the same intent re-derived on replay
+always has the same one.
+
+Enqueue, in order (the first failure wins and is the journaled reason):
+
+1. **Capability** (``cap.*`` codes): the grant exists in ``manifest.defaults.cap_grants``; its
+   cap's ``cap_type`` is the effect's; it has not expired (``expiry_ns`` against the logical
+   clock ``now_ns``, which only journaled timer receipts move); the params stay inside it
+   (``http.out``: the URL's host, or ``host:port``, is in ``hosts``; the method is in ``verbs``
+   (AgentOS spells it ``methods``); the path starts with one of ``path_prefixes`` when given);
+   and budget is left (``bytes``: a ``blob.put`` reserves its data's length; an HTTP receipt
+   settles the body's size).
+2. **Policy**: the rules of ``defaults.policy``, first match wins; no match (or no policy)
+   denies. The decision is journaled with its rule index (-1 for the default).
+3. ``allow`` queues the intent for an adapter; ``require_approval`` parks it until
+   ``approve``; ``deny`` fails the origin.
+
+Receipts (``apply_receipt``) settle budget, move the clock (``timer.set``), and return where
+the result goes. The manager's whole state is a CBOR-able object for snapshots.
+
+Not here: adapters, signatures (``world/`` verifies a receipt before it is journaled), or the
+records' placement in the journal (``kernel.core``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from air import cbor
+from air.loader import LoadedAir
+
+__all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]
+
+DEFAULT_RULE: Final = -1
+"""The rule index journaled when no policy rule matched (the default: deny)."""
+
+_HTTP_VERB_FIELDS: Final = ("verbs", "methods")
+
+
+class CapDenied(Exception):
+    """A capability check failed: ``code`` (``cap.*``) and ``detail``. Internal to the kernel:
+    it becomes a journaled reason, never an error a caller sees."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{detail} [{code}]")
+
+
+def intent_hash(kind: str, params_cbor: bytes, cap: str, idempotency_key: str) -> bytes:
+    return cbor.digest(cbor.dumps([kind, params_cbor, cap, idempotency_key]))
+
+
+@dataclass
+class Intent:
+    """One effect asked for. ``status``: ``queued`` (for an adapter), ``parked`` (awaiting
+    approval), ``done`` (its receipt is journaled), ``denied``."""
+
+    intent_hash: bytes
+    kind: str
+    params_cbor: bytes
+    cap: str
+    origin: dict[str, Any]
+    status: str
+    reserved: int = 0
+    receipt: dict[str, Any] | None = None
+
+    def to_obj(self) -> list[Any]:
+        return [
+            self.intent_hash,
+            self.kind,
+            self.params_cbor,
+            self.cap,
+            self.origin,
+            self.status,
+            self.reserved,
+            self.receipt,
+        ]
+
+    @classmethod
+    def from_obj(cls, obj: list[Any]) -> Intent:
+        return cls(*obj)
+
+
+@dataclass
+class EffectManager:
+    air: LoadedAir
+    intents: dict[bytes, Intent] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)  # grant name -> bytes used
+    now_ns: int = 0
+
+    # --- enqueue ----------------------------------------------------------------------------
+
+    def check_cap(self, kind: str, params: Any, cap: str) -> int:
+        """Raise ``CapDenied`` unless grant ``cap`` allows ``kind`` with ``params``; return
+        the bytes this intent would reserve from the grant's budget (``add`` reserves them).
+        Changes nothing."""
+        grants = {g.name: g for g in self.air.manifest.defaults.cap_grants}
+        grant = grants.get(cap)
+        if grant is None:
+            raise CapDenied("cap.grant_missing", f"no cap grant named {cap!r}")
+        effect = self.air.effects.get(kind)
+        if effect is None:
+            raise CapDenied("cap.effect_unknown", f"unknown effect kind {kind}")
+        defcap = self.air.caps.get(grant.cap)
+        cap_type = None if defcap is None else defcap.cap_type
+        if cap_type != effect.cap_type:
+            raise CapDenied(
+                "cap.type_mismatch",
+                f"grant {cap} is a {cap_type} capability; {kind} needs {effect.cap_type}",
+            )
+        if grant.expiry_ns is not None and self.now_ns >= grant.expiry_ns:
+            raise CapDenied(
+                "cap.expired", f"grant {cap} expired at {grant.expiry_ns} (now {self.now_ns})"
+            )
+        if cap_type == "http.out":
+            _check_http(cap, grant.params or {}, params)
+        return self._reserve(cap, grant, kind, params)
+
+    def _reserve(self, cap: str, grant: Any, kind: str, params: Any) -> int:
+        budget = getattr(grant, "budget", None)
+        limit = None if budget is None else getattr(budget, "bytes", None)
+        if limit is None:
+            return 0
+        cost = len(params["data"]) if kind == "blob.put" and isinstance(params, dict) else 0
+        left = limit - self.spent.get(cap, 0)
+        if left <= 0 or cost > left:
+            raise CapDenied(
+                "cap.budget_exhausted", f"grant {cap} has {max(left, 0)} of {limit} bytes left"
+            )
+        return cost
+
+    def decide(self, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> tuple[str, int]:
+        """Policy: ``(decision, rule index)``; the first matching rule wins, else deny."""
+        name = self.air.manifest.defaults.policy
+        policy = None if name is None else self.air.policies.get(name)
+        if policy is None:
+            return "deny", DEFAULT_RULE
+        rules = policy.rules
+        for index, rule in enumerate(rules):
+            if _matches(rule.when, kind, params, cap, origin):
+                return str(rule.decision), index
+        return "deny", DEFAULT_RULE
+
+    def add(self, intent: Intent) -> None:
+        """Record an intent that passed its checks; its reservation counts from now on."""
+        self.intents[intent.intent_hash] = intent
+        if intent.reserved:
+            self.spent[intent.cap] = self.spent.get(intent.cap, 0) + intent.reserved
+
+    # --- approvals and receipts -------------------------------------------------------------
+
+    def approve(self, intent_hash: bytes, approved: bool) -> Intent | None:
+        """Decide a parked intent; None if there is no such parked intent."""
+        intent = self.intents.get(intent_hash)
+        if intent is None or intent.status != "parked":
+            return None
+        intent.status = "queued" if approved else "denied"
+        if not approved:
+            self._refund(intent)
+        return intent
+
+    def apply_receipt(self, intent_hash: bytes, status: str, payload: Any) -> Intent | None:
+        """Record a receipt for a queued intent; None if there is none (unknown or done)."""
+        intent = self.intents.get(intent_hash)
+        if intent is None or intent.status != "queued":
+            return None
+        intent.status = "done"
+        intent.receipt = {"status": status, "payload": payload}
+        if intent.kind == "timer.set" and isinstance(payload, dict):
+            delivered = payload.get("delivered_at_ns")
+            if type(delivered) is int:
+                self.now_ns = max(self.now_ns, delivered)
+        if intent.kind == "blob.put" and isinstance(payload, dict):
+            size = payload.get("size")
+            if type(size) is int:  # settle: the stored size replaces the reservation
+                self.spent[intent.cap] = self.spent.get(intent.cap, 0) - intent.reserved + size
+        return intent
+
+    def _refund(self, intent: Intent) -> None:
+        if intent.reserved:
+            self.spent[intent.cap] = self.spent.get(intent.cap, 0) - intent.reserved
+
+    # --- views ------------------------------------------------------------------------------
+
+    def queued(self) -> list[Intent]:
+        """Intents waiting for an adapter (or in flight), in hash order."""
+        return [i for _h, i in sorted(self.intents.items()) if i.status == "queued"]
+
+    def parked(self) -> list[Intent]:
+        return [i for _h, i in sorted(self.intents.items()) if i.status == "parked"]
+
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "intents": [i.to_obj() for _h, i in sorted(self.intents.items())],
+            "spent": dict(sorted(self.spent.items())),
+            "now_ns": self.now_ns,
+        }
+
+    def restore(self, obj: dict[str, Any] | None) -> None:
+        if not obj:
+            return
+        self.intents = {i[0]: Intent.from_obj(i) for i in obj["intents"]}
+        self.spent = dict(obj["spent"])
+        self.now_ns = obj["now_ns"]
+
+
+def _url(params: Any) -> tuple[str, int | None, str]:
+    """``(host, port, path)`` of an http(s) URL; written here because ``kernel/`` imports
+    nothing that could touch the network (``urllib``). An unparsable URL has host ``""``."""
+    url = params.get("url", "") if isinstance(params, dict) else ""
+    if not isinstance(url, str) or "://" not in url:
+        return "", None, "/"
+    rest = url.split("://", 1)[1]
+    authority, slash, tail = rest.partition("/")
+    path = slash + tail.split("?", 1)[0].split("#", 1)[0] if slash else "/"
+    authority = authority.rsplit("@", 1)[-1]
+    host, port = authority, None
+    if authority.startswith("["):  # [v6]:port
+        end = authority.find("]")
+        host, after = authority[1:end], authority[end + 1 :]
+        port_text = after[1:] if after.startswith(":") else ""
+    else:
+        host, _colon, port_text = authority.partition(":")
+    if port_text:
+        port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else -1
+    return host.lower(), port, path or "/"
+
+
+def _check_http(cap: str, grant_params: Any, params: Any) -> None:
+    host, port, path = _url(params)
+    hosts = {str(h).lower() for h in grant_params.get("hosts", [])}
+    if host not in hosts and (port is None or f"{host}:{port}" not in hosts):
+        where = host if port is None else f"{host}:{port}"
+        raise CapDenied("cap.host_not_allowed", f"host {where!r} is outside grant {cap}")
+    verbs: set[str] = set()
+    for name in _HTTP_VERB_FIELDS:
+        verbs |= {str(v).upper() for v in grant_params.get(name) or []}
+    method = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
+    if verbs and method not in verbs:
+        raise CapDenied("cap.method_not_allowed", f"method {method} is outside grant {cap}")
+    prefixes = grant_params.get("path_prefixes")
+    if prefixes and not any(path.startswith(str(p)) for p in prefixes):
+        raise CapDenied("cap.path_not_allowed", f"path {path!r} is outside grant {cap}")
+
+
+def _matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> bool:
+    if when.effect_kind is not None and when.effect_kind != kind:
+        return False
+    if getattr(when, "cap_name", None) is not None and when.cap_name != cap:
+        return False
+    if when.origin_kind is not None and when.origin_kind != origin["kind"]:
+        return False
+    if when.origin_name is not None and when.origin_name != origin["name"]:
+        return False
+    host, _port, path = _url(params)
+    if getattr(when, "host", None) is not None and not fnmatch.fnmatchcase(host, when.host):
+        return False
+    prefix = getattr(when, "path_prefix", None)
+    if prefix is not None and not path.startswith(prefix):
+        return False
+    method = getattr(when, "method", None)
+    if method is not None:
+        asked = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
+        if asked != method.upper():
+            return False
+    return True

@@ -1,0 +1,340 @@
+"""The plan engine: runs of AIR plans as entities in the fair scheduler (SPEC §6 "Plans").
+
+A trigger starts a run when its event is journaled (from outside, emitted by a reducer, or
+raised by a plan): the run gets the next ``run_id`` and a *start* delivery carrying the event.
+A run is an entity beside the cells, so one tick runs one thing of one run:
+
+* the start tick journals ``plan.started {plan, run_id, input_hash, manifest_hash}``;
+* each later tick executes exactly one ready step (ready: not done, not waiting, every incoming
+  edge's source done and its ``when`` guard true; ties by step id) and journals
+  ``plan.step {run_id, step, op, ...}``, plus, for ``emit_effect``, the effect manager's
+  ``effect.queued`` and ``policy.decision``;
+* ``end``, a failure, or nothing left to run journals ``plan.ended {run_id, status, result?,
+  error?}`` and the run is gone.
+
+``await_receipt`` and ``await_event`` take two ticks: one that starts waiting and one, when the
+receipt or event has been delivered to the run's mailbox, that binds it. ``await_event`` sees
+only events routed after it started waiting (future-only); a run started by a trigger with
+``correlate_by`` matches only events whose field of that name equals its correlation value.
+Invariants are evaluated after every executed step; a false one ends the run with
+``plan.invariant``. Every failure (a missing ref, a type error, a division by zero, a value
+that does not match its schema, a denied effect) ends the run with status ``error`` and a code;
+the world goes on. A run pins the manifest hash at its start.
+
+The engine is pure: it reads the run, the delivery and the kernel's tables, and returns the
+records to journal and the consequences (events to route, an intent) for ``kernel.core`` to
+apply. A run's whole state is a CBOR-able list for snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from air import cbor
+from air.errors import ExprError, ValueMismatch, WorldError
+from air.expr import Env, evaluate, parse_expr
+from air.values import check as check_value
+
+__all__ = [
+    "CONTINUE",
+    "DENIED",
+    "RECEIPT",
+    "START",
+    "PlanEngine",
+    "Run",
+    "RunOutcome",
+    "input_hash",
+    "ready_steps",
+]
+
+START: Final = "sys/start"
+"""The schema of the delivery that starts a run (it carries the trigger's event)."""
+CONTINUE: Final = ""
+"""The schema of a delivery that only wakes a run to execute its next ready step."""
+RECEIPT: Final = "sys/receipt"
+"""The schema of a delivery that hands a run the receipt it awaits."""
+DENIED: Final = "sys/denied"
+"""The schema of a delivery that tells a run an approver denied its effect."""
+
+
+@dataclass
+class Run:
+    run_id: int
+    plan: str
+    input: Any
+    correlation: Any
+    correlate_by: str | None
+    manifest_hash: bytes
+    vars: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    done: list[str] = field(default_factory=list)
+    waiting: dict[str, Any] | None = None
+
+    def to_obj(self) -> list[Any]:
+        return [
+            self.run_id,
+            self.plan,
+            self.input,
+            self.correlation,
+            self.correlate_by,
+            self.manifest_hash,
+            self.vars,
+            self.results,
+            self.done,
+            self.waiting,
+        ]
+
+    @classmethod
+    def from_obj(cls, obj: list[Any]) -> Run:
+        return cls(*obj)
+
+
+@dataclass
+class RunOutcome:
+    """What one tick of a run did: records to journal (kind, body) in order, events to
+    raise (schema, value_cbor, reducer, key_cbor), an effect to enqueue, and whether the run
+    ended (then ``records`` ends with ``plan.ended``) or wants another tick."""
+
+    records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    raised: list[tuple[str, bytes, str, bytes | None]] = field(default_factory=list)
+    effect: dict[str, Any] | None = None
+    ended: bool = False
+    again: bool = False
+
+
+class RunFailed(Exception):
+    """A step failed deterministically: ``code`` and ``detail`` end the run."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(detail)
+
+
+def _expr(obj: Any) -> Any:
+    return parse_expr(obj)
+
+
+def env_of(run: Run, event: Any = None) -> Env:
+    if event is None:
+        return Env(run.input, run.vars, run.results)
+    return Env(run.input, run.vars, run.results, event)
+
+
+def ready_steps(plan: Any, run: Run) -> list[Any]:
+    """The steps that may run now, by step id."""
+    done = set(run.done)
+    waiting = None if run.waiting is None else run.waiting["step"]
+    incoming: dict[str, list[Any]] = {}
+    for edge in plan.edges:
+        incoming.setdefault(edge.to, []).append(edge)
+    ready = []
+    env = env_of(run)
+    for step in plan.steps:
+        if step.id in done or step.id == waiting:
+            continue
+        edges = incoming.get(step.id, [])
+        if all(e.from_step in done and _guard(e, env) for e in edges):
+            ready.append(step)
+    return sorted(ready, key=lambda s: s.id)
+
+
+def _guard(edge: Any, env: Env) -> bool:
+    if edge.when is None:
+        return True
+    value = evaluate(_expr(edge.when), env)
+    if type(value) is not bool:
+        raise RunFailed("plan.guard", f"guard on {edge.from_step} -> {edge.to} is not a bool")
+    return value
+
+
+def check_invariants(plan: Any, run: Run) -> None:
+    env = env_of(run)
+    for index, raw in enumerate(plan.invariants):
+        if evaluate(_expr(raw), env) is not True:
+            raise RunFailed("plan.invariant", f"invariant {index} does not hold")
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """The journaled (code, detail) of a run's deterministic failure."""
+    if isinstance(exc, RunFailed):
+        return exc.code, exc.detail
+    if isinstance(exc, ExprError | ValueMismatch):
+        return exc.code, str(exc)[:500]
+    if isinstance(exc, WorldError):
+        return getattr(exc, "code", None) or type(exc).__name__, str(exc)[:500]
+    return type(exc).__name__, str(exc)[:500]
+
+
+def input_hash(value: Any) -> bytes:
+    return cbor.digest(cbor.dumps(value))
+
+
+class PlanEngine:
+    """Executes run ticks over a world's AIR. ``checkers`` checks canonical values against
+    schemas; ``enqueue(kind, params, cap, origin, idempotency)`` asks the effect manager and
+    returns ``(intent_hash, records, failure)``."""
+
+    def __init__(self, air: Any, check: Any, key_types: dict[str, Any]) -> None:
+        self.air = air
+        self.check = check
+        self.key_types = key_types
+
+    def tick(self, run: Run, schema: str, value: Any) -> RunOutcome:
+        """One tick of ``run`` for a delivery of ``schema`` (``CONTINUE``, ``RECEIPT``,
+        ``DENIED`` or an awaited event's schema) carrying ``value``."""
+        out = RunOutcome()
+        plan = self.air.plans[run.plan]
+        try:
+            if schema == DENIED:
+                raise RunFailed("effect.denied", "an approver denied the run's effect")
+            if run.waiting is not None and schema != CONTINUE:
+                self._bind_awaited(run, schema, value, out)
+            else:
+                ready = ready_steps(plan, run)
+                if not ready:
+                    return self._end(run, out, "ok", None)
+                self._execute(plan, run, ready[0], out)
+            if out.ended:
+                return out
+            check_invariants(plan, run)
+            out.again = run.waiting is None
+        except RunFailed as exc:
+            return self.fail(run, out, exc.code, exc.detail)
+        except (ExprError, ValueMismatch, WorldError) as exc:
+            code, detail = failure(exc)
+            return self.fail(run, out, code, detail)
+        return out
+
+    def where_of(self, run: Run, step_id: str) -> Any:
+        """The parsed ``where`` of the run's await_event step ``step_id`` (None if absent)."""
+        for step in self.air.plans[run.plan].steps:
+            if step.id == step_id and step.op == "await_event" and step.where is not None:
+                return _expr(step.where)
+        return None
+
+    def matches(self, run: Run, where: Any, event: Any) -> bool:
+        """``where`` over ``@event``; an Expr failure is "no match", never an error."""
+        try:
+            return evaluate(where, env_of(run, event)) is True
+        except (ExprError, ValueMismatch):
+            return False
+
+    def _bind_awaited(self, run: Run, schema: str, value: Any, out: RunOutcome) -> None:
+        waiting = run.waiting
+        if waiting is None:  # tick() only calls this while the run waits
+            raise RunFailed("plan.not_waiting", f"run {run.run_id} got {schema} unasked")
+        step = waiting["step"]
+        run.waiting = None
+        run.done.append(step)
+        run.results[step] = value
+        run.vars[waiting["as"]] = value
+        body: dict[str, Any] = {"run_id": run.run_id, "step": step, "op": waiting["op"]}
+        if schema == RECEIPT:
+            body["intent_hash"] = waiting["intent"]
+        else:
+            body["event"] = [schema, cbor.dumps(value)]
+        out.records.append(("plan.step", body))
+
+    def _execute(self, plan: Any, run: Run, step: Any, out: RunOutcome) -> None:
+        env = env_of(run)
+        body: dict[str, Any] = {"run_id": run.run_id, "step": step.id, "op": step.op}
+        if step.op == "end":
+            result = None if step.result is None else evaluate(_expr(step.result), env)
+            if result is not None and plan.output is not None:
+                self.check(plan.output, result)
+            run.done.append(step.id)
+            self._end(run, out, "ok", result)
+            return
+        if step.op == "assign":
+            value = evaluate(_expr(step.expr), env)
+            run.vars[step.bind.as_] = value
+            run.results[step.id] = value
+        elif step.op == "raise_event":
+            self._raise(step, env, body, out)
+            run.results[step.id] = cbor.loads(body["event"][1])
+        elif step.op == "emit_effect":
+            params = evaluate(_expr(step.params), env)
+            effect = self.air.effects.get(step.kind)
+            if effect is None:
+                raise RunFailed("effect.unknown", f"unknown effect kind {step.kind}")
+            self.check(effect.params_schema, params)
+            out.effect = {
+                "kind": step.kind,
+                "params": params,
+                "cap": step.cap,
+                "bind": step.bind.effect_id_as,
+                "step": step.id,
+            }
+            return  # kernel.core checks and decides it, then journals the step
+        elif step.op == "await_receipt":
+            wanted = evaluate(_expr(step.for_), env)
+            if type(wanted) is not bytes or len(wanted) != 32:
+                raise RunFailed("plan.await_receipt.for", "await_receipt.for is not an effect id")
+            run.waiting = {"step": step.id, "op": step.op, "as": step.bind.as_, "intent": wanted}
+            body["waiting"] = wanted
+            out.records.append(("plan.step", body))
+            return
+        elif step.op == "await_event":
+            run.waiting = {
+                "step": step.id,
+                "op": step.op,
+                "as": step.bind.as_,
+                "event": step.event,
+            }
+            body["waiting"] = step.event
+            out.records.append(("plan.step", body))
+            return
+        run.done.append(step.id)
+        out.records.insert(0, ("plan.step", body))
+
+    def _raise(self, step: Any, env: Env, body: dict[str, Any], out: RunOutcome) -> None:
+        module = self.air.modules.get(step.reducer)
+        if module is None:
+            raise RunFailed("plan.raise_event.reducer", f"unknown reducer {step.reducer}")
+        expr = _expr(step.event)
+        schema = record_schema_of(step.event) or module.abi.reducer.event
+        value = evaluate(expr, env)
+        self.check(schema, value)
+        key_cbor = None
+        key_type = self.key_types.get(step.reducer)
+        if key_type is not None:
+            if step.key is None:
+                raise RunFailed("plan.raise_event.key", f"{step.reducer} is keyed: give a key")
+            key = evaluate(_expr(step.key), env)
+            check_value(key_type, key, self.air.schemas)
+            key_cbor = cbor.dumps(key)
+        value_cbor = cbor.dumps(value)
+        body["event"] = [schema, value_cbor]
+        body["reducer"] = step.reducer
+        body["key"] = key_cbor
+        out.raised.append((schema, value_cbor, step.reducer, key_cbor))
+
+    def _end(self, run: Run, out: RunOutcome, status: str, result: Any) -> RunOutcome:
+        body: dict[str, Any] = {"run_id": run.run_id, "status": status}
+        if result is not None:
+            body["result"] = cbor.dumps(result)
+        out.records.append(("plan.ended", body))
+        out.ended = True
+        out.again = False
+        return out
+
+    def fail(self, run: Run, out: RunOutcome, code: str, detail: str) -> RunOutcome:
+        """End ``run`` with status error: drop what the tick did, journal only the end."""
+        out.records = [r for r in out.records if r[0] != "plan.step"]
+        out.raised = []
+        out.effect = None
+        body = {"run_id": run.run_id, "status": "error", "error": {"code": code, "detail": detail}}
+        out.records.append(("plan.ended", body))
+        out.ended = True
+        out.again = False
+        return out
+
+
+def record_schema_of(expr_json: Any) -> str | None:
+    """The ``$schema`` a ``{"record": {"$schema": ..., ...}}`` Expr names, if any."""
+    if isinstance(expr_json, dict) and isinstance(expr_json.get("record"), dict):
+        name = expr_json["record"].get("$schema")
+        return name if isinstance(name, str) else None
+    return None

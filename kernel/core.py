@@ -56,6 +56,7 @@ from kernel.scheduler import Delivery, Entity, Scheduler
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",
+    "TICK_KINDS",
     "DeadLetter",
     "Kernel",
     "KernelLimits",
@@ -273,6 +274,14 @@ class Kernel(Orchestration):
             raise
         return seq
 
+    def _observed(self, schema: str) -> bool:
+        """Whether anything takes an event of ``schema``: a route, a trigger, a waiting run."""
+        return (
+            schema in self._routes
+            or schema in self._triggers
+            or any((r.waiting or {}).get("event") == schema for r in self.runs.values())
+        )
+
     def _entity_subject(self, entity: Entity, leaf: str) -> str:
         if entity.key_cbor is None:
             return make_subject("world", "reducer", entity.reducer, leaf)
@@ -403,7 +412,7 @@ class Kernel(Orchestration):
         index = 0
         values = out.values.events if out.values is not None else (None,) * len(out.domain_events)
         for event, value in zip(out.domain_events, values, strict=True):
-            if event.schema not in self._routes:
+            if not self._observed(event.schema):
                 # Nothing vanishes: an emitted event no route takes is a dead letter of its step.
                 unrouted = Delivery(seq, index, event.schema, event.value_cbor)
                 reason = {"code": "no_route", "detail": f"no route for emitted {event.schema}"}

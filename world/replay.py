@@ -21,7 +21,7 @@ from pathlib import Path
 
 from air.errors import StoreDamaged
 from kernel.cells import MemoryCellStore
-from kernel.core import Kernel, ReplayDivergence, first_difference
+from kernel.core import TICK_KINDS, Kernel, ReplayDivergence, first_difference
 from kernel.journal import MemoryJournal
 from world.runner import HostRunner
 from world.world import World
@@ -75,7 +75,7 @@ def verify_world(path: Path, progress: Callable[[int, int], None] | None = None)
             for record in world.journal.read(0):
                 kernel.apply(record)
                 report.records += 1
-                report.steps += record.kind in ("step", "step.failed")
+                report.steps += record.kind in TICK_KINDS
                 if progress is not None and report.records % 1000 == 0:
                     progress(report.records, total)
         except ReplayDivergence as exc:

@@ -236,6 +236,9 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         "dead_letters_total",
     ):
         table.add_row(key, str(data[key]))
+    effects = data["effects"]
+    table.add_row("runs", f"{len(data['runs'])} active, {data['runs_started']} started in all")
+    table.add_row("effects", ", ".join(f"{n} {k}" for k, n in effects.items()))
     for name, r in data["reducers"].items():
         table.add_row(
             f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"

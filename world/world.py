@@ -591,5 +591,25 @@ class World:
                 for d in self.kernel.dead_letters[-20:]
             ],
             "dead_letters_total": self.kernel.dead_letters_total,
+            "runs": [
+                {
+                    "run_id": run.run_id,
+                    "plan": run.plan,
+                    "done": list(run.done),
+                    "waiting": None if run.waiting is None else run.waiting["step"],
+                }
+                for _id, run in sorted(self.kernel.runs.items())
+            ],
+            "runs_started": self.kernel.runs_started,
+            "effects": _effect_counts(self.kernel.effects.intents.values()),
+            "logical_now_ns": self.kernel.effects.now_ns,
             "notices": list(self.notices),
         }
+
+
+def _effect_counts(intents: Iterable[Any]) -> dict[str, int]:
+    """How many intents are in each status (queued means sent or to be sent)."""
+    counts = {"queued": 0, "parked": 0, "done": 0, "denied": 0}
+    for intent in intents:
+        counts[intent.status] = counts.get(intent.status, 0) + 1
+    return counts

@@ -5,7 +5,9 @@ Two authorings that mean the same thing produce the same form: types in their on
 object, expressions through ``air.expr.to_json``, literal values normalised by their schema,
 plan steps sorted by id and edges by (from, to), set-like lists sorted and deduplicated.
 Order that carries meaning is kept: routing entries (delivery order), triggers, policy rules
-(first match wins), plan invariants.
+(first match wins), plan invariants. ``air_version`` is always written (``"1"`` when the author
+left it out), so the two authorings hash the same; a ``$schema`` in a record Expr is kept (it
+picks the raised event's schema).
 """
 
 from __future__ import annotations
@@ -37,9 +39,20 @@ def _expr(raw: Any) -> Any:
     return None if raw is None else expr.to_json(expr.parse_expr(raw))
 
 
+_STEP_EXPRS: dict[str, tuple[str, ...]] = {
+    "emit_effect": ("params",),
+    "await_receipt": ("for",),
+    "raise_event": ("key", "event"),
+    "await_event": ("where",),
+    "assign": ("expr",),
+    "end": ("result",),
+}
+"""The fields of each step op that hold an Expr (``await_event.event`` is a schema name)."""
+
+
 def _step(step: Any) -> dict[str, Any]:
     data: dict[str, Any] = step.model_dump(by_alias=True, exclude_none=True)
-    for field_name in ("params", "value", "key", "where", "result"):
+    for field_name in _STEP_EXPRS[step.op]:
         if field_name in data:
             data[field_name] = _expr(data[field_name])
     return data
@@ -58,6 +71,8 @@ def _plan(model: DefPlan) -> dict[str, Any]:
             "locals": {k: _type(v) for k, v in model.locals.items()},
             "steps": sorted((_step(s) for s in model.steps), key=lambda s: str(s["id"])),
             "edges": sorted(edges, key=lambda e: (e["from"], e["to"], cbor.dumps(e.get("when")))),
+            "required_caps": sorted(set(model.required_caps)),
+            "allowed_effects": sorted(set(model.allowed_effects)),
             "invariants": [_expr(i) for i in model.invariants],
         }
     )
@@ -128,6 +143,7 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
     grants = []
     for grant in sorted(manifest.defaults.cap_grants, key=lambda g: g.name):
         params = normalise(parse_type(air.defs[grant.cap].model.schema_), grant.params, air.schemas)
+        budget = None if grant.budget is None else grant.budget.model_dump(exclude_none=True)
         grants.append(
             _drop_none(
                 {
@@ -135,17 +151,21 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
                     "cap": grant.cap,
                     "params": params,
                     "expiry_ns": grant.expiry_ns,
+                    "budget": budget,
                 }
             )
         )
+    routing: dict[str, Any] = {
+        "events": [r.model_dump(exclude_none=True) for r in manifest.routing.events]
+    }
+    if manifest.routing.inboxes:  # absent when empty, so older manifests keep their hashes
+        routing["inboxes"] = [i.model_dump() for i in manifest.routing.inboxes]
     return _drop_none(
         {
             "$kind": "manifest",
             "air_version": manifest.air_version,
             **lists,
-            "routing": {
-                "events": [r.model_dump(exclude_none=True) for r in manifest.routing.events]
-            },
+            "routing": routing,
             "triggers": [t.model_dump(exclude_none=True) for t in manifest.triggers],
             "defaults": _drop_none({"policy": manifest.defaults.policy, "cap_grants": grants}),
             "module_bindings": {

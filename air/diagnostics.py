@@ -18,7 +18,8 @@ to point into, put the 1-based line and column at the start of their message.
     air.kind.unknown             ``$kind`` missing or not an AIR kind
     air.shape                    a field is missing, unknown or of the wrong JSON type
     air.name.invalid             a def name is not namespace/name@version
-    air.name.duplicate           two defs share a name (a copy of a built-in ``sys/`` def is fine)
+    air.name.duplicate           two defs share a name (a copy of a built-in ``sys/`` def is fine),
+                                 or two cap grants do
     air.manifest.missing         no manifest in the AIR
     air.manifest.multiple        more than one manifest
     air.hash.mismatch            a hash written in the AIR differs from the computed one
@@ -30,8 +31,10 @@ to point into, put the 1-based line and column at the start of their message.
     air.ref.unknown_plan         ... a plan
     air.ref.unknown_cap          ... a capability type
     air.ref.unknown_policy       ... a policy
-    air.ref.unknown_effect       an effect kind that no defeffect provides
-    air.ref.unknown_cap_grant    a cap grant name not in ``defaults.cap_grants``
+    air.ref.unknown_effect       an effect kind that no defeffect provides (in a module, a plan's
+                                 ``allowed_effects``, a policy rule)
+    air.ref.unknown_cap_grant    a cap grant name not in ``defaults.cap_grants`` (a binding, an
+                                 ``emit_effect.cap``, a plan's ``required_caps``)
     air.ref.unknown_slot         a module binding names a slot the module does not declare
     air.route.keyed_to_unkeyed   a route with ``key_field`` targets a reducer without ``key_schema``
     air.route.unkeyed_to_keyed   a route without ``key_field`` targets a keyed reducer
@@ -40,24 +43,42 @@ to point into, put the 1-based line and column at the start of their message.
     air.trigger.input_mismatch   the trigger's event is not the plan's input schema
     air.trigger.correlate_missing  ``correlate_by`` is not a field of the event's record schema
     air.effect.origin            an effect kind used where its origin is not allowed
-    air.cap.type_mismatch        a grant's capability type does not fit the effect
+    air.cap.type_mismatch        a grant's capability type does not fit the effect, or the cap
+                                 slot it is bound to
+    air.cap.schema               a defcap of a built-in cap type (http.out, blob, timer) has a
+                                 schema field the kernel does not enforce, or one of the wrong type
     air.value.mismatch           a literal value does not match its schema
     air.expr.<code>              an expression failed to parse, or a constant one to evaluate
                                  (``expr.*`` codes from air.expr, e.g. air.expr.parse.shape)
+    air.plan.step.old_shape      a step in the project's earlier shape (emit_effect without bind,
+                                 await_receipt.for naming a step, raise_event with value, assign
+                                 with var/value, await_event without bind); says what to write
     air.plan.step.duplicate      two steps share an id
     air.plan.edge.unknown_step   an edge names a step that does not exist
     air.plan.cycle               the plan's edges form a cycle
     air.plan.ref.unknown_step    ``@step:x`` names no step of the plan
-    air.plan.ref.unknown_var     ``@var:x`` is neither a local nor assigned
+    air.plan.ref.unknown_var     ``@var:x`` is neither a local nor bound by a step before this one
     air.plan.ref.event_outside_where  ``@event`` used outside an ``await_event.where``
-    air.plan.await_receipt.for   ``await_receipt.for`` does not name an ``emit_effect`` step
+    air.plan.ref.unknown_field   a typed ref's path names a field its schema does not have
+    air.plan.ref.type_mismatch   a typed ref where a value of another type is needed
+    air.plan.await_receipt.for   ``await_receipt.for`` is not ``{"ref": "@var:x"}`` for an ``x``
+                                 that an earlier ``emit_effect`` binds with ``effect_id_as``
     air.plan.raise_event.key     a keyed reducer needs ``key``; a non-keyed one must not get one
+    air.plan.raise_event.unrouted  the raised event's schema is neither the reducer's ABI event
+                                 nor routed to it
+    air.plan.allowed_effects     an ``emit_effect`` kind outside the plan's ``allowed_effects``
+    air.plan.required_caps       an ``emit_effect`` cap outside the plan's ``required_caps``
+    air.plan.end.result_missing  the plan declares an output and an ``end`` has no result
+    air.plan.end.missing         the plan declares an output and a path ends without an ``end``
     air.plan.await_event.where_required  a correlated plan awaits an event without ``where``
     air.module.wasm_missing      the module's wasm file is absent or unreadable, or it names
                                  neither ``wasm`` nor ``wasm_hash``
     air.module.wasm_invalid      the wasm bytes are not a valid module
     air.module.imports           the module imports something (reducers import nothing)
     air.module.exports           the module lacks memory, alloc or step
+    air.module.effect_unbound    a reducer's effect kind does not resolve to a grant: not exactly
+                                 one cap slot of its cap type, or that slot neither bound in
+                                 ``module_bindings`` nor with exactly one grant of its cap
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Expr: the small, pure expression language inside AIR plans.
 
-Authors write Expr as JSON in defplan steps (``emit_effect.params``, ``raise_event.value`` and
-``key``, ``assign.value``, edge ``when`` guards, ``await_event.where``, ``invariants``,
-``output``). This module parses that JSON into a frozen AST, checks what can be checked without
-schemas, evaluates the AST over canonical-form values (docs/CONTRACTS.md), and prints it back as
-one canonical JSON form for hashing.
+Authors write Expr as JSON in defplan steps (``emit_effect.params``, ``await_receipt.for``,
+``raise_event.event`` and ``key``, ``assign.expr``, ``end.result``, edge ``when`` guards,
+``await_event.where``, ``invariants``). This module parses that JSON into a frozen AST, checks
+what can be checked without schemas, evaluates the AST over canonical-form values
+(docs/CONTRACTS.md), and prints it back as one canonical JSON form for hashing.
 
 This module is the public surface, the parser and the canonical JSON printer. The AST nodes,
 ``Env``, ``evaluate`` and the op table live in the private ``air._expr_eval`` (re-exported here;
@@ -19,8 +19,15 @@ Grammar (JSON)::
                {"lit": <any JSON>} (objects become dicts, arrays lists)
     construct  {"record": {field: Expr}}  {"list": [Expr]}  {"variant": {"tag": T, "value"?: Expr}}
                {"some": Expr} (the value itself)  {"none": {}} (null)
+               {"record": {"$schema": "ns/Name@1", field: Expr}} names the record's schema
     reference  {"ref": "@plan.input" | "@var:<name>" | "@step:<id>" | "@event"} + ".field"...
     operator   {"op": NAME, "args": [Expr, ...]}
+
+``$schema`` in a record construct is metadata, not a field (AIR v1's way for ``raise_event`` to
+say which event it builds): the record parses to a ``SchemaRecord``, which evaluates to the same
+value as the record without it and is never folded into a constant, so ``record_schema`` can
+read the name back. Only a bare JSON string there is the schema; any other Expr form (``{"text":
+s}``, say) makes an ordinary field named ``$schema``, which is how ``to_json`` prints one.
 
 A ref's dotted path selects fields of records, text-keyed maps and variants (``.$tag``,
 ``.$value``). Bare JSON arrays are not Exprs (write ``list`` or ``lit``); no floats anywhere.
@@ -48,6 +55,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never
 
 from air import cbor
@@ -73,6 +81,7 @@ from air._expr_eval import (
     refs,
 )
 from air.errors import CborError, ExprError
+from air.types import is_def_name
 
 __all__ = [
     "EXPR_DEPTH_MAX",
@@ -88,12 +97,29 @@ __all__ = [
     "MakeVariant",
     "Op",
     "Ref",
+    "SchemaRecord",
     "evaluate",
     "iter_refs",
     "parse_expr",
+    "record_schema",
     "refs",
     "to_json",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaRecord(MakeRecord):
+    """A record construct that names its schema (``"$schema"``); ``schema`` is metadata, not a
+    field of the value built. A subclass, so the evaluator and ``children`` treat it as the
+    record it is; equality includes ``schema`` and tells it apart from a plain ``MakeRecord``."""
+
+    schema: str = ""
+
+
+def record_schema(expr: Expr) -> str | None:
+    """The ``$schema`` a top-level record Expr names (``raise_event``'s event), else None."""
+    return expr.schema if isinstance(expr, SchemaRecord) else None
+
 
 EXPR_DEPTH_MAX: Final = 64
 """Deepest nesting of Expr nodes (and of containers inside ``lit``); the root is depth 1."""
@@ -303,8 +329,17 @@ def _form_lit(payload: Any, at: str, node: str, depth: int) -> Expr:
 def _form_record(payload: Any, at: str, node: str, depth: int) -> Expr:
     if type(payload) is not dict:
         raise ExprError(at, "expr.parse.shape", "record expects an object of field Exprs")
+    schema = payload.get(_SCHEMA_KEY)
+    if type(schema) is str:
+        if not is_def_name(schema):
+            detail = "$schema names a schema: namespace/name@version"
+            raise ExprError(_child(at, _SCHEMA_KEY), "expr.parse.literal", detail)
+        payload = {k: v for k, v in payload.items() if k != _SCHEMA_KEY}
     fields = [(k, _parse(v, _child(at, k), depth + 1)) for k, v in payload.items()]
-    return _fold(MakeRecord(tuple(sorted(fields, key=lambda kv: kv[0])), node))
+    ordered = tuple(sorted(fields, key=lambda kv: kv[0]))
+    if type(schema) is str:
+        return SchemaRecord(ordered, node, schema=schema)
+    return _fold(MakeRecord(ordered, node))
 
 
 def _form_list(payload: Any, at: str, node: str, depth: int) -> Expr:
@@ -356,6 +391,8 @@ def _form_ref(payload: Any, at: str, node: str, depth: int) -> Expr:
     return Ref(scope, name, tuple(path), node)
 
 
+_SCHEMA_KEY: Final = "$schema"
+
 _FORMS: Final[dict[str, _Form]] = {
     "bool": _literal(_bool),
     "int": _literal(lambda p, at: _int_in(p, at, INT_MIN, _I64_MAX)),
@@ -386,7 +423,9 @@ def to_json(expr: Expr) -> Any:
     ``{"hash": h}`` to ``{"bytes": <base64>}``; ``{"some": e}`` to ``e``; ``lit`` and constructors
     whose parts are all constant to constructors over canonical constants (lists as ``list``,
     ``{"$tag", "$value"}`` dicts as ``variant`` without ``value`` when it is null, other dicts as
-    ``record``). Record fields are emitted in sorted order.
+    ``record``). Record fields are emitted in sorted order, a ``SchemaRecord``'s ``$schema``
+    first; a *field* named ``$schema`` holding text is printed as ``{"text": s}``, so that it
+    reads back as a field and not as the record's schema.
     """
     match expr:
         case Const():
@@ -395,8 +434,11 @@ def to_json(expr: Expr) -> Any:
             return {"ref": "@" + ".".join((expr.root, *expr.path))}
         case Op():
             return {"op": expr.name, "args": [to_json(arg) for arg in expr.args]}
+        case SchemaRecord():
+            fields = _record_json({name: to_json(value) for name, value in expr.fields})
+            return {"record": {_SCHEMA_KEY: expr.schema, **fields["record"]}}
         case MakeRecord():
-            return {"record": {name: to_json(value) for name, value in expr.fields}}
+            return _record_json({name: to_json(value) for name, value in expr.fields})
         case MakeList():
             return {"list": [to_json(item) for item in expr.items]}
         case MakeVariant():
@@ -417,5 +459,11 @@ def _value_json(value: Any) -> Any:
     if type(value) is dict:
         if value.keys() == {"$tag", "$value"} and _is_tag(value["$tag"]):
             return _variant_json(value["$tag"], _value_json(value["$value"]))
-        return {"record": {k: _value_json(value[k]) for k in sorted(value)}}
+        return _record_json({k: _value_json(value[k]) for k in sorted(value)})
     return value
+
+
+def _record_json(fields: dict[str, Any]) -> dict[str, Any]:
+    if type(fields.get(_SCHEMA_KEY)) is str:  # a field, not the record's schema: see to_json
+        fields = {**fields, _SCHEMA_KEY: {"text": fields[_SCHEMA_KEY]}}
+    return {"record": fields}

@@ -4,8 +4,9 @@ Pure: the caller (``world.airfiles``) reads the files and passes their text, and
 ``read_wasm`` / ``inspect_wasm`` callbacks for module binaries, so nothing here touches the
 filesystem or wasmtime.
 
-Pipeline: parse JSON (``air.jsontext``) → shape-check each def (pydantic) → names (format,
-duplicates, one manifest) → schema types, and no cycles among schemas → semantic validation
+Pipeline: parse JSON (``air.jsontext``) → shape-check each def (a plan's steps in an earlier
+shape first, ``air._plan_checks.old_step_shapes``; then pydantic) → names (format, duplicates,
+one manifest) → schema types, and no cycles among schemas → semantic validation
 (``air.validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
 errors raise one ``ManifestError`` at the end. Bad input of any kind, down to a binary file or
 10,000 nested brackets, is a diagnostic naming the file, never an exception of its own.
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 import pydantic
 
 from air import jsontext
+from air._plan_checks import old_step_shapes
 from air.diagnostics import Diagnostics, escape_pointer
 from air.errors import JsonError, ValueMismatch
 from air.model import (
@@ -104,6 +106,8 @@ class LoadedAir:
     manifest_cbor: bytes = b""
     manifest_hash: str = ""
     warnings: list[Any] = field(default_factory=list)
+    unparsed: set[str] = field(default_factory=set)
+    """Names of defs whose shape was rejected: their uses are not reported as unknown too."""
 
     def of_kind(self, model_type: type) -> dict[str, Any]:
         return {n: d.model for n, d in self.defs.items() if isinstance(d.model, model_type)}
@@ -158,6 +162,12 @@ def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Loc
     if model_type is None:
         diags.add(source.file, f"{pointer}/$kind", "air.kind.unknown", f"unknown $kind {kind!r}")
         return None
+    if kind == "defplan":
+        old = old_step_shapes(obj.get("steps"))
+        for i, message in old:
+            diags.add(source.file, f"{pointer}/steps/{i}", "air.plan.step.old_shape", message)
+        if old:  # pydantic would only list what the old shape lacks and has too much of
+            return None
     try:
         model = model_type.model_validate(obj)
     except pydantic.ValidationError as exc:
@@ -168,6 +178,23 @@ def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Loc
             diags.add(source.file, pointer + loc, "air.shape", f"{kind}: {err['msg']}")
         return None
     return Located(source.file, pointer, model, obj, source.builtin)
+
+
+def _shapes(
+    docs: list[tuple[AirSource, str, Any]], diags: Diagnostics
+) -> tuple[list[Located], set[str]]:
+    """The defs whose shape is right, and the names of those of a known kind whose is not."""
+    located = []
+    unparsed = set()
+    for source, pointer, obj in docs:
+        loc = _shape(source, pointer, obj, diags)
+        if loc is not None:
+            located.append(loc)
+        elif isinstance(obj, dict) and obj.get("$kind") in AIR_KINDS:
+            name = obj.get("name")
+            if isinstance(name, str):
+                unparsed.add(name)
+    return located, unparsed
 
 
 def _register(
@@ -327,7 +354,7 @@ def load_air(
 
     diags = Diagnostics()
     docs = _parse_documents(sources, diags)
-    located = [loc for source, ptr, obj in docs if (loc := _shape(source, ptr, obj, diags))]
+    located, unparsed = _shapes(docs, diags)
     defs, manifests = _register(located, diags)
     manifest_loc = _one_manifest(manifests, diags)
     schemas = _parse_schemas(defs, diags)
@@ -342,6 +369,7 @@ def load_air(
         key_types={},
         wasm_hashes={},
         wasm_bytes={},
+        unparsed=unparsed,
     )
     validate.validate(air, manifest_loc, diags, read_wasm, inspect_wasm)
     diags.raise_if_errors()

@@ -8,6 +8,14 @@ can report every problem at once. Cross-references (unknown names, keyed routes,
 
 Every model forbids unknown fields, so a typo such as ``key_feild`` is an error, not a silent
 default.
+
+Plans, caps, grants and policies have the AIR v1 shapes (SPEC §3), so AIR written for AgentOS
+loads unchanged: a step's ``bind`` names the var it fills (``effect_id_as`` for an effect id,
+``as`` for a value), ``await_receipt.for`` is an Expr, ``raise_event.event`` is the event value.
+The project's earlier step shapes (no ``bind``, ``for`` naming a step, ``raise_event`` with
+``value``, ``assign`` with ``var``/``value``) are recognised by ``air.loader`` before these
+models see the plan, so an author gets one ``air.plan.step.old_shape`` saying what to write
+instead of a list of missing and unknown fields.
 """
 
 from __future__ import annotations
@@ -18,6 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AIR_KINDS",
+    "Assign",
+    "AwaitEvent",
+    "AwaitReceipt",
+    "BindAs",
+    "BindEffect",
+    "Budget",
     "CapGrant",
     "DefCap",
     "DefEffect",
@@ -25,13 +39,21 @@ __all__ = [
     "DefPlan",
     "DefPolicy",
     "DefSchema",
+    "Defaults",
     "Edge",
+    "EmitEffect",
+    "End",
+    "Inbox",
     "Manifest",
+    "ModuleBinding",
     "NamedRef",
     "PlanStep",
+    "PolicyMatch",
     "PolicyRule",
+    "RaiseEvent",
     "ReducerAbi",
     "Route",
+    "Routing",
     "Trigger",
 ]
 
@@ -68,6 +90,18 @@ class DefModule(_Model):
     abi: ModuleAbi
 
 
+class BindEffect(_Model):
+    """``emit_effect.bind``: the var that receives the effect id (its intent hash)."""
+
+    effect_id_as: str
+
+
+class BindAs(_Model):
+    """``await_receipt``, ``await_event`` and ``assign``'s ``bind``: the var the value goes to."""
+
+    as_: str = Field(alias="as")
+
+
 class _Step(_Model):
     id: str
 
@@ -75,38 +109,43 @@ class _Step(_Model):
 class EmitEffect(_Step):
     op: Literal["emit_effect"]
     kind: str
-    params: Any
-    cap: str | None = None
+    params: Any  # Expr
+    cap: str  # a cap grant name in manifest.defaults.cap_grants
+    bind: BindEffect
 
 
 class AwaitReceipt(_Step):
     op: Literal["await_receipt"]
-    for_step: str = Field(alias="for")
+    for_: Any = Field(alias="for")  # Expr: an effect id bound earlier, {"ref": "@var:req"}
+    bind: BindAs
 
 
 class RaiseEvent(_Step):
+    """``event`` is the event value (Expr); its schema is the ``$schema`` of a record Expr
+    (``air.expr.record_schema``), else the target reducer's ABI event schema."""
+
     op: Literal["raise_event"]
-    event: str
-    value: Any
-    reducer: str | None = None
-    key: Any = None
+    reducer: str
+    key: Any = None  # Expr; required for a keyed reducer, forbidden for a non-keyed one
+    event: Any
 
 
 class AwaitEvent(_Step):
     op: Literal["await_event"]
-    event: str
-    where: Any = None
+    event: str  # a schema name
+    where: Any = None  # Expr over @event
+    bind: BindAs
 
 
 class Assign(_Step):
     op: Literal["assign"]
-    var: str
-    value: Any
+    expr: Any
+    bind: BindAs
 
 
 class End(_Step):
     op: Literal["end"]
-    result: Any = None
+    result: Any = None  # Expr; required when the plan declares an output
 
 
 PlanStep = Annotated[
@@ -117,7 +156,7 @@ PlanStep = Annotated[
 class Edge(_Model):
     from_step: str = Field(alias="from")
     to: str
-    when: Any = None
+    when: Any = None  # Expr guard
 
 
 class DefPlan(_Model):
@@ -125,10 +164,12 @@ class DefPlan(_Model):
     name: str
     input: str
     output: str | None = None
-    locals: dict[str, Any] = {}
+    locals: dict[str, Any] = {}  # var -> type
     steps: list[PlanStep]
     edges: list[Edge] = []
-    invariants: list[Any] = []
+    required_caps: list[str] = []  # cap grant names
+    allowed_effects: list[str] = []  # effect kinds
+    invariants: list[Any] = []  # Exprs
 
 
 class DefCap(_Model):
@@ -139,15 +180,20 @@ class DefCap(_Model):
 
 
 class PolicyMatch(_Model):
+    """Every given field must match; an empty match matches every intent."""
+
     effect_kind: str | None = None
-    origin_kind: Literal["reducer", "plan"] | None = None
+    cap_name: str | None = None  # the grant name
+    host: str | None = None  # a glob over the URL's host
+    path_prefix: str | None = None
+    method: str | None = None
+    origin_kind: Literal["plan", "reducer"] | None = None
     origin_name: str | None = None
-    cap: str | None = None
 
 
 class PolicyRule(_Model):
-    when: PolicyMatch = PolicyMatch()
-    decision: Literal["allow", "deny"]
+    when: PolicyMatch
+    decision: Literal["allow", "deny", "require_approval"]
 
 
 class DefPolicy(_Model):
@@ -184,11 +230,21 @@ class Trigger(_Model):
     correlate_by: str | None = None
 
 
+_Nat = Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
+class Budget(_Model):
+    bytes: _Nat | None = None
+    cents: _Nat | None = None
+    tokens: _Nat | None = None
+
+
 class CapGrant(_Model):
     name: str
-    cap: str
-    params: Any = {}
+    cap: str  # a defcap name
+    params: Any = {}  # a value of the cap's schema, in either lens
     expiry_ns: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None  # an AIR time
+    budget: Budget | None = None
 
 
 class Defaults(_Model):
@@ -196,8 +252,16 @@ class Defaults(_Model):
     cap_grants: list[CapGrant] = []
 
 
+class Inbox(_Model):
+    """AIR v1's ``routing.inboxes``: accepted and checked (the reducer exists)."""
+
+    source: str
+    reducer: str
+
+
 class Routing(_Model):
     events: list[Route] = []
+    inboxes: list[Inbox] = []
 
 
 class ModuleBinding(_Model):
@@ -206,7 +270,7 @@ class ModuleBinding(_Model):
 
 class Manifest(_Model):
     kind: Literal["manifest"] = Field(alias="$kind")
-    air_version: Literal["1"]
+    air_version: Literal["1"] = "1"  # absent means "1"
     schemas: list[str | NamedRef] = []
     modules: list[str | NamedRef] = []
     plans: list[str | NamedRef] = []

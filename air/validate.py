@@ -1,45 +1,73 @@
-"""Semantic validation of AIR: cross-references, routing, plans, effects, capabilities, wasm.
+"""Semantic validation of AIR: cross-references, routing, effects, capabilities, wasm, plans.
 
 Runs after shapes and names are known (``air.loader``). Each check records diagnostics with a
 stable code (``air.diagnostics``) and carries on. Checks that need a def that failed to parse are
-skipped for that def rather than reported twice.
+skipped for that def rather than reported twice: a name the loader could not parse
+(``LoadedAir.unparsed``) is not reported unknown where it is used. Plans are checked by
+``air._plan_checks``.
+
+Capabilities. A defcap of a built-in cap type (``http.out``, ``blob``, ``timer``) may be the
+author's own, with any record schema whose fields the kernel knows how to enforce: for
+``http.out`` ``hosts``, ``verbs`` (or AgentOS's ``methods``) and ``path_prefixes``, each a set or
+list of text, optionally an option; for ``blob`` and ``timer`` none. A field the kernel does not
+read would be a constraint silently not enforced, so it is an error (``air.cap.schema``).
+
+Reducer effects. A reducer's effect names its cap slot or not; without one, the kernel uses the
+one slot of the effect's cap type, and that slot's grant is its binding in ``module_bindings``
+(or the only grant of the slot's cap). So each kind in ``effects_emitted`` needs exactly one
+slot of its cap type, bound or with one grant: ``air.module.effect_unbound`` otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from air import cbor, expr
+from air import cbor
+from air._plan_checks import check_plan
 from air.diagnostics import Diagnostics, escape_pointer
-from air.errors import ExprError, ValueMismatch
+from air.errors import ValueMismatch
 from air.model import (
-    AwaitEvent,
-    AwaitReceipt,
     DefCap,
     DefEffect,
     DefModule,
     DefPlan,
     DefPolicy,
     DefSchema,
-    EmitEffect,
-    End,
-    RaiseEvent,
 )
-from air.types import Record, TypeNode, parse_type, resolve, type_to_obj
+from air.types import (
+    ListT,
+    OptionT,
+    Prim,
+    Record,
+    SetT,
+    TypeNode,
+    parse_type,
+    resolve,
+    type_refs,
+    type_to_obj,
+)
 from air.values import normalise
 
 if TYPE_CHECKING:
     from air.loader import InspectWasm, LoadedAir, Located, ReadWasm
 
-__all__ = ["REQUIRED_EXPORTS", "validate"]
+__all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "validate"]
 
 REQUIRED_EXPORTS = {"memory": "memory", "alloc": "func", "step": "func"}
 
+BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
+    "http.out": frozenset({"hosts", "verbs", "methods", "path_prefixes"}),
+    "blob": frozenset(),
+    "timer": frozenset(),
+}
+"""The fields the kernel enforces for each built-in cap type: all a custom defcap may have."""
+
 
 @dataclass
-class _Ctx:
+class Ctx:
+    """What every check needs: the AIR so far and the diagnostics, with lookup helpers."""
+
     air: LoadedAir
     diags: Diagnostics
 
@@ -52,15 +80,47 @@ class _Ctx:
     def need(self, name: str, model_type: type, file: str, pointer: str, code: str) -> bool:
         if self.is_kind(name, model_type):
             return True
-        self.diags.add(file, pointer, code, f"unknown {code.rsplit('_', 1)[-1]} {name}")
+        if name not in self.air.unparsed:  # else its own diagnostics say what is wrong
+            self.diags.add(file, pointer, code, f"unknown {code.rsplit('_', 1)[-1]} {name}")
         return False
 
     def need_schema(self, name: str, file: str, pointer: str) -> bool:
         if name in self.air.schemas:
             return True
-        if not self.is_kind(name, DefSchema):
+        if not self.is_kind(name, DefSchema) and name not in self.air.unparsed:
             self.diags.add(file, pointer, "air.ref.unknown_schema", f"unknown schema {name}")
         return False
+
+    def cap_type(self, cap: str) -> str | None:
+        """The cap type of defcap ``cap``; None if there is no such defcap."""
+        return self.loc(cap).model.cap_type if self.is_kind(cap, DefCap) else None
+
+    def type_field(self, loc: Located, raw: Any, pointer: str) -> TypeNode | None:
+        """Parse a type written in a def at ``pointer``; None (reported) if bad or unknown."""
+        try:
+            node = parse_type(raw, loc.pointer + pointer)
+        except ValueMismatch as exc:
+            self.diags.add(loc.file, exc.pointer, "air.type.invalid", exc.detail)
+            return None
+        ok = all(
+            self.need_schema(ref, loc.file, loc.pointer + pointer)
+            for ref in sorted(type_refs(node))
+        )
+        return node if ok else None
+
+    def effect_for(self, kind: str, origin: str, file: str, pointer: str) -> DefEffect | None:
+        """The defeffect of ``kind`` if ``origin`` may emit it; else None, reported."""
+        effect = self.air.effects.get(kind)
+        if effect is None:
+            detail = f"no defeffect provides effect kind {kind!r}"
+            self.diags.add(file, pointer, "air.ref.unknown_effect", detail)
+            return None
+        if origin not in effect.origins:
+            allowed = " or ".join(effect.origins)
+            detail = f"effect {kind} may be emitted by {allowed}, not a {origin}"
+            self.diags.add(file, pointer, "air.effect.origin", detail)
+            return None
+        return effect
 
 
 def validate(
@@ -70,13 +130,15 @@ def validate(
     read_wasm: ReadWasm | None,
     inspect_wasm: InspectWasm | None,
 ) -> None:
-    ctx = _Ctx(air, diags)
+    ctx = Ctx(air, diags)
     _manifest_lists(ctx, manifest)
     for name, loc in air.defs.items():
         if isinstance(loc.model, DefModule):
             _module(ctx, name, loc, read_wasm, inspect_wasm)
         elif isinstance(loc.model, DefCap):
-            _type_field(ctx, loc, loc.model.schema_, "/schema")
+            _cap(ctx, loc)
+        elif isinstance(loc.model, DefPolicy):
+            _policy(ctx, loc)
         elif isinstance(loc.model, DefEffect):
             for field_name in ("params_schema", "receipt_schema"):
                 ctx.need_schema(
@@ -84,28 +146,15 @@ def validate(
                 )
     _routing(ctx, manifest)
     _defaults(ctx, manifest)
+    _reducer_effects(ctx, manifest)
     correlated = {t.plan for t in manifest.model.triggers if t.correlate_by}
     for name, loc in air.defs.items():
         if isinstance(loc.model, DefPlan):
-            _plan(ctx, loc, correlated_by_trigger=name in correlated)
+            check_plan(ctx, loc, correlated=name in correlated)
     _triggers(ctx, manifest)
 
 
-def _type_field(ctx: _Ctx, loc: Located, raw: Any, pointer: str) -> TypeNode | None:
-    try:
-        node = parse_type(raw, loc.pointer + pointer)
-    except ValueMismatch as exc:
-        ctx.diags.add(loc.file, exc.pointer, "air.type.invalid", exc.detail)
-        return None
-    from air.types import type_refs
-
-    ok = all(
-        ctx.need_schema(ref, loc.file, loc.pointer + pointer) for ref in sorted(type_refs(node))
-    )
-    return node if ok else None
-
-
-def _manifest_lists(ctx: _Ctx, manifest: Located) -> None:
+def _manifest_lists(ctx: Ctx, manifest: Located) -> None:
     lists = {
         "schemas": (DefSchema, "air.ref.unknown_schema"),
         "modules": (DefModule, "air.ref.unknown_module"),
@@ -121,7 +170,7 @@ def _manifest_lists(ctx: _Ctx, manifest: Located) -> None:
 
 
 def _module(
-    ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
+    ctx: Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
 ) -> None:
     model: DefModule = loc.model
     abi = model.abi.reducer
@@ -131,42 +180,74 @@ def _module(
         if ref is not None:
             ctx.need_schema(ref, loc.file, f"{base}/{field_name}")
     if model.key_schema is not None:
-        key = _type_field(ctx, loc, model.key_schema, "/key_schema")
+        key = ctx.type_field(loc, model.key_schema, "/key_schema")
         if key is not None:
             ctx.air.key_types[name] = key
-    effects = ctx.air.effects
     for i, kind in enumerate(abi.effects_emitted):
-        _effect_origin(ctx, effects, kind, "reducer", loc.file, f"{base}/effects_emitted/{i}")
+        ctx.effect_for(kind, "reducer", loc.file, f"{base}/effects_emitted/{i}")
     for slot, cap in abi.cap_slots.items():
-        ctx.need(
-            cap, DefCap, loc.file, f"{base}/cap_slots/{escape_pointer(slot)}", "air.ref.unknown_cap"
-        )
+        at = f"{base}/cap_slots/{escape_pointer(slot)}"
+        ctx.need(cap, DefCap, loc.file, at, "air.ref.unknown_cap")
     _wasm(ctx, name, loc, read_wasm, inspect)
 
 
-def _effect_origin(
-    ctx: _Ctx, effects: dict[str, DefEffect], kind: str, origin: str, file: str, pointer: str
-) -> DefEffect | None:
-    effect = effects.get(kind)
-    if effect is None:
-        ctx.diags.add(
-            file, pointer, "air.ref.unknown_effect", f"no defeffect provides effect kind {kind!r}"
-        )
-        return None
-    if origin not in effect.origins:
-        allowed = " or ".join(effect.origins)
-        ctx.diags.add(
-            file,
-            pointer,
-            "air.effect.origin",
-            f"effect {kind} may be emitted by {allowed}, not a {origin}",
-        )
-        return None
-    return effect
+def _cap(ctx: Ctx, loc: Located) -> None:
+    """The cap's schema is a type; for a built-in cap type, one whose fields the kernel reads."""
+    model: DefCap = loc.model
+    node = ctx.type_field(loc, model.schema_, "/schema")
+    known = BUILTIN_CAP_FIELDS.get(model.cap_type)
+    if node is None or known is None:
+        return
+    try:
+        record = resolve(node, ctx.air.schemas)
+    except ValueMismatch:
+        return
+    pointer = f"{loc.pointer}/schema"
+    if not isinstance(record, Record):
+        detail = f"a {model.cap_type} cap's schema is a record of {_fields_text(known)}"
+        ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
+        return
+    for field_name, sub in record.fields:
+        if field_name not in known:
+            detail = (
+                f"the kernel enforces only {_fields_text(known)} for {model.cap_type}, "
+                f"not {field_name!r}"
+            )
+            ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
+        elif not _is_text_collection(ctx, sub):
+            detail = f"{field_name!r} is a set or list of text (optionally an option of one)"
+            ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
+
+
+def _fields_text(fields: frozenset[str]) -> str:
+    return ", ".join(sorted(fields)) if fields else "no fields"
+
+
+def _is_text_collection(ctx: Ctx, node: TypeNode) -> bool:
+    try:
+        node = resolve(node, ctx.air.schemas)
+        if isinstance(node, OptionT):
+            node = resolve(node.item, ctx.air.schemas)
+        if not isinstance(node, SetT | ListT):
+            return False
+        item = resolve(node.item, ctx.air.schemas)
+    except ValueMismatch:
+        return True  # an unknown ref is reported where it is written
+    return isinstance(item, Prim) and item.name == "text"
+
+
+def _policy(ctx: Ctx, loc: Located) -> None:
+    """A rule's ``effect_kind`` names a known effect: a typo would silently never match."""
+    for i, rule in enumerate(loc.model.rules):
+        kind = rule.when.effect_kind
+        if kind is not None and kind not in ctx.air.effects:
+            at = f"{loc.pointer}/rules/{i}/when/effect_kind"
+            detail = f"no defeffect provides effect kind {kind!r}"
+            ctx.diags.add(loc.file, at, "air.ref.unknown_effect", detail)
 
 
 def _wasm(
-    ctx: _Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
+    ctx: Ctx, name: str, loc: Located, read_wasm: ReadWasm | None, inspect: InspectWasm | None
 ) -> None:
     """Hash and inspect the module's binary. With no ``read_wasm`` the caller asked for no
     binaries: nothing is read or reported, and a written ``wasm_hash`` is taken as it is."""
@@ -207,7 +288,7 @@ def _wasm(
         _inspect(ctx, loc, inspect(data))
 
 
-def _inspect(ctx: _Ctx, loc: Located, info: Any) -> None:
+def _inspect(ctx: Ctx, loc: Located, info: Any) -> None:
     pointer = f"{loc.pointer}/wasm"
     if info.error is not None:
         ctx.diags.add(
@@ -228,7 +309,7 @@ def _inspect(ctx: _Ctx, loc: Located, info: Any) -> None:
         )
 
 
-def _record_field(ctx: _Ctx, schema: str, field_name: str) -> TypeNode | None:
+def _record_field(ctx: Ctx, schema: str, field_name: str) -> TypeNode | None:
     try:
         node = resolve(ctx.air.schemas[schema], ctx.air.schemas)
     except ValueMismatch:
@@ -238,7 +319,7 @@ def _record_field(ctx: _Ctx, schema: str, field_name: str) -> TypeNode | None:
     return node.field_map().get(field_name)
 
 
-def _same_type(ctx: _Ctx, a: TypeNode, b: TypeNode) -> bool:
+def _same_type(ctx: Ctx, a: TypeNode, b: TypeNode) -> bool:
     try:
         return bool(
             type_to_obj(resolve(a, ctx.air.schemas)) == type_to_obj(resolve(b, ctx.air.schemas))
@@ -247,7 +328,7 @@ def _same_type(ctx: _Ctx, a: TypeNode, b: TypeNode) -> bool:
         return False
 
 
-def _routing(ctx: _Ctx, manifest: Located) -> None:
+def _routing(ctx: Ctx, manifest: Located) -> None:
     for i, route in enumerate(manifest.model.routing.events):
         at = f"{manifest.pointer}/routing/events/{i}"
         ok_event = ctx.need_schema(route.event, manifest.file, f"{at}/event")
@@ -272,9 +353,12 @@ def _routing(ctx: _Ctx, manifest: Located) -> None:
             )
         elif route.key_field is not None and ok_event:
             _route_key(ctx, manifest, at, route)
+    for i, inbox in enumerate(manifest.model.routing.inboxes):
+        at = f"{manifest.pointer}/routing/inboxes/{i}/reducer"
+        ctx.need(inbox.reducer, DefModule, manifest.file, at, "air.ref.unknown_module")
 
 
-def _route_key(ctx: _Ctx, manifest: Located, at: str, route: Any) -> None:
+def _route_key(ctx: Ctx, manifest: Located, at: str, route: Any) -> None:
     field_type = _record_field(ctx, route.event, route.key_field)
     if field_type is None:
         ctx.diags.add(
@@ -294,7 +378,7 @@ def _route_key(ctx: _Ctx, manifest: Located, at: str, route: Any) -> None:
         )
 
 
-def _triggers(ctx: _Ctx, manifest: Located) -> None:
+def _triggers(ctx: Ctx, manifest: Located) -> None:
     for i, trigger in enumerate(manifest.model.triggers):
         at = f"{manifest.pointer}/triggers/{i}"
         ok_event = ctx.need_schema(trigger.event, manifest.file, f"{at}/event")
@@ -320,285 +404,81 @@ def _triggers(ctx: _Ctx, manifest: Located) -> None:
             )
 
 
-def _defaults(ctx: _Ctx, manifest: Located) -> None:
+def _defaults(ctx: Ctx, manifest: Located) -> None:
     model = manifest.model
     base = f"{manifest.pointer}/defaults"
     if model.defaults.policy is not None:
-        ctx.need(
-            model.defaults.policy,
-            DefPolicy,
-            manifest.file,
-            f"{base}/policy",
-            "air.ref.unknown_policy",
-        )
+        at = f"{base}/policy"
+        ctx.need(model.defaults.policy, DefPolicy, manifest.file, at, "air.ref.unknown_policy")
+    seen: set[str] = set()
     for i, grant in enumerate(model.defaults.cap_grants):
         at = f"{base}/cap_grants/{i}"
+        if grant.name in seen:
+            detail = f"cap grant {grant.name!r} is defined twice"
+            ctx.diags.add(manifest.file, f"{at}/name", "air.name.duplicate", detail)
+        seen.add(grant.name)
         if not ctx.need(grant.cap, DefCap, manifest.file, f"{at}/cap", "air.ref.unknown_cap"):
             continue
-        cap_loc = ctx.loc(grant.cap)
         try:
-            node = parse_type(cap_loc.model.schema_)
+            node = parse_type(ctx.loc(grant.cap).model.schema_)
             normalise(node, grant.params, ctx.air.schemas, f"{at}/params")
         except ValueMismatch as exc:
             ctx.diags.add(manifest.file, exc.pointer, "air.value.mismatch", exc.detail)
-    grants = {g.name for g in model.defaults.cap_grants}
     for module, binding in model.module_bindings.items():
         at = f"{manifest.pointer}/module_bindings/{escape_pointer(module)}"
-        if not ctx.need(module, DefModule, manifest.file, at, "air.ref.unknown_module"):
-            continue
-        slots = ctx.loc(module).model.abi.reducer.cap_slots
-        for slot, grant in binding.slots.items():
-            if slot not in slots:
-                ctx.diags.add(
-                    manifest.file,
-                    f"{at}/slots/{escape_pointer(slot)}",
-                    "air.ref.unknown_slot",
-                    f"{module} declares no cap slot {slot!r}",
-                )
-            if grant not in grants:
-                ctx.diags.add(
-                    manifest.file,
-                    f"{at}/slots/{escape_pointer(slot)}",
-                    "air.ref.unknown_cap_grant",
-                    f"no cap grant named {grant!r} in defaults.cap_grants",
-                )
+        if ctx.need(module, DefModule, manifest.file, at, "air.ref.unknown_module"):
+            _binding(ctx, manifest, module, binding.slots, f"{at}/slots")
 
 
-# --- plans -----------------------------------------------------------------------------------
-
-
-def _plan(ctx: _Ctx, loc: Located, correlated_by_trigger: bool) -> None:
-    plan: DefPlan = loc.model
-    ctx.need_schema(plan.input, loc.file, f"{loc.pointer}/input")
-    if plan.output is not None:
-        ctx.need_schema(plan.output, loc.file, f"{loc.pointer}/output")
-    for var, raw in plan.locals.items():
-        _type_field(ctx, loc, raw, f"/locals/{escape_pointer(var)}")
-    steps = _plan_steps(ctx, loc)
-    _plan_edges(ctx, loc, steps)
-    variables = set(plan.locals) | {s.var for s in plan.steps if s.op == "assign"}
-    for i, step in enumerate(plan.steps):
-        _plan_step(ctx, loc, i, step, steps, variables, correlated_by_trigger)
-    for i, raw in enumerate(plan.invariants):
-        _expr(ctx, loc, raw, f"/invariants/{i}", steps, variables, allow_event=False)
-
-
-def _plan_steps(ctx: _Ctx, loc: Located) -> dict[str, Any]:
-    steps: dict[str, Any] = {}
-    for i, step in enumerate(loc.model.steps):
-        if step.id in steps:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}/steps/{i}/id",
-                "air.plan.step.duplicate",
-                f"step id {step.id!r} is used twice",
-            )
-        steps[step.id] = step
-    return steps
-
-
-def _plan_edges(ctx: _Ctx, loc: Located, steps: dict[str, Any]) -> None:
-    graph: dict[str, list[str]] = {sid: [] for sid in steps}
-    for i, edge in enumerate(loc.model.edges):
-        at = f"{loc.pointer}/edges/{i}"
-        for end, pointer in ((edge.from_step, "from"), (edge.to, "to")):
-            if end not in steps:
-                ctx.diags.add(
-                    loc.file, f"{at}/{pointer}", "air.plan.edge.unknown_step", f"no step {end!r}"
-                )
-        if edge.from_step in steps and edge.to in steps:
-            graph[edge.from_step].append(edge.to)
-        if edge.when is not None:
-            _expr(
-                ctx,
-                loc,
-                edge.when,
-                f"/edges/{i}/when",
-                steps,
-                set(loc.model.locals),
-                allow_event=False,
-            )
-    cycle = _find_cycle(graph)
-    if cycle:
-        ctx.diags.add(
-            loc.file,
-            f"{loc.pointer}/edges",
-            "air.plan.cycle",
-            f"plan edges form a cycle: {' -> '.join(cycle)}",
-        )
-
-
-def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
-    """A cycle as a list of step ids (first repeated at the end), or [] for a DAG."""
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for succ in graph[node]:
-            if state.get(succ) == 1:
-                return [*path[path.index(succ) :], succ]
-            if succ not in state and (found := visit(succ)):
-                return found
-        state[node] = 2
-        path.pop()
-        return []
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return []
-
-
-def _plan_step(
-    ctx: _Ctx,
-    loc: Located,
-    i: int,
-    step: Any,
-    steps: dict[str, Any],
-    variables: set[str],
-    correlated: bool,
-) -> None:
-    at = f"/steps/{i}"
-    check: Callable[[Any, str, bool], expr.Expr | None] = lambda raw, sub, ev: _expr(  # noqa: E731
-        ctx, loc, raw, f"{at}/{sub}", steps, variables, allow_event=ev
-    )
-    if isinstance(step, EmitEffect):
-        _emit_effect(ctx, loc, at, step, check(step.params, "params", False))
-    elif isinstance(step, AwaitReceipt):
-        if not isinstance(steps.get(step.for_step), EmitEffect):
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}/for",
-                "air.plan.await_receipt.for",
-                f"{step.for_step!r} is not an emit_effect step of this plan",
-            )
-    elif isinstance(step, RaiseEvent):
-        _raise_event(ctx, loc, at, step, check(step.value, "value", False))
-        if step.key is not None:
-            check(step.key, "key", False)
-    elif isinstance(step, AwaitEvent):
-        ctx.need_schema(step.event, loc.file, f"{loc.pointer}{at}/event")
-        if step.where is not None:
-            check(step.where, "where", True)
-        elif correlated:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}",
-                "air.plan.await_event.where_required",
-                "a plan started by a correlated trigger must filter awaited events with 'where'",
-            )
-    elif isinstance(step, End):
-        if step.result is not None:
-            check(step.result, "result", False)
-    else:
-        check(step.value, "value", False)
-
-
-def _emit_effect(
-    ctx: _Ctx, loc: Located, at: str, step: EmitEffect, params: expr.Expr | None
-) -> None:
-    effect = _effect_origin(
-        ctx, ctx.air.effects, step.kind, "plan", loc.file, f"{loc.pointer}{at}/kind"
-    )
-    if effect is None:
-        return
-    if step.cap is not None:
-        grants = {g.name: g for g in ctx.air.manifest.defaults.cap_grants}
-        grant = grants.get(step.cap)
+def _binding(ctx: Ctx, manifest: Located, module: str, slots: dict[str, str], base: str) -> None:
+    """Each bound slot exists, and its grant exists and is of the slot's cap type."""
+    declared = ctx.loc(module).model.abi.reducer.cap_slots
+    grants = {g.name: g for g in manifest.model.defaults.cap_grants}
+    for slot, grant_name in slots.items():
+        at = f"{base}/{escape_pointer(slot)}"
+        grant = grants.get(grant_name)
+        if slot not in declared:
+            detail = f"{module} declares no cap slot {slot!r}"
+            ctx.diags.add(manifest.file, at, "air.ref.unknown_slot", detail)
         if grant is None:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}/cap",
-                "air.ref.unknown_cap_grant",
-                f"no cap grant named {step.cap!r} in defaults.cap_grants",
-            )
-        elif (
-            ctx.is_kind(grant.cap, DefCap) and ctx.loc(grant.cap).model.cap_type != effect.cap_type
-        ):
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}/cap",
-                "air.cap.type_mismatch",
-                f"grant {step.cap!r} is a {ctx.loc(grant.cap).model.cap_type} capability; {step.kind} needs {effect.cap_type}",
-            )
-    _literal(ctx, loc, f"{at}/params", params, effect.params_schema)
+            detail = f"no cap grant named {grant_name!r} in defaults.cap_grants"
+            ctx.diags.add(manifest.file, at, "air.ref.unknown_cap_grant", detail)
+        elif slot in declared:
+            want, have = ctx.cap_type(declared[slot]), ctx.cap_type(grant.cap)
+            if want is not None and have is not None and want != have:
+                detail = f"slot {slot!r} holds a {want} capability; grant {grant_name!r} is {have}"
+                ctx.diags.add(manifest.file, at, "air.cap.type_mismatch", detail)
 
 
-def _raise_event(
-    ctx: _Ctx, loc: Located, at: str, step: RaiseEvent, value: expr.Expr | None
-) -> None:
-    if not ctx.need_schema(step.event, loc.file, f"{loc.pointer}{at}/event"):
-        return
-    if step.reducer is not None and ctx.need(
-        step.reducer, DefModule, loc.file, f"{loc.pointer}{at}/reducer", "air.ref.unknown_module"
-    ):
-        keyed = ctx.loc(step.reducer).model.key_schema is not None
-        if keyed != (step.key is not None):
-            need = "needs a key" if keyed else "is not keyed; drop the key"
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}/key",
-                "air.plan.raise_event.key",
-                f"{step.reducer} {need}",
-            )
-    _literal(ctx, loc, f"{at}/value", value, step.event)
+def _reducer_effects(ctx: Ctx, manifest: Located) -> None:
+    """Each effect kind a reducer emits resolves, without a cap slot named, to one grant."""
+    for name, loc in ctx.air.defs.items():
+        if not isinstance(loc.model, DefModule):
+            continue
+        for i, kind in enumerate(loc.model.abi.reducer.effects_emitted):
+            effect = ctx.air.effects.get(kind)
+            if effect is None or "reducer" not in effect.origins:
+                continue  # reported by _module
+            problem = _slot_problem(ctx, manifest, name, effect)
+            if problem is not None:
+                at = f"{loc.pointer}/abi/reducer/effects_emitted/{i}"
+                ctx.diags.add(loc.file, at, "air.module.effect_unbound", f"{kind}: {problem}")
 
 
-def _literal(ctx: _Ctx, loc: Located, at: str, node: expr.Expr | None, schema: str) -> None:
-    """A constant expression (no refs) is evaluated now and checked against its schema."""
-    if node is None or expr.refs(node) or schema not in ctx.air.schemas:
-        return
-    try:
-        value = expr.evaluate(node, expr.Env(plan_input=None, vars={}, steps={}))
-        normalise(ctx.air.schemas[schema], value, ctx.air.schemas, f"{loc.pointer}{at}")
-    except ExprError as exc:
-        ctx.diags.add(loc.file, f"{loc.pointer}{at}", f"air.{exc.code}", exc.detail)
-    except ValueMismatch as exc:
-        ctx.diags.add(
-            loc.file,
-            exc.pointer,
-            "air.value.mismatch",
-            f"literal does not match {schema}: {exc.detail}",
-        )
-
-
-def _expr(
-    ctx: _Ctx,
-    loc: Located,
-    raw: Any,
-    at: str,
-    steps: dict[str, Any],
-    variables: set[str],
-    allow_event: bool,
-) -> expr.Expr | None:
-    try:
-        node = expr.parse_expr(raw, f"{loc.pointer}{at}")
-    except ExprError as exc:
-        ctx.diags.add(loc.file, exc.pointer, f"air.{exc.code}", exc.detail)
+def _slot_problem(ctx: Ctx, manifest: Located, module: str, effect: DefEffect) -> str | None:
+    slots = ctx.loc(module).model.abi.reducer.cap_slots
+    fits = sorted(s for s, cap in slots.items() if ctx.cap_type(cap) == effect.cap_type)
+    if len(fits) != 1:
+        found = "no cap slot" if not fits else f"{len(fits)} cap slots ({', '.join(fits)})"
+        return f"{module} has {found} of cap type {effect.cap_type}; it needs exactly one"
+    slot = fits[0]
+    binding = manifest.model.module_bindings.get(module)
+    if binding is not None and slot in binding.slots:
         return None
-    for root in sorted(expr.refs(node)):
-        kind, _, name = root.partition(":")
-        if kind == "step" and name not in steps:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}",
-                "air.plan.ref.unknown_step",
-                f"@step:{name} names no step",
-            )
-        elif kind == "var" and name not in variables:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}",
-                "air.plan.ref.unknown_var",
-                f"@var:{name} is not a local",
-            )
-        elif root == "event" and not allow_event:
-            ctx.diags.add(
-                loc.file,
-                f"{loc.pointer}{at}",
-                "air.plan.ref.event_outside_where",
-                "@event is only available inside await_event.where",
-            )
-    return node
+    cap = slots[slot]
+    if sum(g.cap == cap for g in manifest.model.defaults.cap_grants) == 1:
+        return None
+    return (
+        f"slot {slot!r} is not bound in module_bindings, and there is not exactly one grant "
+        f"of {cap} to use instead"
+    )

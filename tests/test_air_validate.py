@@ -83,7 +83,7 @@ def test_listing_a_builtin_def_again_is_harmless() -> None:
 def test_cyclic_plan_is_rejected() -> None:
     docs = _order_docs()
     i, plan = _find(docs, "defplan")
-    plan["edges"].append({"from": "done", "to": "fetch"})
+    plan["edges"].append({"from": "fetched", "to": "fetch"})
     assert ("air.plan.cycle", f"/{i}/edges") in _codes(docs)
 
 
@@ -120,8 +120,8 @@ def test_key_field_of_the_wrong_type_is_rejected() -> None:
 def test_literal_that_does_not_match_its_schema_is_rejected() -> None:
     docs = _order_docs()
     i, plan = _find(docs, "defplan")
-    plan["steps"][2]["value"] = {"record": {"order_id": "o-1", "status": "not a number"}}
-    assert ("air.value.mismatch", f"/{i}/steps/2/value/status") in _codes(docs)
+    plan["steps"][2]["event"]["record"]["status"] = "not a number"
+    assert ("air.value.mismatch", f"/{i}/steps/2/event/record/status") in _codes(docs)
 
 
 def test_cap_grant_params_that_do_not_match_the_cap_schema_are_rejected() -> None:
@@ -134,7 +134,8 @@ def test_cap_grant_params_that_do_not_match_the_cap_schema_are_rejected() -> Non
 def test_await_event_without_where_in_a_correlated_plan_is_rejected() -> None:
     docs = _order_docs()
     i, plan = _find(docs, "defplan")
-    plan["steps"].insert(3, {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1"})
+    wait = {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1", "bind": {"as": "e"}}
+    plan["steps"].insert(3, wait)
     assert ("air.plan.await_event.where_required", f"/{i}/steps/3") in _codes(docs)
 
 
@@ -142,9 +143,8 @@ def test_await_event_with_where_in_a_correlated_plan_is_accepted() -> None:
     docs = _order_docs()
     _, plan = _find(docs, "defplan")
     where = {"op": "eq", "args": [{"ref": "@event.order_id"}, {"ref": "@plan.input.order_id"}]}
-    plan["steps"].insert(
-        3, {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1", "where": where}
-    )
+    wait = {"id": "wait", "op": "await_event", "event": "demo/FetchDone@1", "where": where}
+    plan["steps"].insert(3, {**wait, "bind": {"as": "done"}})
     _load(docs)
 
 
@@ -158,11 +158,11 @@ def test_reducer_listing_a_plan_only_effect_is_rejected() -> None:
 def test_unknown_step_ref_and_event_outside_where_are_rejected() -> None:
     docs = _order_docs()
     i, plan = _find(docs, "defplan")
-    plan["steps"][2]["value"]["record"]["status"] = {"ref": "@step:nope.status"}
+    plan["steps"][2]["event"]["record"]["status"] = {"ref": "@step:nope.status"}
     plan["steps"][0]["params"]["record"]["url"] = {"ref": "@event.url"}
     codes = _codes(docs)
-    assert ("air.plan.ref.unknown_step", f"/{i}/steps/2/value") in codes
-    assert ("air.plan.ref.event_outside_where", f"/{i}/steps/0/params") in codes
+    assert ("air.plan.ref.unknown_step", f"/{i}/steps/2/event/record/status") in codes
+    assert ("air.plan.ref.event_outside_where", f"/{i}/steps/0/params/record/url") in codes
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -170,7 +170,7 @@ def test_every_problem_is_reported_at_once() -> None:
     _m, manifest = _find(docs, "manifest")
     manifest["routing"]["events"][0]["key_field"] = "order"
     _i, plan = _find(docs, "defplan")
-    plan["edges"].append({"from": "end", "to": "fetch"})
+    plan["edges"].append({"from": "end_fetched", "to": "fetch"})
     codes = {c for c, _ in _codes(docs)}
     assert {"air.route.key_field_missing", "air.plan.cycle"} <= codes
 

@@ -99,6 +99,22 @@ def _end_result(expr: Any) -> Callable[[list[dict[str, Any]]], None]:
     return mutate
 
 
+def _emit(kind: str, cap: str) -> dict[str, Any]:
+    params = {"record": {"deliver_at_ns": 1, "key": {"none": {}}}}
+    return {
+        "id": "e",
+        "op": "emit_effect",
+        "kind": kind,
+        "params": params,
+        "cap": cap,
+        "bind": {"effect_id_as": "e"},
+    }
+
+
+def _raise(event: Any, **extra: Any) -> dict[str, Any]:
+    return {"id": "r", "op": "raise_event", "reducer": "t/Mod@1", "event": event, **extra}
+
+
 def _grants(*grants: dict[str, Any]) -> Callable[[list[dict[str, Any]]], None]:
     def mutate(docs: list[dict[str, Any]]) -> None:
         _manifest(docs)["defaults"] = {"cap_grants": list(grants)}
@@ -246,18 +262,23 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(
             _chain(
                 _grants({"name": "g", "cap": "sys/blob@1", "params": {}}),
-                _steps(
-                    {
-                        "id": "e",
-                        "op": "emit_effect",
-                        "kind": "timer.set",
-                        "cap": "g",
-                        "params": {"ref": "@plan.input"},
-                    }
-                ),
+                _steps(_emit("timer.set", "g")),
             )
         ),
         "/3/steps/0/cap",
+    ),
+    "air.cap.schema": (
+        Case(
+            lambda d: d.append(
+                {
+                    "$kind": "defcap",
+                    "name": "t/http@1",
+                    "cap_type": "http.out",
+                    "schema": {"record": {"hosts": {"set": "text"}, "rpm": "nat"}},
+                }
+            )
+        ),
+        "/5/schema",
     ),
     "air.value.mismatch": (
         Case(_grants({"name": "g", "cap": "sys/http.out@1", "params": {"hosts": 5, "verbs": []}})),
@@ -287,24 +308,69 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(_end_result({"ref": "@event"})),
         "/3/steps/0/result",
     ),
+    "air.plan.ref.unknown_field": (
+        Case(_end_result({"ref": "@plan.input.nope"})),
+        "/3/steps/0/result",
+    ),
+    "air.plan.ref.type_mismatch": (
+        Case(_steps(_raise({"record": {"id": {"ref": "@plan.input.n"}, "n": 1}}))),
+        "/3/steps/0/event/record/id",
+    ),
+    "air.plan.step.old_shape": (
+        Case(_steps({"id": "a", "op": "assign", "var": "x", "value": 1})),
+        "/3/steps/0",
+    ),
     "air.plan.await_receipt.for": (
-        Case(_steps({"id": "w", "op": "await_receipt", "for": "end"})),
+        Case(
+            _steps(
+                {"id": "w", "op": "await_receipt", "for": {"ref": "@var:w"}, "bind": {"as": "w"}}
+            )
+        ),
         "/3/steps/0/for",
     ),
     "air.plan.raise_event.key": (
+        Case(_steps(_raise({"record": {"id": "x", "n": 1}}, key={"text": "k"}))),
+        "/3/steps/0/key",
+    ),
+    "air.plan.raise_event.unrouted": (
+        Case(_steps(_raise({"record": {"$schema": "t/State@1"}}))),
+        "/3/steps/0/event/record/$schema",
+    ),
+    "air.plan.allowed_effects": (
         Case(
-            _steps(
-                {
-                    "id": "r",
-                    "op": "raise_event",
-                    "reducer": "t/Mod@1",
-                    "event": "t/Event@1",
-                    "key": {"text": "k"},
-                    "value": {"record": {"id": "x", "n": 1}},
-                }
+            _chain(
+                _grants({"name": "g", "cap": "sys/timer@1"}),
+                _steps(_emit("timer.set", "g")),
+                lambda d: d[PLAN].update(allowed_effects=["blob.put"]),
             )
         ),
-        "/3/steps/0/key",
+        "/3/steps/0/kind",
+    ),
+    "air.plan.required_caps": (
+        Case(
+            _chain(
+                _grants({"name": "g", "cap": "sys/timer@1"}, {"name": "h", "cap": "sys/timer@1"}),
+                _steps(_emit("timer.set", "g")),
+                lambda d: d[PLAN].update(required_caps=["h"]),
+            )
+        ),
+        "/3/steps/0/cap",
+    ),
+    "air.plan.end.result_missing": (
+        Case(lambda d: d[PLAN].update(output="t/State@1")),
+        "/3/steps/0",
+    ),
+    "air.plan.end.missing": (
+        Case(
+            lambda d: d[PLAN].update(
+                output="t/State@1",
+                steps=[
+                    {"id": "a", "op": "assign", "expr": 1, "bind": {"as": "x"}},
+                    {"id": "end", "op": "end", "result": 1},
+                ],
+            )
+        ),
+        "/3/steps/0",
     ),
     "air.plan.await_event.where_required": (
         Case(
@@ -313,7 +379,7 @@ CASES: dict[str, tuple[Case, str]] = {
                     _manifest,
                     triggers=[{"event": "t/Event@1", "plan": "t/plan@1", "correlate_by": "id"}],
                 ),
-                _steps({"id": "w", "op": "await_event", "event": "t/Event@1"}),
+                _steps({"id": "w", "op": "await_event", "event": "t/Event@1", "bind": {"as": "e"}}),
             )
         ),
         "/3/steps/0",
@@ -329,6 +395,10 @@ CASES: dict[str, tuple[Case, str]] = {
         "/2/wasm",
     ),
     "air.module.exports": (Case(_wasm_file, wasm=wasmtime.wat2wasm("(module)")), "/2/wasm"),
+    "air.module.effect_unbound": (
+        Case(_set(_reducer, effects_emitted=["timer.set"])),
+        "/2/abi/reducer/effects_emitted/0",
+    ),
 }
 
 

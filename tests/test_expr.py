@@ -21,9 +21,11 @@ from air.expr import (
     Env,
     Expr,
     Ref,
+    SchemaRecord,
     evaluate,
     iter_refs,
     parse_expr,
+    record_schema,
     refs,
     to_json,
 )
@@ -697,6 +699,61 @@ def test_node_equality_and_hash_ignore_pointers() -> None:
     assert len({a, b}) == 1
 
 
+# ------------------------------------------------------------------------ $schema in records
+
+
+def test_a_record_schema_is_metadata_not_a_field() -> None:
+    parsed = parse_expr({"record": {"$schema": "acme/Paid@1", "order_id": var("o")}})
+    assert record_schema(parsed) == "acme/Paid@1"
+    assert evaluate(parsed, Env(plan_input=None, vars={"o": "o-1"})) == {"order_id": "o-1"}
+
+
+def test_a_constant_record_with_a_schema_keeps_it() -> None:
+    parsed = parse_expr({"record": {"$schema": "acme/Paid@1", "order_id": "o-1"}})
+    assert isinstance(parsed, SchemaRecord)
+    assert record_schema(parsed) == "acme/Paid@1"
+    assert to_json(parsed) == {"record": {"$schema": "acme/Paid@1", "order_id": "o-1"}}
+    assert ev({"record": {"$schema": "acme/Paid@1", "order_id": "o-1"}}) == {"order_id": "o-1"}
+
+
+def test_a_record_schema_takes_part_in_equality() -> None:
+    a = parse_expr({"record": {"$schema": "acme/A@1", "x": var("x")}})
+    b = parse_expr({"record": {"$schema": "acme/B@1", "x": var("x")}})
+    plain = parse_expr({"record": {"x": var("x")}})
+    assert len({a, b, plain}) == 3
+
+
+@pytest.mark.parametrize(
+    "expr_json",
+    [
+        pytest.param({"list": [{"record": {"$schema": "acme/A@1"}}]}, id="not-top-level"),
+        pytest.param({"record": {"x": 1}}, id="plain-record"),
+        pytest.param({"record": {"$schema": {"text": "acme/A@1"}}}, id="a-field-named-schema"),
+        pytest.param(var("x"), id="ref"),
+    ],
+)
+def test_record_schema_is_none_but_for_a_top_level_schema_record(expr_json: Any) -> None:
+    assert record_schema(parse_expr(expr_json)) is None
+
+
+@pytest.mark.parametrize(
+    "expr_json",
+    [
+        {"lit": {"$schema": "acme/A@1", "b": 1}},
+        {"record": {"$schema": {"text": "acme/A@1"}, "b": var("x")}},
+        {"record": {"$schema": "acme/A@1", "b": {"record": {"$schema": "acme/B@1"}}}},
+    ],
+)
+def test_a_field_named_schema_round_trips_as_a_field(expr_json: Any) -> None:
+    parsed = parse_expr(expr_json)
+    assert parse_expr(to_json(parsed)) == parsed
+
+
+def test_a_record_schema_that_is_not_a_def_name_is_a_parse_error() -> None:
+    error = parse_error({"record": {"$schema": "Paid", "x": 1}}, "/steps/0/event")
+    assert (error.code, error.pointer) == ("expr.parse.literal", "/steps/0/event/record/$schema")
+
+
 # ------------------------------------------------------------------------------ properties
 
 REF_POOL = [
@@ -719,7 +776,8 @@ json_scalars = st.one_of(st.none(), st.booleans(), small_ints, st.text(max_size=
 json_values = st.recursive(
     json_scalars,
     lambda c: st.one_of(
-        st.lists(c, max_size=3), st.dictionaries(st.text(max_size=3), c, max_size=3)
+        st.lists(c, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.just("$schema")), c, max_size=3),
     ),
     max_leaves=6,
 )
@@ -742,6 +800,10 @@ def _branches(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(
         st.sampled_from(sorted(ARITY)).flatmap(op_node),
         st.dictionaries(st.sampled_from("abc"), children, max_size=3).map(lambda d: {"record": d}),
+        st.tuples(
+            st.one_of(st.sampled_from(["a/B@1", "x/Y@2", "nope"]), children),
+            st.dictionaries(st.sampled_from("abc"), children, max_size=2),
+        ).map(lambda sd: {"record": {"$schema": sd[0], **sd[1]}}),
         st.lists(children, max_size=3).map(lambda items: {"list": items}),
         st.tuples(st.sampled_from(["A", "B"]), children).map(
             lambda tv: {"variant": {"tag": tv[0], "value": tv[1]}}

@@ -1,0 +1,515 @@
+"""Plan checks for ``air.validate``: the AIR v1 step shapes (SPEC §3), refs, types and bounds.
+
+What is checked, per plan (each finding a diagnostic with a stable code, then the next check):
+
+* Names: the input, output and locals' types exist; step ids are unique; edges name steps; the
+  edges form a DAG.
+* Refs, in every Expr: ``@step:x`` names a step; ``@var:x`` is a local or is bound (``bind``)
+  by a step *before* this one in the DAG (for an edge guard: by its source or before it);
+  ``@event`` only inside ``await_event.where``; a ref's path exists in its schema where the
+  ref is typed (``@plan.input`` by the input schema, ``@event`` by the awaited schema, a var by
+  its local type, its awaited receipt or event schema).
+* Steps: ``emit_effect`` names a plan-origin effect, a grant of the effect's cap type and stays
+  inside ``allowed_effects`` / ``required_caps`` when those are given; ``await_receipt.for`` is
+  ``{"ref": "@var:x"}`` for an ``x`` an earlier ``emit_effect`` bound with ``effect_id_as``;
+  ``raise_event`` targets a reducer, has a key exactly when the reducer is keyed, and raises a
+  schema that is the reducer's ABI event or routed to it; ``end`` has a result when the plan
+  declares an output, and every path ends at an ``end`` then.
+* Values: where an Expr's shape is known it is checked against the schema it must produce
+  (effect params, the raised event, the key, the result) by ``air._plan_types``.
+
+Old shapes. ``old_step_shapes`` recognises the project's earlier step shapes in raw JSON, for
+the loader to report before pydantic (one ``air.plan.step.old_shape`` per step, saying what to
+write instead). Rejected: translating old steps to new ones. An ``emit_effect`` without
+``bind`` has no var for its effect id, so any translation would invent names the author then
+has to discover.
+
+Not here: running plans (``kernel.plans``), or whether a guard can ever be true.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from air import expr
+from air._expr_eval import children
+from air._plan_types import PlanTypes, describe
+from air.diagnostics import escape_pointer
+from air.errors import ExprError
+from air.model import (
+    Assign,
+    AwaitEvent,
+    AwaitReceipt,
+    DefModule,
+    DefPlan,
+    EmitEffect,
+    End,
+    RaiseEvent,
+)
+from air.types import Prim, Ref, TypeNode, type_to_obj
+
+if TYPE_CHECKING:
+    from air.loader import Located
+    from air.validate import Ctx
+
+__all__ = ["check_plan", "old_step_shapes"]
+
+_SHOWN_CHARS_MAX = 400
+"""The longest piece of the author's JSON an old-shape message quotes."""
+_NO_EVENT: TypeNode = Prim("$no_event")
+"""The event type outside ``await_event.where``: ``@event`` is not allowed there."""
+_EFFECT_ID: TypeNode = Prim("hash")
+"""The type of a var bound by ``emit_effect.bind.effect_id_as`` (the intent hash)."""
+
+
+# --- old shapes -------------------------------------------------------------------------------
+
+
+def old_step_shapes(steps: Any) -> list[tuple[int, str]]:
+    """``(index, message)`` for each step of a raw ``steps`` list in an earlier shape."""
+    if not isinstance(steps, list):
+        return []
+    by_id = {s.get("id"): s for s in steps if isinstance(s, dict)}
+    found = []
+    for i, step in enumerate(steps):
+        message = _old_shape(step, by_id) if isinstance(step, dict) else None
+        if message is not None:
+            found.append((i, message))
+    return found
+
+
+def _old_shape(step: dict[str, Any], by_id: dict[Any, Any]) -> str | None:
+    sid = step.get("id") if isinstance(step.get("id"), str) else "step"
+    op = step.get("op")
+    if op == "emit_effect" and "bind" not in step:
+        new = {
+            "id": sid,
+            "op": "emit_effect",
+            "bind": {"effect_id_as": f"{sid}_id"},
+            "cap": step.get("cap", "<cap grant name>"),
+            "kind": step.get("kind", "<effect kind>"),
+            "params": step.get("params", "<Expr>"),
+        }
+        wait = {"op": "await_receipt", "for": {"ref": f"@var:{sid}_id"}, "bind": {"as": "<var>"}}
+        return f"emit_effect binds its effect id: await it with {_show(wait)}; write {_show(new)}"
+    if op == "await_receipt" and isinstance(step.get("for"), str):
+        target = by_id.get(step["for"])
+        bind = target.get("bind") if isinstance(target, dict) else None
+        var = bind.get("effect_id_as") if isinstance(bind, dict) else None
+        var = var if isinstance(var, str) else f"{step['for']}_id"
+        new = {"id": sid, "op": "await_receipt", "for": {"ref": f"@var:{var}"}, "bind": {"as": sid}}
+        return (
+            f"await_receipt.for is an Expr for the effect id an emit_effect bound: write "
+            f'{_show(new)} instead of "for": {_show(step["for"])}, and read the receipt as '
+            f"@var:{sid}"
+        )
+    if op == "raise_event" and "value" in step:
+        new = {"id": sid, "op": "raise_event", "reducer": step.get("reducer", "<reducer>")}
+        if "key" in step:
+            new["key"] = step["key"]
+        new["event"] = _old_event(step.get("event"), step["value"])
+        return (
+            f"raise_event.event is the event value, its schema named by $schema: write "
+            f"{_show(new)} instead of event/value"
+        )
+    if op == "assign" and ("var" in step or "value" in step):
+        new = {
+            "id": sid,
+            "op": "assign",
+            "bind": {"as": step.get("var", "<var>")},
+            "expr": step.get("value", "<Expr>"),
+        }
+        return f"write {_show(new)} instead of var/value"
+    if op == "await_event" and "bind" not in step:
+        return f'await_event binds the event it receives: add "bind": {{"as": "{sid}"}} and read it as @var:{sid}'
+    return None
+
+
+def _old_event(schema: Any, value: Any) -> Any:
+    """The old ``event`` (a schema name) and ``value`` (an Expr) as one v1 event Expr."""
+    record = value.get("record") if isinstance(value, dict) and len(value) == 1 else None
+    if isinstance(record, dict) and isinstance(schema, str):
+        return {"record": {"$schema": schema, **record}}
+    return value  # not a record construct: it must then be the reducer's ABI event
+
+
+def _show(obj: Any) -> str:
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= _SHOWN_CHARS_MAX else text[: _SHOWN_CHARS_MAX - 3] + "..."
+
+
+# --- the plan's scope: steps, the DAG, and what each var holds ----------------------------------
+
+
+@dataclass
+class _Plan:
+    ctx: Ctx
+    loc: Located
+    steps: dict[str, Any] = field(default_factory=dict)
+    preds: dict[str, set[str]] = field(default_factory=dict)
+    binders: dict[str, list[Any]] = field(default_factory=dict)  # var -> steps that bind it
+    var_types: dict[str, TypeNode | None] = field(default_factory=dict)
+    input_type: TypeNode | None = None
+    types: PlanTypes = field(init=False)
+    _ancestors: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.types = PlanTypes(self.ctx.air.schemas, self.add)
+
+    @property
+    def model(self) -> DefPlan:
+        plan: DefPlan = self.loc.model
+        return plan
+
+    def add(self, pointer: str, code: str, message: str) -> None:
+        self.ctx.diags.add(self.loc.file, pointer, code, message)
+
+    def at(self, sub: str) -> str:
+        return f"{self.loc.pointer}{sub}"
+
+    def ancestors(self, step_id: str) -> set[str]:
+        """Every step with a path to ``step_id`` (cycle-safe: cycles are reported elsewhere)."""
+        if step_id not in self._ancestors:
+            seen: set[str] = set()
+            todo = list(self.preds.get(step_id, ()))
+            while todo:
+                sid = todo.pop()
+                if sid not in seen:
+                    seen.add(sid)
+                    todo.extend(self.preds.get(sid, ()))
+            self._ancestors[step_id] = seen
+        return self._ancestors[step_id]
+
+    def visible(self, before: set[str]) -> set[str]:
+        """The vars an Expr may read when the steps ``before`` have run: locals and their binds."""
+        bound = {v for v, steps in self.binders.items() if any(s.id in before for s in steps)}
+        return set(self.model.locals) | bound
+
+
+def check_plan(ctx: Ctx, loc: Located, correlated: bool) -> None:
+    plan = _Plan(ctx, loc)
+    model = plan.model
+    if ctx.need_schema(model.input, loc.file, plan.at("/input")):
+        plan.input_type = Ref(model.input)
+    if model.output is not None:
+        ctx.need_schema(model.output, loc.file, plan.at("/output"))
+    local_types = {
+        var: ctx.type_field(loc, raw, f"/locals/{escape_pointer(var)}")
+        for var, raw in model.locals.items()
+    }
+    _steps_and_edges(plan)
+    _bind_types(plan, local_types)
+    for i, step in enumerate(model.steps):
+        _step(plan, i, step, correlated)
+    for i, edge in enumerate(model.edges):
+        if edge.when is not None:
+            before = plan.ancestors(edge.from_step) | {edge.from_step}
+            _expr(plan, edge.when, f"/edges/{i}/when", plan.visible(before))
+    everything = set(plan.steps)
+    for i, raw in enumerate(model.invariants):
+        _expr(plan, raw, f"/invariants/{i}", plan.visible(everything))
+    _bounds(plan)
+    _output_paths(plan)
+
+
+def _steps_and_edges(plan: _Plan) -> None:
+    for i, step in enumerate(plan.model.steps):
+        if step.id in plan.steps:
+            detail = f"step id {step.id!r} is used twice"
+            plan.add(plan.at(f"/steps/{i}/id"), "air.plan.step.duplicate", detail)
+        plan.steps[step.id] = step
+    graph: dict[str, list[str]] = {sid: [] for sid in plan.steps}
+    for i, edge in enumerate(plan.model.edges):
+        for end, name in ((edge.from_step, "from"), (edge.to, "to")):
+            if end not in plan.steps:
+                at = plan.at(f"/edges/{i}/{name}")
+                plan.add(at, "air.plan.edge.unknown_step", f"no step {end!r}")
+        if edge.from_step in plan.steps and edge.to in plan.steps:
+            graph[edge.from_step].append(edge.to)
+            plan.preds.setdefault(edge.to, set()).add(edge.from_step)
+    cycle = _find_cycle(graph)
+    if cycle:
+        detail = f"plan edges form a cycle: {' -> '.join(cycle)}"
+        plan.add(plan.at("/edges"), "air.plan.cycle", detail)
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """A cycle as a list of step ids (first repeated at the end), or [] for a DAG."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for succ in graph[node]:
+            if state.get(succ) == 1:
+                return [*path[path.index(succ) :], succ]
+            if succ not in state and (found := visit(succ)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def _bind_types(plan: _Plan, local_types: dict[str, TypeNode | None]) -> None:
+    """Who binds each var, and its type where every binder agrees on one."""
+    effect_of = {s.bind.effect_id_as: s.kind for s in plan.model.steps if isinstance(s, EmitEffect)}
+    types: dict[str, list[TypeNode | None]] = {}
+    for step in plan.model.steps:
+        var, bound = _bound(plan, step, effect_of)
+        if var is not None:
+            plan.binders.setdefault(var, []).append(step)
+            types.setdefault(var, []).append(bound)
+    for var, found in types.items():
+        shapes = {json.dumps(type_to_obj(t), sort_keys=True) for t in found if t is not None}
+        plan.var_types[var] = found[0] if None not in found and len(shapes) == 1 else None
+    for var in plan.model.locals:
+        plan.var_types[var] = local_types.get(var)
+
+
+def _bound(plan: _Plan, step: Any, effect_of: dict[str, str]) -> tuple[str | None, TypeNode | None]:
+    """The var ``step`` binds and the type of what it puts there (None when unknown)."""
+    schemas = plan.ctx.air.schemas
+    if isinstance(step, EmitEffect):
+        return step.bind.effect_id_as, _EFFECT_ID
+    if isinstance(step, AwaitReceipt):
+        raw = step.for_
+        name = raw.get("ref", "") if isinstance(raw, dict) else ""
+        kind = effect_of.get(name.removeprefix("@var:")) if isinstance(name, str) else None
+        effect = plan.ctx.air.effects.get(kind) if kind else None
+        known = effect is not None and effect.receipt_schema in schemas
+        return step.bind.as_, Ref(effect.receipt_schema) if known and effect else None
+    if isinstance(step, AwaitEvent):
+        return step.bind.as_, Ref(step.event) if step.event in schemas else None
+    if isinstance(step, Assign):
+        return step.bind.as_, None
+    return None, None
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+def _step(plan: _Plan, i: int, step: Any, correlated: bool) -> None:
+    at = f"/steps/{i}"
+    visible = plan.visible(plan.ancestors(step.id))
+    if isinstance(step, EmitEffect):
+        _emit_effect(plan, at, step, _expr(plan, step.params, f"{at}/params", visible))
+    elif isinstance(step, AwaitReceipt):
+        _await_receipt(plan, at, step)
+    elif isinstance(step, RaiseEvent):
+        key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
+        _raise_event(plan, at, step, _expr(plan, step.event, f"{at}/event", visible), key)
+    elif isinstance(step, AwaitEvent):
+        _await_event(plan, at, step, visible, correlated)
+    elif isinstance(step, Assign):
+        _expr(plan, step.expr, f"{at}/expr", visible)
+    elif isinstance(step, End):
+        _end(plan, at, step, visible)
+
+
+def _emit_effect(plan: _Plan, at: str, step: EmitEffect, params: expr.Expr | None) -> None:
+    ctx, model = plan.ctx, plan.model
+    effect = ctx.effect_for(step.kind, "plan", plan.loc.file, plan.at(f"{at}/kind"))
+    if model.allowed_effects and step.kind not in model.allowed_effects:
+        detail = f"effect {step.kind} is not in the plan's allowed_effects"
+        plan.add(plan.at(f"{at}/kind"), "air.plan.allowed_effects", detail)
+    if model.required_caps and step.cap not in model.required_caps:
+        detail = f"cap grant {step.cap!r} is not in the plan's required_caps"
+        plan.add(plan.at(f"{at}/cap"), "air.plan.required_caps", detail)
+    grant = next((g for g in ctx.air.manifest.defaults.cap_grants if g.name == step.cap), None)
+    if grant is None:
+        detail = f"no cap grant named {step.cap!r} in defaults.cap_grants"
+        plan.add(plan.at(f"{at}/cap"), "air.ref.unknown_cap_grant", detail)
+    elif effect is not None:
+        cap_type = ctx.cap_type(grant.cap)
+        if cap_type is not None and cap_type != effect.cap_type:
+            detail = f"grant {step.cap!r} is a {cap_type} capability; {step.kind} needs {effect.cap_type}"
+            plan.add(plan.at(f"{at}/cap"), "air.cap.type_mismatch", detail)
+    if effect is not None and params is not None:
+        _conform(plan, params, Ref(effect.params_schema))
+
+
+def _await_receipt(plan: _Plan, at: str, step: AwaitReceipt) -> None:
+    pointer = plan.at(f"{at}/for")
+    try:
+        node = expr.parse_expr(step.for_, pointer)
+    except ExprError as exc:
+        plan.add(exc.pointer, f"air.{exc.code}", exc.detail)
+        return
+    if not (isinstance(node, expr.Ref) and node.scope == "var" and not node.path):
+        detail = 'await_receipt.for is {"ref": "@var:<x>"} for an emit_effect\'s bind.effect_id_as'
+        plan.add(pointer, "air.plan.await_receipt.for", detail)
+        return
+    emits = [s for s in plan.binders.get(node.name, []) if isinstance(s, EmitEffect)]
+    if not emits:
+        detail = f"@var:{node.name} is not bound by any emit_effect's bind.effect_id_as"
+        plan.add(pointer, "air.plan.await_receipt.for", detail)
+    elif not any(s.id in plan.ancestors(step.id) for s in emits):
+        detail = (
+            f"emit_effect {emits[0].id!r} binds @var:{node.name} but does not come before this step"
+        )
+        plan.add(pointer, "air.plan.await_receipt.for", detail)
+
+
+def _raise_event(
+    plan: _Plan, at: str, step: RaiseEvent, event: expr.Expr | None, key: expr.Expr | None
+) -> None:
+    ctx = plan.ctx
+    pointer = plan.at(f"{at}/reducer")
+    if not ctx.need(step.reducer, DefModule, plan.loc.file, pointer, "air.ref.unknown_module"):
+        return
+    module: DefModule = ctx.loc(step.reducer).model
+    if module.key_schema is not None and step.key is None:
+        detail = f"{step.reducer} is keyed: give the cell's key"
+        plan.add(plan.at(at), "air.plan.raise_event.key", detail)
+    elif module.key_schema is None and step.key is not None:
+        detail = f"{step.reducer} is not keyed: drop the key"
+        plan.add(plan.at(f"{at}/key"), "air.plan.raise_event.key", detail)
+    elif key is not None and step.reducer in ctx.air.key_types:
+        _conform(plan, key, ctx.air.key_types[step.reducer])
+    if event is None:
+        return
+    named = expr.record_schema(event)
+    schema = named or module.abi.reducer.event
+    if schema not in ctx.air.schemas:
+        return  # an unknown $schema is reported by _expr; an unknown ABI event by the module
+    routed = schema == module.abi.reducer.event or any(
+        r.event == schema and r.reducer == step.reducer for r in ctx.air.manifest.routing.events
+    )
+    if not routed:
+        where = f"{at}/event/record/$schema" if named else f"{at}/event"
+        detail = f"{schema} is neither {step.reducer}'s ABI event nor routed to it"
+        plan.add(plan.at(where), "air.plan.raise_event.unrouted", detail)
+        return
+    _conform(plan, event, Ref(schema))
+
+
+def _await_event(
+    plan: _Plan, at: str, step: AwaitEvent, visible: set[str], correlated: bool
+) -> None:
+    known = plan.ctx.need_schema(step.event, plan.loc.file, plan.at(f"{at}/event"))
+    if step.where is not None:
+        event_type: TypeNode | None = Ref(step.event) if known else None
+        _expr(plan, step.where, f"{at}/where", visible, event_type)
+    elif correlated:
+        detail = "a plan started by a correlated trigger must filter awaited events with 'where'"
+        plan.add(plan.at(at), "air.plan.await_event.where_required", detail)
+
+
+def _end(plan: _Plan, at: str, step: End, visible: set[str]) -> None:
+    output = plan.model.output
+    if step.result is None:
+        if output is not None:
+            detail = f"the plan declares output {output}: this end needs a result"
+            plan.add(plan.at(at), "air.plan.end.result_missing", detail)
+        return
+    result = _expr(plan, step.result, f"{at}/result", visible)
+    if result is not None and output is not None and output in plan.ctx.air.schemas:
+        _conform(plan, result, Ref(output))
+
+
+def _bounds(plan: _Plan) -> None:
+    """``required_caps`` name grants and ``allowed_effects`` name effect kinds."""
+    ctx, model = plan.ctx, plan.model
+    grants = {g.name for g in ctx.air.manifest.defaults.cap_grants}
+    for j, name in enumerate(model.required_caps):
+        if name not in grants:
+            detail = f"no cap grant named {name!r} in defaults.cap_grants"
+            plan.add(plan.at(f"/required_caps/{j}"), "air.ref.unknown_cap_grant", detail)
+    effects = ctx.air.effects
+    for j, kind in enumerate(model.allowed_effects):
+        if kind not in effects:
+            detail = f"no defeffect provides effect kind {kind!r}"
+            plan.add(plan.at(f"/allowed_effects/{j}"), "air.ref.unknown_effect", detail)
+
+
+def _output_paths(plan: _Plan) -> None:
+    """With an output declared, every path ends at an ``end`` (a step with no successor is one)."""
+    output = plan.model.output
+    if output is None:
+        return
+    has_successor = {p for preds in plan.preds.values() for p in preds}
+    for i, step in enumerate(plan.model.steps):
+        if step.id not in has_successor and not isinstance(step, End):
+            detail = f"the plan declares output {output}, but the path through {step.id!r} ends without an end step"
+            plan.add(plan.at(f"/steps/{i}"), "air.plan.end.missing", detail)
+
+
+# --- Exprs: refs and types --------------------------------------------------------------------
+
+
+def _expr(
+    plan: _Plan, raw: Any, at: str, visible: set[str], event: TypeNode | None = _NO_EVENT
+) -> expr.Expr | None:
+    """Parse ``raw`` and check its refs and ``$schema`` names; None if it does not parse.
+    ``event`` is the type of ``@event`` (None: allowed, untyped; ``_NO_EVENT``: not allowed)."""
+    try:
+        node = expr.parse_expr(raw, plan.at(at))
+    except ExprError as exc:
+        plan.add(exc.pointer, f"air.{exc.code}", exc.detail)
+        return None
+    for sub in _nodes(node):
+        name = expr.record_schema(sub)
+        if name is not None:
+            plan.ctx.need_schema(name, plan.loc.file, f"{sub.pointer}/record/$schema")
+    for ref in expr.iter_refs(node):
+        if _ref_known(plan, ref, visible, event):
+            _ref_type(plan, ref, event, report=True)
+    return node
+
+
+def _nodes(node: expr.Expr) -> Iterator[expr.Expr]:
+    yield node
+    for child in children(node):
+        yield from _nodes(child)
+
+
+def _ref_known(plan: _Plan, ref: expr.Ref, visible: set[str], event: TypeNode | None) -> bool:
+    if ref.scope == "step" and ref.name not in plan.steps:
+        plan.add(ref.pointer, "air.plan.ref.unknown_step", f"@step:{ref.name} names no step")
+        return False
+    if ref.scope == "var" and ref.name not in visible:
+        detail = f"@var:{ref.name} is not a local, and no step before this one binds it"
+        plan.add(ref.pointer, "air.plan.ref.unknown_var", detail)
+        return False
+    if ref.scope == "event" and event is _NO_EVENT:
+        detail = "@event is only available inside await_event.where"
+        plan.add(ref.pointer, "air.plan.ref.event_outside_where", detail)
+        return False
+    return True
+
+
+def _ref_type(
+    plan: _Plan, ref: expr.Ref, event: TypeNode | None, report: bool = False
+) -> TypeNode | None:
+    """The type of what ``ref`` reads, where it can be known; with ``report``, a path segment
+    its schema does not have is an ``air.plan.ref.unknown_field``."""
+    if ref.scope == "plan.input":
+        root = plan.input_type
+    elif ref.scope == "var":
+        root = plan.var_types.get(ref.name)
+    elif ref.scope == "event":
+        root = None if event is _NO_EVENT else event
+    else:
+        root = None
+    if root is None:
+        return None
+    node, bad = plan.types.walk(root, ref.path)
+    if bad is not None and report:
+        path = ".".join(ref.path[: bad + 1])
+        detail = f"@{ref.root}.{path}: {describe(root)} has no field {ref.path[bad]!r} there"
+        plan.add(ref.pointer, "air.plan.ref.unknown_field", detail)
+    return node
+
+
+def _conform(plan: _Plan, node: expr.Expr, want: TypeNode) -> None:
+    """Check ``node`` against the type it must produce; refs typed as outside ``where``."""
+    plan.types.conform(node, want, lambda ref: _ref_type(plan, ref, _NO_EVENT))

@@ -164,11 +164,11 @@ def run(
     until_idle: Annotated[
         bool,
         typer.Option(
-            "--until-idle/--wait-timers",
-            help="Return when nothing is ready and nothing is in flight but real-time timers "
-            "(default); --wait-timers also waits for those",
+            "--until-idle",
+            help="Return as soon as nothing is ready and no effect is in flight, leaving "
+            "real-time timers pending (without it, run keeps going until they have fired)",
         ),
-    ] = True,
+    ] = False,
     sim: Annotated[
         bool, typer.Option("--sim", help="Simulated time: timers fire at once, in order")
     ] = False,

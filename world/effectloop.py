@@ -15,8 +15,9 @@ logical ``now_ns``: when nothing else is ready or in flight, the clock jumps to 
 deadline, so a timer world runs at once and writes the same journal bytes on every run of the
 same world. Without it, timers fire on the wall clock.
 
-Stopping. ``until_idle=True`` returns when nothing is ready and nothing is in flight except
-real-time timers; ``until_idle=False`` also waits for those. An interrupt stops at a tick or
+Stopping. ``until_idle=False`` (``world run``) keeps going until nothing is ready and nothing
+is pending, real-time timers included; ``until_idle=True`` (``world run --until-idle``)
+returns as soon as nothing is ready and no effect but real-time timers is in flight. An interrupt stops at a tick or
 receipt boundary (``World.interrupt``). Intents still in flight when the loop stops are
 dispatched again by the next loop (at least once; adapters see the same intent hash).
 """

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from air import cbor
 from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
-from kernel.journal import JournalRecord, SubjectPattern
+from kernel.journal import SubjectPattern
 from world import journal as file_journal
+from world._worlddir import load_world_air
 from world.errors import NotAWorld
 from world.repair import check_world, repair_world
+from world.views import RecordView
 
 __all__ = ["app"]
 
@@ -68,27 +69,6 @@ def _stamp(directory: Path) -> str:
     return f"repair-{max(numbers, default=0) + 1}"
 
 
-def _render(record: JournalRecord) -> dict[str, Any]:
-    return {
-        "seq": record.seq,
-        "subject": record.subject,
-        "kind": record.kind,
-        "body": _jsonable(record.body),
-    }
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, bytes):
-        return cbor.raw_to_hash(obj) if len(obj) == 32 else obj.hex()
-    if isinstance(obj, list):
-        return [_jsonable(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, cbor.Tag):
-        return obj.value.hex()
-    return obj
-
-
 @app.command("tail")
 def tail(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
@@ -99,12 +79,19 @@ def tail(
     follow: Annotated[
         bool, typer.Option("--follow", help="Keep reading as records arrive")
     ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Show values and keys as canonical CBOR hex")
+    ] = False,
 ) -> None:
-    """Print journal records as JSON lines (read-only: works while another process runs the world)."""
+    """Print journal records as JSON lines, values and keys read through their schemas.
+
+    Read-only: works while another process runs the world. ``--from`` is the global sequence
+    cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
     with handle_errors():
         if not (directory / "journal").is_dir():
             raise NotAWorld(str(directory))
         pattern = SubjectPattern.compile(subject) if subject else None
+        view = RecordView(load_world_air(directory))
         reader = file_journal.FileJournal(directory / "journal", readonly=True)
         seq = from_seq
         try:
@@ -113,7 +100,7 @@ def tail(
                     seq = record.seq + 1
                     if pattern is None or pattern.matches(record.subject):
                         console.print(
-                            json.dumps(_render(record)),
+                            json.dumps(view.render(record, raw=raw)),
                             soft_wrap=True,
                             highlight=False,
                             markup=False,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from air import cbor
 from cli.main import app
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT
@@ -137,3 +138,16 @@ def test_a_schema_error_in_a_jsonl_batch_names_its_line_and_sends_nothing(
         f"{batch}:3",
     )
     assert json.loads(world_cli("info", w, "--json")[1])["journal_seq_next"] == 1
+
+
+def test_journal_tail_shows_values_and_keys_through_their_schemas(tmp_path: Path) -> None:
+    w = tmp_path / "w"
+    world_cli("init", w, "--air", COUNTER_AIR)
+    world_cli("send", w, EVENT, json.dumps({"key": "k1", "op": {"$tag": "Add", "$value": 2}}))
+    world_cli("run", w, "--until-idle")
+    lines = world_cli("journal", "tail", w, "--from", "1")[1].splitlines()
+    sent, stepped = (json.loads(line) for line in lines)
+    assert sent["body"]["value"] == {"key": "k1", "op": {"$tag": "Add", "$value": 2}}
+    assert (stepped["kind"], stepped["body"]["key"]) == ("step", "k1")
+    raw = json.loads(world_cli("journal", "tail", w, "--from", "1", "--raw")[1].splitlines()[0])
+    assert raw["body"]["value"] == cbor.dumps(sent["body"]["value"]).hex()

@@ -1,0 +1,97 @@
+"""Journal records as people read them: values and keys as sugar JSON read through their
+schemas (SPEC §8), hashes as ``blake3:<hex>``, other bytes as hex.
+
+``render(record)`` decodes each field whose schema the world's AIR fixes: an ``event.in``
+value, a step's key and emitted events and effect params, a plan step's raised event and key,
+an effect's params, a receipt's payload, a run's result. A field that does not decode through
+its schema (it cannot happen for a journal the kernel wrote, but a view must not fail on one)
+is shown raw. ``raw=True`` shows every byte field as canonical CBOR hex, as stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from air import cbor
+from air.errors import WorldError
+from air.loader import LoadedAir
+from air.types import Ref, TypeNode
+from air.values import to_sugar
+from kernel.journal import JournalRecord
+
+__all__ = ["RecordView", "plain"]
+
+
+def plain(obj: Any) -> Any:
+    """Any decoded CBOR as JSON: 32-byte strings as hashes, other bytes as hex."""
+    if isinstance(obj, bytes):
+        return cbor.raw_to_hash(obj) if len(obj) == 32 else obj.hex()
+    if isinstance(obj, list):
+        return [plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, cbor.Tag):
+        return obj.value.hex()
+    return obj
+
+
+class RecordView:
+    def __init__(self, air: LoadedAir) -> None:
+        self.air = air
+
+    def render(self, record: JournalRecord, *, raw: bool = False) -> dict[str, Any]:
+        body = record.body
+        shown = plain(body) if raw or not isinstance(body, dict) else self._body(record.kind, body)
+        return {"seq": record.seq, "subject": record.subject, "kind": record.kind, "body": shown}
+
+    def _sugar(self, node: TypeNode | None, data: Any) -> Any:
+        if node is None or not isinstance(data, bytes):
+            return plain(data)
+        try:
+            return to_sugar(node, cbor.loads(data), self.air.schemas)
+        except WorldError:
+            return plain(data)
+
+    def _schema(self, name: Any) -> TypeNode | None:
+        return Ref(name) if isinstance(name, str) and name in self.air.schemas else None
+
+    def _key(self, reducer: Any, data: Any) -> Any:
+        key_type = self.air.key_types.get(reducer) if isinstance(reducer, str) else None
+        return None if data is None else self._sugar(key_type, data)
+
+    def _effect_schema(self, kind: Any, field: str) -> TypeNode | None:
+        effect = self.air.effects.get(kind) if isinstance(kind, str) else None
+        return None if effect is None else self._schema(getattr(effect, field))
+
+    def _body(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        out = plain(body)
+        if kind == "event.in":
+            out["value"] = self._sugar(self._schema(body.get("schema")), body.get("value"))
+        elif kind in ("step", "step.failed"):
+            out["key"] = self._key(body.get("reducer"), body.get("key"))
+            out["events"] = [
+                {"schema": s, "value": self._sugar(self._schema(s), v)}
+                for s, v in body.get("events", [])
+            ]
+            out["effects"] = [
+                {"kind": k, "params": self._sugar(self._effect_schema(k, "params_schema"), p)}
+                | ({"cap_slot": slot} if slot is not None else {})
+                for k, p, slot in body.get("effects", [])
+            ]
+            if not out["events"]:
+                del out["events"]
+            if not out["effects"]:
+                del out["effects"]
+        elif kind == "plan.step" and "event" in body:
+            schema, value = body["event"]
+            out["event"] = {"schema": schema, "value": self._sugar(self._schema(schema), value)}
+            if "reducer" in body:
+                out["key"] = self._key(body["reducer"], body.get("key"))
+        elif kind == "plan.ended" and isinstance(body.get("result"), bytes):
+            out["result"] = plain(cbor.loads(body["result"]))
+        elif kind == "effect.queued":
+            node = self._effect_schema(body.get("kind"), "params_schema")
+            out["params"] = self._sugar(node, body.get("params"))
+        elif kind == "receipt":
+            out["payload"] = plain(cbor.loads(body["payload"]))
+        return dict(out)

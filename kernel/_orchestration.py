@@ -142,6 +142,9 @@ class Orchestration:
         self.steps_total += 1
         if out.ended:
             self.runs.pop(run_id, None)
+            for left in self.scheduler.drop(entity):  # an ended run takes nothing more
+                reason = {"code": "run_ended", "detail": f"run {run_id} had already ended"}
+                self._dead_letter(seq, work.plan, None, left, reason)
         else:
             self.runs[run_id] = work
             if work.waiting is not None and "since" not in work.waiting:

@@ -15,8 +15,8 @@ Enqueue, in order (the first failure wins and is the journaled reason):
    clock ``now_ns``, which only journaled timer receipts move); the params stay inside it
    (``http.out``: the URL's host, or ``host:port``, is in ``hosts``; the method is in ``verbs``
    (AgentOS spells it ``methods``); the path starts with one of ``path_prefixes`` when given);
-   and budget is left (``bytes``: a ``blob.put`` reserves its data's length; an HTTP receipt
-   settles the body's size).
+   and budget is left (``bytes``: a ``blob.put`` reserves its data's length and its receipt
+   settles the stored size; HTTP is not charged, as its receipt does not carry a body size).
 2. **Policy**: the rules of ``defaults.policy``, first match wins; no match (or no policy)
    denies. The decision is journaled with its rule index (-1 for the default).
 3. ``allow`` queues the intent for an adapter; ``require_approval`` parks it until
@@ -215,25 +215,50 @@ class EffectManager:
 
 
 def _url(params: Any) -> tuple[str, int | None, str]:
-    """``(host, port, path)`` of an http(s) URL; written here because ``kernel/`` imports
-    nothing that could touch the network (``urllib``). An unparsable URL has host ``""``."""
+    """``(host, port, path)`` of an http(s) URL, parsed as RFC 3986 does (the authority ends
+    at the first ``/``, ``?`` or ``#``; dot segments are removed from the path), so the
+    capability check sees the host and path the request will really go to. A URL that cannot
+    be read that way (no scheme, userinfo, a bad port, a backslash) has host ``""``, which no
+    grant allows. Written here because ``kernel/`` imports nothing that can touch the network.
+    """
     url = params.get("url", "") if isinstance(params, dict) else ""
-    if not isinstance(url, str) or "://" not in url:
+    if not isinstance(url, str) or "://" not in url or "\\" in url:
         return "", None, "/"
-    rest = url.split("://", 1)[1]
-    authority, slash, tail = rest.partition("/")
-    path = slash + tail.split("?", 1)[0].split("#", 1)[0] if slash else "/"
-    authority = authority.rsplit("@", 1)[-1]
-    host, port = authority, None
+    scheme, rest = url.split("://", 1)
+    if scheme.lower() not in ("http", "https"):
+        return "", None, "/"
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority or not authority:
+        return "", None, "/"
+    port: int | None = None
     if authority.startswith("["):  # [v6]:port
-        end = authority.find("]")
-        host, after = authority[1:end], authority[end + 1 :]
-        port_text = after[1:] if after.startswith(":") else ""
+        close = authority.find("]")
+        host, after = authority[1:close], authority[close + 1 :]
+        port_text = after[1:] if after.startswith(":") else after
     else:
         host, _colon, port_text = authority.partition(":")
     if port_text:
-        port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else -1
-    return host.lower(), port, path or "/"
+        if not port_text.isdigit() or len(port_text) > 5:
+            return "", None, "/"
+        port = int(port_text)
+    path = tail.split("#", 1)[0].split("?", 1)[0] or "/"
+    return host.lower(), port, _without_dot_segments(path)
+
+
+def _without_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 for an absolute path: ``/a/./b/../c`` is ``/a/c``."""
+    out: list[str] = []
+    segments = path.split("/")
+    for segment in segments[1:]:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", "..") and (not out or out[-1] != ""):
+        out.append("")
+    return "/" + "/".join(out)
 
 
 def _check_http(cap: str, grant_params: Any, params: Any) -> None:

@@ -110,6 +110,15 @@ class Scheduler:
             self.consume()
         return taken
 
+    def drop(self, entity: Entity) -> list[Delivery]:
+        """Remove ``entity``'s mailbox (a run that ended); return what it still held."""
+        box = self._mailboxes.pop(entity, None)
+        if not box:
+            return []
+        self._ready.remove(entity)
+        self.pending -= len(box)
+        return list(box)
+
     def idle(self) -> bool:
         return not self._ready
 

@@ -63,10 +63,11 @@ class EffectLoop:
         self.sim = sim
         self.key = ReceiptKey.load_or_create(world.path)
         self._clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
-        self._timer = TimerAdapter(self._clock)
-        self.dispatcher = dispatcher or Dispatcher(
-            [self._timer, BlobAdapter(world.cas), HttpAdapter(world.cas)]
-        )
+        self._timer: TimerAdapter | None = None
+        if dispatcher is None:
+            self._timer = TimerAdapter(self._clock)
+            dispatcher = Dispatcher([self._timer, BlobAdapter(world.cas), HttpAdapter(world.cas)])
+        self.dispatcher = dispatcher
         self._inbox: queue.SimpleQueue[tuple[Receipt, bytes]] = queue.SimpleQueue()
         self._sent: set[bytes] = set()
 
@@ -86,15 +87,23 @@ class EffectLoop:
             report.dispatched += self._dispatch()
             if self._take(report, wait=False):
                 continue
-            sim_due = self._clock is not None and self._timer.next_deadline() is not None
-            if sim_due and self.dispatcher.in_flight == self._timers_pending():
-                self._timer.advance()  # only simulated timers are left: jump to the next one
+            if self._advance_sim():
                 continue
             if self.dispatcher.in_flight == 0:
                 return report
             if until_idle and self._clock is None and self._only_timers_left():
                 return report
             self._take(report, wait=True)
+
+    def _advance_sim(self) -> bool:
+        """With simulated time, when only timers are left in flight, fire the next one(s)."""
+        timer = self._timer
+        if self._clock is None or timer is None or timer.next_deadline() is None:
+            return False
+        if self.dispatcher.in_flight != self._timers_pending():
+            return False
+        timer.advance()
+        return True
 
     def _timers_pending(self) -> int:
         return sum(1 for h in self._sent if self._intent(h).kind == "timer.set")

@@ -36,7 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from air import cbor
+from air.errors import WorldError
 from air.loader import LoadedAir
+from air.types import parse_type
+from air.values import normalise
 
 __all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]
 
@@ -123,8 +126,17 @@ class EffectManager:
                 "cap.expired", f"grant {cap} expired at {grant.expiry_ns} (now {self.now_ns})"
             )
         if cap_type == "http.out":
-            _check_http(cap, grant.params or {}, params)
+            _check_http(cap, self._grant_params(grant, defcap), params)
         return self._reserve(cap, grant, kind, params)
+
+    def _grant_params(self, grant: Any, defcap: Any) -> Any:
+        """A grant's params read through its cap's schema (sugar or tagged, as AgentOS writes
+        them), so a set of hosts is a list of text whatever the lens."""
+        try:
+            node = parse_type(defcap.schema_)
+            return normalise(node, grant.params or {}, self.air.schemas)
+        except WorldError:
+            return grant.params or {}
 
     def _reserve(self, cap: str, grant: Any, kind: str, params: Any) -> int:
         budget = getattr(grant, "budget", None)

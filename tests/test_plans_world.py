@@ -827,3 +827,26 @@ def test_two_runs_of_a_copied_world_against_the_same_answers_journal_the_same_re
     assert _journal_bytes(w) == _journal_bytes(tmp_path / "copy")
     assert len(of_kind(ours, "receipt")) == 4
     assert dict(server.hits) == {"/ok": 2, "/missing": 2, "/broken": 4}
+
+
+# --- AIR written for AgentOS runs --------------------------------------------------------------
+
+
+def test_air_written_for_agentos_runs_against_a_loopback_server(
+    tmp_path: Path, server: Loopback
+) -> None:
+    from test_air_plans import _agentos_world, _write
+
+    server.routes["/ping"] = Answer(202)
+    docs = _agentos_world()
+    grant = docs[-1]["defaults"]["cap_grants"][0]
+    grant["params"]["record"]["hosts"] = {"set": [{"text": "127.0.0.1"}]}
+    w = tmp_path / "w"
+    with World.create(w, _write(tmp_path, docs)) as world:
+        world.send("acme/Ping@1", {"url": f"http://127.0.0.1:{server.port}/ping"})
+        drive(world, quick_http(world))
+    assert server.hits["/ping"] == 1
+    assert ended(records(w)) == {0: {"run_id": 0, "status": "ok"}}
+    (event,) = raised(records(w), 0)
+    assert event == ("acme/LogEvent@1", {"$tag": "Ok", "$value": {"status": 202}})
+    assert verify_world(w).ok

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from cli import cells, core, demo, effects, journal, replay, validate
+from cli import cells, core, demo, effects, history, journal, replay, validate
 from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
@@ -68,6 +68,7 @@ app.command("info")(core.info)
 app.command("snapshot")(core.snapshot)
 app.command("replay")(replay.replay)
 app.command("demo")(demo.demo)
+app.command("fork")(history.fork)  # importing cli.history also adds `cells show --at`, `cells tail`
 app.add_typer(cells.app, name="cells")
 app.add_typer(journal.app, name="journal")
 app.add_typer(effects.app, name="effects")

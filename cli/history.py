@@ -1,0 +1,224 @@
+"""A cell's past and a world's alternative futures: ``world cells show --at``, ``world cells
+tail`` and ``world fork``.
+
+Importing this module registers ``show`` (replacing the one in ``cli.cells``: this one is the
+same command plus ``--at SEQ`` and ``--raw``) and ``tail`` on the ``cli.cells.app`` group;
+``fork`` is a top-level command the main app registers.
+
+JSON shapes (``--json``):
+* ``cells show``: ``{"ok", "reducer", "key", "state", "at", "through"}``; ``at``/``through``
+  (the asked position and the end of the tick it lies in) only with ``--at``; ``state`` is
+  sugar JSON, canonical CBOR hex with ``--raw``, null when the cell does not exist (then).
+* ``cells tail``: JSON lines, one per record in journal order: ``{"role": "input"|"step",
+  "seq", "subject", "kind", "body", "source"}`` where ``source`` (steps only) is the record
+  whose delivery the step consumed, in the same shape as ``world journal tail`` prints.
+* ``fork``: ``{"ok", "path", "seq", "through", "records", "extended"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cli import cells
+from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
+from cli.core import opened, parse_key_arg
+from world._worlddir import load_world_air
+from world.errors import NotAWorld
+from world.journal import FileJournal
+from world.timetravel import CellHistory, HistoryEntry, cell_at, cell_key, fork_world
+from world.views import RecordView
+
+__all__ = ["fork", "show", "tail"]
+
+DirArg = Annotated[Path, typer.Argument(help="The world directory")]
+ReducerArg = Annotated[str, typer.Argument(help="Keyed reducer name")]
+KeyArg = Annotated[str, typer.Argument(help="The key, JSON read through the key schema")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Show values as canonical CBOR hex")]
+
+
+def show(
+    directory: DirArg,
+    reducer: ReducerArg,
+    key: KeyArg,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", min=0, help="The state right after this journal position"),
+    ] = None,
+    json_output: JsonOpt = False,
+    raw: RawOpt = False,
+) -> None:
+    """Show one cell's state, now or (--at SEQ) as it was right after journal position SEQ.
+
+    --at replays the journal from genesis up to SEQ; a SEQ inside a tick that journaled
+    several records means after that whole tick."""
+    out: dict[str, Any] = {"ok": True, "reducer": reducer}
+    with handle_errors(json_output):
+        key_value = parse_key_arg(key)
+        if at is None:
+            with opened(directory, readonly=True) as world:
+                where = cell_key(world.air, reducer, key_value)
+                state_cbor = world.kernel.state_of(reducer, where.key_cbor)
+                state = world.state(reducer, key_value) if state_cbor is not None else None
+        else:
+            found = cell_at(directory, reducer, key_value, at)
+            state_cbor, state = found.state_cbor, found.state
+            out |= {"at": found.seq, "through": found.seq_through}
+    shown = state_cbor.hex() if raw and state_cbor is not None else state
+    out |= {"key": key_value, "state": shown}
+    if json_output:
+        emit_json(out)
+        return
+    when = "" if at is None else f" at seq {at}"
+    if state_cbor is None:
+        fail(f"{reducer} has no cell for key {key}{when}")
+    if at is not None and out["through"] != at:
+        console.print(f"(seq {at} is inside a tick; shown after its end, seq {out['through']})")
+    if raw:
+        console.print(shown, markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print_json(json.dumps(shown))
+
+
+def tail(
+    directory: DirArg,
+    reducer: ReducerArg,
+    key: KeyArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep reading as records arrive")
+    ] = False,
+    json_output: JsonOpt = False,
+    raw: RawOpt = False,
+) -> None:
+    """The cell's inputs and step outcomes in journal order, each step with its source.
+
+    Read-only: works while another process runs the world."""
+    with handle_errors(json_output):
+        if (
+            not (directory / "air" / "sources.json").is_file()
+            or not (directory / "journal").is_dir()
+        ):
+            raise NotAWorld(str(directory))
+        air = load_world_air(directory)
+        history = CellHistory(air, cell_key(air, reducer, parse_key_arg(key)))
+        view = RecordView(air)
+        reader = FileJournal(directory / "journal", readonly=True)
+        rows: list[list[str]] = []
+        seq = 0
+        try:
+            while True:
+                for entry in history.read(reader, seq):
+                    seq = entry.record.seq + 1
+                    if json_output:
+                        console.print(
+                            json.dumps(_as_json(view, entry, raw)),
+                            soft_wrap=True,
+                            highlight=False,
+                            markup=False,
+                        )
+                    elif follow:
+                        console.print(" ".join(_row(view, entry, raw)), markup=False)
+                    else:
+                        rows.append(_row(view, entry, raw))
+                if not follow:
+                    break
+                time.sleep(0.2)
+                seq = max(seq, _scanned(reader))
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            reader.close()
+    if not json_output and not follow:
+        table = Table(title=f"{reducer} {key}: {len(rows)} record(s)")
+        for column in ("seq", "kind", "source", "detail"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def _scanned(reader: FileJournal) -> int:
+    """Refresh ``reader``; records before the old end were all read (matched or not)."""
+    end = reader.seq_next
+    reader.refresh()
+    return end
+
+
+def _as_json(view: RecordView, entry: HistoryEntry, raw: bool) -> dict[str, Any]:
+    out = {"role": entry.role, **view.render(entry.record, raw=raw)}
+    if entry.role == "step":
+        out["source"] = None if entry.source is None else view.render(entry.source, raw=raw)
+    return out
+
+
+def _row(view: RecordView, entry: HistoryEntry, raw: bool) -> list[str]:
+    shown = view.render(entry.record, raw=raw)
+    body = shown["body"]
+    if entry.role == "input":
+        return [str(entry.record.seq), "input", "", json.dumps(body.get("value"))]
+    source = ""
+    if entry.source is not None:
+        src = view.render(entry.source, raw=raw)
+        value = src["body"].get("value") if src["kind"] == "event.in" else src["kind"]
+        source = f"{entry.source.seq}: {json.dumps(value)}"
+    detail = {k: body[k] for k in ("state_hash", "reason", "events", "effects") if k in body}
+    return [str(entry.record.seq), entry.record.kind, source, json.dumps(detail)]
+
+
+def fork(
+    directory: DirArg,
+    new_dir: Annotated[Path, typer.Argument(help="The new world's directory (absent or empty)")],
+    at: Annotated[int, typer.Option("--at", min=0, help="Keep journal records 0..SEQ")],
+    json_output: JsonOpt = False,
+) -> None:
+    """Make NEW_DIR a world whose journal is DIRECTORY's records up to --at SEQ.
+
+    Same AIR, content store and receipt key; the original is only read. A SEQ inside a tick
+    that journaled several records is extended to that tick's end. Run the fork with other
+    inputs to see what would have happened."""
+    with handle_errors(json_output):
+        forked = fork_world(directory, at, new_dir)
+    if json_output:
+        emit_json(
+            {
+                "ok": True,
+                "path": str(forked.path),
+                "seq": forked.seq,
+                "through": forked.seq_through,
+                "records": forked.seq_through + 1,
+                "extended": forked.extended,
+            }
+        )
+        return
+    console.print(
+        f"forked {directory} at seq {forked.seq_through} into {new_dir} "
+        f"({forked.seq_through + 1} records)",
+        markup=False,
+        highlight=False,
+    )
+    if forked.extended:
+        console.print(
+            f"seq {at} is inside a tick; the fork keeps that whole tick (to seq "
+            f"{forked.seq_through})",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _register() -> None:
+    """Put ``show`` (a superset of ``cli.cells.show``) and ``tail`` on the cells group."""
+    group = cells.app
+    group.registered_commands[:] = [
+        c for c in group.registered_commands if c.name not in ("show", "tail")
+    ]
+    group.command("show")(show)
+    group.command("tail")(tail)
+
+
+_register()

@@ -1,0 +1,288 @@
+"""Time travel over a world's journal: a cell as it was at a past position, a cell's history,
+and a fork of the world at a past position.
+
+``cell_at`` rebuilds a kernel from nothing (an in-memory cell store, like ``world.replay``) and
+feeds it the journal up to the asked position, then reads the cell. A tick that journals
+several records (its first record, then ``OWED_KINDS`` records) is applied whole: a position
+inside such a group means "after that tick", and ``CellAt.seq_through`` says where it ended.
+
+``cell_history`` walks the journal once and yields the cell's own records (its steps and failed
+steps, subjects ``/world/cell/<reducer>/<key hash>/...``) and the outside events
+(``event.in``) that were routed to it, each step with the record whose delivery it consumed
+(its ``src``).
+
+``fork_world`` writes a new world whose journal is the source's records ``0..seq`` (extended to
+the end of a tick group), with the same AIR, content store and receipt key, and no checkpoint:
+its first open rebuilds its state from the journal. It is built in a hidden sibling folder and
+renamed into place, so a failed fork leaves nothing. The source is only read (shared lock).
+
+Not here: a fast path. ``cell_at`` replays from genesis every time, linear in ``seq``; the
+faster way is to start from a retained checkpoint at or before ``seq`` (the world keeps only
+its latest today) and replay only the records after it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cbor2
+
+from air import cbor
+from air.errors import KeyMismatch, UnknownName, WorldError
+from air.loader import LoadedAir
+from air.types import Ref
+from air.values import normalise, to_sugar
+from kernel.cells import MemoryCellStore, key_hash
+from kernel.core import OWED_KINDS, Kernel
+from kernel.journal import JournalRecord, MemoryJournal, cell_subject
+from world import fileio
+from world._worlddir import remove_tree
+from world.errors import WorldExists
+from world.fsutil import sync_paths, write_unsynced
+from world.journal import FileJournal
+from world.runner import HostRunner
+from world.world import World
+
+__all__ = [
+    "CellAt",
+    "CellHistory",
+    "CellKey",
+    "Forked",
+    "HistoryEntry",
+    "SeqPastEnd",
+    "cell_at",
+    "cell_key",
+    "fork_world",
+    "state_at",
+]
+
+_COMMIT_EVERY = 10_000
+"""A fork commits its journal in batches of this many records (bounded memory)."""
+
+
+class SeqPastEnd(WorldError):
+    """Journal position ``seq`` was asked for, but the journal's last record is ``seq_last``."""
+
+    def __init__(self, seq: int, seq_last: int) -> None:
+        self.seq = seq
+        self.seq_last = seq_last
+        super().__init__(
+            f"seq {seq} is past the end of the journal (its last record is {seq_last})"
+        )
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """A cell's identity read through its reducer's key schema."""
+
+    reducer: str
+    key_cbor: bytes
+
+    @property
+    def key_hash_hex(self) -> str:
+        return key_hash(self.key_cbor).hex()
+
+    @property
+    def subject_prefix(self) -> str:
+        """Every record of this cell has a subject that starts with this."""
+        return cell_subject(self.reducer, key_hash(self.key_cbor), "x")[:-1]
+
+
+def cell_key(air: LoadedAir, reducer: str, key: Any) -> CellKey:
+    """``key`` (sugar JSON) normalised through ``reducer``'s key schema; ``UnknownName`` for an
+    unknown reducer, ``KeyMismatch`` for a reducer that is not keyed."""
+    if reducer not in air.modules:
+        raise UnknownName("reducer", reducer, sorted(air.modules))
+    key_type = air.key_types.get(reducer)
+    if key_type is None:
+        raise KeyMismatch(reducer, keyed=False)
+    return CellKey(reducer, cbor.dumps(normalise(key_type, key, air.schemas)))
+
+
+@dataclass(frozen=True)
+class CellAt:
+    """A cell right after journal position ``seq`` (``seq_through``: the end of the tick that
+    ``seq`` belongs to). ``state_cbor`` is None when the cell did not exist then."""
+
+    seq: int
+    seq_through: int
+    state_cbor: bytes | None
+    state: Any
+
+
+def _check_seq(seq: int, seq_next: int) -> None:
+    if seq < 0 or seq >= seq_next:
+        raise SeqPastEnd(seq, seq_next - 1)
+
+
+def _through(records: Iterator[JournalRecord], seq: int) -> Iterator[JournalRecord]:
+    """The records up to ``seq``, then those that finish the tick group ``seq`` is in."""
+    for record in records:
+        if record.seq > seq and record.kind not in OWED_KINDS:
+            return
+        yield record
+
+
+def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
+    """The cell ``reducer``/``key`` as it was right after journal position ``seq``.
+
+    Replays from genesis (see the module docstring for the faster path)."""
+    path = Path(path)
+    with World.open(path, readonly=True) as world:
+        where = cell_key(world.air, reducer, key)
+        _check_seq(seq, world.journal.seq_next)
+        kernel = Kernel(
+            world.air,
+            MemoryJournal(),
+            MemoryCellStore(),
+            HostRunner(world.air, path / "cache", readonly=True),
+        )
+        through = seq
+        for record in _through(world.journal.read(0), seq):
+            kernel.apply(record)
+            through = record.seq
+        state_cbor = kernel.state_of(reducer, where.key_cbor)
+        state = None
+        if state_cbor is not None:
+            module = world.air.modules[reducer]
+            node = Ref(module.abi.reducer.state)
+            state = to_sugar(node, cbor.loads(state_cbor), world.air.schemas)
+    return CellAt(seq, through, state_cbor, state)
+
+
+def state_at(path: Path, reducer: str, key: Any, seq: int) -> Any | None:
+    """The cell's state (sugar JSON) right after journal position ``seq``; None if absent."""
+    return cell_at(path, reducer, key, seq).state
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a cell's history: ``record`` is an input routed to the cell (``role``
+    ``"input"``) or one of the cell's own records (``"step"``); a step has ``source``, the
+    record whose delivery it consumed (None if the journal no longer holds it)."""
+
+    role: str
+    record: JournalRecord
+    source: JournalRecord | None = None
+
+
+class _Inputs:
+    """Which ``event.in`` records route to one cell (as ``Kernel._route`` routes them)."""
+
+    def __init__(self, air: LoadedAir, where: CellKey) -> None:
+        self.where = where
+        self.fields: dict[str, list[str]] = {}
+        for route in air.manifest.routing.events:
+            if route.reducer == where.reducer and route.key_field:
+                self.fields.setdefault(route.event, []).append(route.key_field)
+
+    def matches(self, record: JournalRecord) -> bool:
+        if record.kind != "event.in":
+            return False
+        fields = self.fields.get(record.body.get("schema"), [])
+        if not fields:
+            return False
+        value = cbor2.loads(record.body["value"])
+        if not isinstance(value, dict):
+            return False
+        return any(f in value and cbor.dumps(value[f]) == self.where.key_cbor for f in fields)
+
+
+class CellHistory:
+    """A cell's inputs and steps in journal order, read in one pass; ``read`` again with the
+    next ``from_seq`` to follow a growing journal (inputs shown and not yet stepped are kept,
+    so a step later on still finds its source without a second read)."""
+
+    def __init__(self, air: LoadedAir, where: CellKey) -> None:
+        self._inputs = _Inputs(air, where)
+        self._waiting: dict[int, JournalRecord] = {}
+        self._prefix = where.subject_prefix
+
+    def read(self, journal: FileJournal, from_seq: int = 0) -> Iterator[HistoryEntry]:
+        for record in journal.read(from_seq):
+            if self._inputs.matches(record):
+                self._waiting[record.seq] = record
+                yield HistoryEntry("input", record)
+            elif record.subject.startswith(self._prefix):
+                yield HistoryEntry("step", record, self._source(journal, record))
+
+    def _source(self, journal: FileJournal, record: JournalRecord) -> JournalRecord | None:
+        src = record.body.get("src")
+        if not isinstance(src, int):
+            return None
+        found = self._waiting.pop(src, None)
+        if found is None:  # an event another step emitted, a receipt, a plan's event
+            found = next(iter(journal.read(src)), None)
+        return found
+
+
+@dataclass(frozen=True)
+class Forked:
+    """A fork written at ``path``: records ``0..seq_through`` of the source (``seq`` asked)."""
+
+    path: Path
+    seq: int
+    seq_through: int
+
+    @property
+    def extended(self) -> bool:
+        return self.seq_through != self.seq
+
+
+def fork_world(source: Path, seq: int, target: Path) -> Forked:
+    """Write a new world at ``target`` (absent or empty) from ``source``'s records ``0..seq``."""
+    source, target = Path(source), Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise WorldExists(str(target))
+    with World.open(source, readonly=True) as world:
+        _check_seq(seq, world.journal.seq_next)
+        parent = target.absolute().parent
+        with fileio.storage_errors("fork"):
+            fileio.mkdir(parent, parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
+            try:
+                through = _write_fork(world, source, staging, seq)
+                if target.exists():
+                    target.rmdir()  # empty (checked above); rename cannot replace it otherwise
+                fileio.replace(staging, target)
+                fileio.fsync_dir(parent)
+            except BaseException:
+                remove_tree(staging)
+                raise
+    return Forked(target, seq, through)
+
+
+def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
+    for folder in ("air", "keys", "cas"):
+        if (source / folder).is_dir():
+            _copy_tree(source / folder, staging / folder)
+    fileio.mkdir(staging / "journal")
+    through = seq
+    with FileJournal.open(staging / "journal") as journal:
+        for record in _through(world.journal.read(0), seq):
+            journal.append(record.kind, record.subject, record.body)
+            through = record.seq
+            if journal.seq_next % _COMMIT_EVERY == 0:
+                journal.commit()
+        journal.commit()
+    return through
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` (a new folder) and make it durable; skip temp folders."""
+    files: list[Path] = []
+    dirs: list[Path] = []
+    for root, names, file_names in os.walk(source):
+        names[:] = [n for n in names if not n.startswith(".")]
+        here = target / Path(root).relative_to(source)
+        fileio.mkdir(here, exist_ok=True)
+        dirs.append(here)
+        for name in file_names:
+            write_unsynced(here / name, (Path(root) / name).read_bytes())
+            files.append(here / name)
+    sync_paths(files, dirs)

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from cli import cells, core, demo, effects, history, journal, replay, validate
+from cli import cells, core, demo, effects, history, journal, moves, replay, validate
 from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
@@ -72,6 +72,7 @@ app.command("fork")(history.fork)  # importing cli.history also adds `cells show
 app.add_typer(cells.app, name="cells")
 app.add_typer(journal.app, name="journal")
 app.add_typer(effects.app, name="effects")
+app.add_typer(moves.app, name="migrate")  # importing cli.moves also adds `cells export|import`
 
 
 @app.callback()

@@ -41,6 +41,7 @@ from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
 from kernel import abi
+from kernel._moves import MOVE_KINDS, apply_move
 from kernel._orchestration import Orchestration
 from kernel.abi import StepRejected
 from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
@@ -436,6 +437,8 @@ class Kernel(Orchestration):
             self._apply_receipt(record.seq, record.body)
         elif record.kind == "effect.approval":
             self._apply_approval(record.seq, record.body)
+        elif record.kind in MOVE_KINDS:
+            apply_move(self, record)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
         # other kinds (world.created) carry no kernel state

@@ -232,6 +232,10 @@ class World:
 
         ``readonly`` takes the shared lock and writes nothing (see the module docstring)."""
         path = Path(path)
+        if not (path / "air" / "sources.json").is_file() and not readonly:
+            from world.migrate import recover_migration  # lazy: world.migrate imports this
+
+            recover_migration(path)  # a crash between a migration's renames
         if not (path / "air" / "sources.json").is_file() or not (path / "journal").is_dir():
             raise NotAWorld(str(path))
         for attempt in range(READER_RETRIES_MAX + 1):

@@ -1,0 +1,94 @@
+"""Moving cells: ``world cells export|import`` (added to ``cli.cells.app``) and
+``world migrate cells`` (the ``migrate`` group, ``app``).
+
+Importing this module registers the two ``cells`` commands; ``cli.main`` adds ``app`` as
+``migrate``. Errors are one line and exit 1 like every command (``handle_errors``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from air.errors import InvalidArgument
+from cli.cells import app as cells_app
+from cli.common import console, emit_json, handle_errors, signals_deferred
+from cli.core import opened, parse_key_arg
+from world.export import export_all, export_cell, import_path
+from world.migrate import migrate_cells
+
+__all__ = ["app", "export", "import_cells", "migrate"]
+
+app = typer.Typer(help="Change the shape of a world's reducers.", no_args_is_help=True)
+
+DirArg = Annotated[Path, typer.Argument(help="The world directory")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+@cells_app.command("export")
+def export(
+    directory: DirArg,
+    reducer: Annotated[str, typer.Argument(help="Reducer name")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="FILE, or FOLDER with --all")],
+    key: Annotated[
+        str | None, typer.Argument(help="The key, JSON read through the key schema")
+    ] = None,
+    all_cells: Annotated[bool, typer.Option("--all", help="Every cell, as a folder tree")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder."""
+    with handle_errors(json_output), opened(directory, readonly=True) as world:
+        if all_cells == (key is not None):
+            raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
+        if key is None:
+            count = export_all(world, reducer, out)
+        else:
+            export_cell(world, reducer, parse_key_arg(key), out)
+            count = 1
+    if json_output:
+        emit_json({"ok": True, "reducer": reducer, "cells": count, "path": str(out)})
+    else:
+        console.print(f"exported {count} cell(s) of {reducer} to {out}", markup=False)
+
+
+@cells_app.command("import")
+def import_cells(
+    directory: DirArg,
+    path: Annotated[Path, typer.Argument(help="An exported cell file or folder")],
+    json_output: JsonOpt = False,
+) -> None:
+    """Import exported cells (verified first; journaled so replay reproduces them)."""
+    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
+        count = import_path(world, path)
+    if json_output:
+        emit_json({"ok": True, "cells": count})
+    else:
+        console.print(f"imported {count} cell(s) from {path}", markup=False)
+
+
+@app.command("cells")
+def migrate(
+    directory: DirArg,
+    reducer: Annotated[str, typer.Argument(help="The non-keyed reducer whose state is a map")],
+    key_field: Annotated[str, typer.Option("--key-field", help="The events' key field")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report, write nothing")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Turn a v1 reducer with map<key, substate> state into a keyed reducer: one cell per key."""
+    with handle_errors(json_output), signals_deferred():
+        plan = migrate_cells(directory, reducer, key_field, dry_run=dry_run)
+    summary = {**plan.summary(), "dry_run": dry_run}
+    if json_output:
+        emit_json({"ok": True, **summary})
+        return
+    verb = "would migrate" if dry_run else "migrated"
+    console.print(
+        f"{verb} {reducer}: {summary['cells']} cell(s), key_schema "
+        f"{json.dumps(summary['key_schema'])}, state {plan.state_from} -> {plan.state_to}, "
+        f"key_field {key_field!r} on {', '.join(plan.routes) or 'no routes'}",
+        markup=False,
+    )
+    if not dry_run:
+        console.print(f"the old world is kept at {plan.backup}", markup=False)

@@ -1,0 +1,129 @@
+"""Journal records that move cell states into a world: ``cell.imported`` and ``world.migrated``.
+
+    kind            subject                                       body
+    cell.imported   /world/cell/<reducer>/<key hash>/imported     {reducer, key, state}
+                    /world/reducer/<reducer>/imported             (key null: a non-keyed reducer)
+    world.migrated  /world/manifest/migrated                      {manifest_hash, reducer,
+                                                                   key_field, cells, migrated_from}
+
+This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.export``,
+``world.migrate``): it builds those records and applies them to a ``Kernel``. Applying is the
+same live and on replay, so a world that imported cells replays from genesis to the same
+store: ``cell.imported`` puts ``state`` into the kernel's cell store as the cell of ``key``
+(``last_active`` = the record's seq, pinned manifest = the kernel's manifest), replacing a cell
+that was there; ``world.migrated`` holds no state and only checks that it names the manifest
+the kernel runs (a migrated world's journal is a rebase: see ``world.migrate``).
+
+Invariant, checked again at every apply (a journal is input too): the key is the canonical
+CBOR of a key of the reducer's key schema (absent for a non-keyed reducer), and the state
+decodes canonically and checks against the reducer's state schema. A record that fails is a
+``ValueMismatch``/``KeyMismatch``/``CborError`` naming the record, never a silent store.
+
+Not here: reading or writing files, verifying export checksums, deciding what to migrate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from air import cbor
+from air.errors import KeyMismatch, UnknownName, ValueMismatch
+from air.types import Ref
+from air.values import normalise
+from kernel.cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, key_hash
+from kernel.divergence import ReplayDivergence
+from kernel.journal import JournalRecord, make_subject
+
+if TYPE_CHECKING:  # kernel.core imports this module for its dispatch
+    from kernel.core import Kernel
+
+__all__ = [
+    "CELL_IMPORTED",
+    "MOVE_KINDS",
+    "WORLD_MIGRATED",
+    "apply_move",
+    "check_cell",
+    "imported_record",
+    "migrated_record",
+]
+
+CELL_IMPORTED: Final = "cell.imported"
+WORLD_MIGRATED: Final = "world.migrated"
+MOVE_KINDS: Final = frozenset((CELL_IMPORTED, WORLD_MIGRATED))
+"""Record kinds ``Kernel.apply`` hands to ``apply_move``."""
+
+Record = tuple[str, str, dict[str, Any]]
+
+
+def imported_record(reducer: str, key_cbor: bytes | None, state_cbor: bytes) -> Record:
+    """The ``cell.imported`` record putting ``state_cbor`` into the cell ``key_cbor``."""
+    if key_cbor is None:
+        subject = make_subject("world", "reducer", reducer, "imported")
+    else:
+        subject = make_subject("world", "cell", reducer, key_hash(key_cbor).hex(), "imported")
+    return CELL_IMPORTED, subject, {"reducer": reducer, "key": key_cbor, "state": state_cbor}
+
+
+def migrated_record(
+    manifest_hash: bytes,
+    reducer: str,
+    key_field: str,
+    cells: int,
+    migrated_from: dict[str, Any],
+) -> Record:
+    """The ``world.migrated`` record: ``manifest_hash`` (raw) is the new manifest;
+    ``migrated_from`` is ``{manifest_hash, journal_seq}`` of the world it was rebased from."""
+    body = {
+        "manifest_hash": manifest_hash,
+        "reducer": reducer,
+        "key_field": key_field,
+        "cells": cells,
+        "migrated_from": migrated_from,
+    }
+    return WORLD_MIGRATED, make_subject("world", "manifest", "migrated"), body
+
+
+def check_cell(kernel: Kernel, reducer: str, key_cbor: bytes | None, state_cbor: bytes) -> None:
+    """Refuse a cell the reducer could not hold: an unknown reducer, a key (or none) against
+    its keyed-ness, a key not canonical for the key schema, a state not of the state schema."""
+    module = kernel.air.modules.get(reducer)
+    if module is None:
+        raise UnknownName("reducer", reducer, sorted(kernel.air.modules))
+    keyed = module.key_schema is not None
+    if keyed != (key_cbor is not None):
+        raise KeyMismatch(reducer, keyed=keyed)
+    if key_cbor is not None:
+        key = cbor.loads(key_cbor)
+        if (
+            cbor.dumps(normalise(kernel.air.key_types[reducer], key, kernel.air.schemas))
+            != key_cbor
+        ):
+            raise ValueMismatch("/key", "key.not_canonical", "key is not in its schema's form")
+    state_schema = module.abi.reducer.state
+    state = normalise(Ref(state_schema), cbor.loads(state_cbor), kernel.air.schemas, "/state")
+    if cbor.dumps(state) != state_cbor:
+        raise ValueMismatch("/state", "state.not_canonical", "state is not in its schema's form")
+
+
+def apply_move(kernel: Kernel, record: JournalRecord) -> None:
+    """Apply a ``cell.imported`` or ``world.migrated`` record (live and on replay)."""
+    body = record.body
+    if record.kind == WORLD_MIGRATED:
+        wanted = cbor.hash_to_raw(kernel.air.manifest_hash)
+        if body.get("manifest_hash") != wanted:
+            found = body.get("manifest_hash")
+            shown = cbor.raw_to_hash(found) if isinstance(found, bytes) else repr(found)
+            raise ReplayDivergence(
+                record.seq, record.subject, shown, kernel.air.manifest_hash, "manifest_hash"
+            )
+        return
+    reducer, key_cbor, state_cbor = body["reducer"], body["key"], body["state"]
+    check_cell(kernel, reducer, key_cbor, state_cbor)
+    khash = NULL_KEY_HASH if key_cbor is None else key_hash(key_cbor)
+    entry = CellEntry.of(
+        NULL_KEY_CBOR if key_cbor is None else key_cbor,
+        state_cbor,
+        last_active=record.seq,
+        manifest_hash=cbor.hash_to_raw(kernel.air.manifest_hash),
+    )
+    kernel.cells.put(kernel.module_hash(reducer), khash, entry, state_cbor)

@@ -1,0 +1,319 @@
+"""Exporting cells to self-describing files and importing them back (``world cells export``,
+``world cells import``; SPEC §7).
+
+One exported cell is one canonical CBOR map (``format`` 1)::
+
+    {format: 1, reducer, module_hash, key, state, state_hash, manifest_hash, journal_seq,
+     checksum}
+
+``module_hash``, ``state_hash``, ``manifest_hash`` (the manifest the cell pinned, from its index
+entry) and ``checksum`` are raw 32-byte hashes; ``key`` and ``state`` are canonical CBOR bytes
+(a non-keyed reducer's state is exported under ``NULL_KEY_CBOR``); ``journal_seq`` is the seq
+of the last journal record the exported state reflects. ``checksum`` is blake3 over the
+canonical CBOR of the map without it, so one altered byte anywhere, or a truncated file, is
+refused before anything else is looked at. A folder export is the seed's tree::
+
+    FOLDER/state/reducers/<module_hash>/cells/<key_hash>.cbor   one file as above per cell
+    FOLDER/state/reducers/<module_hash>/index.cbor              {key_hash: {key, last_active, size}}
+
+Import checks, per cell and before journaling anything: the checksum, the state hash, the
+file name against the key (tree), the index against the files (tree), the module hash against
+the target world's reducer of that name, and the key and state against the target's schemas
+(``kernel._moves.check_cell``). Any failure is ``CellFileRefused(path, reason)`` and nothing
+is journaled. Then one ``cell.imported`` record per cell goes through the writer in one commit
+and is applied as it is appended, exactly as replay applies it: replay from genesis reproduces
+the imported world.
+
+Not here: the pinned manifest of an imported cell is the importing world's (the file's
+``manifest_hash`` is informative: the cell was made under that manifest elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from air import cbor
+from air.errors import (
+    CborError,
+    InvalidArgument,
+    KeyMismatch,
+    UnknownName,
+    ValueMismatch,
+    WorldError,
+    WrongMode,
+)
+from kernel._moves import apply_move, check_cell, imported_record
+from kernel.cells import NULL_KEY_CBOR, key_hash
+from kernel.journal import JournalRecord
+from world import fileio
+from world.errors import WorldStale
+from world.fsutil import atomic_write
+from world.world import World
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "CellFile",
+    "CellFileRefused",
+    "export_all",
+    "export_cell",
+    "import_path",
+    "journal_cells",
+    "journal_records",
+    "read_cell_file",
+    "read_tree",
+]
+
+EXPORT_FORMAT: Final = 1
+_FIELDS: Final = frozenset(
+    (
+        "format",
+        "reducer",
+        "module_hash",
+        "key",
+        "state",
+        "state_hash",
+        "manifest_hash",
+        "journal_seq",
+        "checksum",
+    )
+)
+_INDEX_FIELDS: Final = frozenset(("key", "last_active", "size"))
+
+
+class CellFileRefused(WorldError):
+    """An exported cell at ``path`` cannot be imported: ``reason`` says why (altered,
+    truncated, another module, a state that does not fit the target's schema...)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+@dataclass(frozen=True)
+class CellFile:
+    """One exported cell, as read and verified (``last_active`` comes from a tree's index)."""
+
+    reducer: str
+    module_hash: bytes
+    key_cbor: bytes
+    state_cbor: bytes
+    manifest_hash: bytes
+    journal_seq: int
+
+    def to_bytes(self) -> bytes:
+        fields = {
+            "format": EXPORT_FORMAT,
+            "reducer": self.reducer,
+            "module_hash": self.module_hash,
+            "key": self.key_cbor,
+            "state": self.state_cbor,
+            "state_hash": cbor.digest(self.state_cbor),
+            "manifest_hash": self.manifest_hash,
+            "journal_seq": self.journal_seq,
+        }
+        return cbor.dumps({**fields, "checksum": cbor.digest(cbor.dumps(fields))})
+
+
+# --- export ---------------------------------------------------------------------------------
+
+
+def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[CellFile]:
+    """The reducer's cells as export records (all of them when ``key_cbor`` is None)."""
+    module_hex = world.kernel.module_hash(reducer)
+    keyed = world.air.modules[reducer].key_schema is not None
+    journal_seq = world.journal.seq_next - 1
+    wanted = None if key_cbor is None else key_hash(key_cbor if keyed else NULL_KEY_CBOR)
+    out = []
+    for khash, entry in list(world.store.iter_entries(module_hex)):
+        if wanted is not None and khash != wanted:
+            continue
+        found = world.store.get(module_hex, khash)
+        if found is None:
+            continue
+        out.append(
+            CellFile(
+                reducer,
+                bytes.fromhex(module_hex),
+                entry.key_cbor,
+                found[1],
+                entry.manifest_hash,
+                journal_seq,
+            )
+        )
+    return out
+
+
+def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
+    """Write the cell of ``key`` (sugar JSON) of ``reducer`` to the file ``out``."""
+    key_cbor = world.key_cbor(reducer, key)
+    cells = _cell_files(world, reducer, key_cbor)
+    if not cells:
+        raise InvalidArgument("key", key, f"{reducer} has no cell for it")
+    with fileio.storage_errors("export"):
+        atomic_write(out, cells[0].to_bytes())
+    return cells[0]
+
+
+def export_all(world: World, reducer: str, folder: Path) -> int:
+    """Write every cell of ``reducer`` as the seed's tree under ``folder``; return the count."""
+    if reducer not in world.air.modules:
+        raise UnknownName("reducer", reducer, sorted(world.air.modules))
+    module_hex = world.kernel.module_hash(reducer)
+    entries = dict(world.store.iter_entries(module_hex))
+    cells = _cell_files(world, reducer, None)
+    base = folder / "state" / "reducers" / module_hex
+    with fileio.storage_errors("export"):
+        fileio.mkdir(base / "cells", parents=True, exist_ok=True)
+        index = {}
+        for cell in cells:
+            khash = key_hash(cell.key_cbor)
+            atomic_write(base / "cells" / f"{khash.hex()}.cbor", cell.to_bytes())
+            entry = entries[khash]
+            index[khash] = {
+                "key": cell.key_cbor,
+                "last_active": entry.last_active,
+                "size": entry.size,
+            }
+        atomic_write(base / "index.cbor", cbor.dumps(index))
+    return len(cells)
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CellFileRefused(str(path), f"cannot read: {exc.strerror}") from exc
+
+
+def read_cell_file(path: Path, data: bytes | None = None) -> CellFile:
+    """Decode and verify one exported cell (format, fields, checksum, state hash)."""
+    data = _read_bytes(path) if data is None else data
+    where = str(path)
+    try:
+        obj = cbor.loads(data)
+    except CborError as exc:
+        raise CellFileRefused(where, f"not canonical CBOR (altered or truncated): {exc}") from exc
+    if not isinstance(obj, dict) or obj.keys() != _FIELDS:
+        raise CellFileRefused(where, "not an exported cell (wrong fields)")
+    if obj["format"] != EXPORT_FORMAT:
+        raise CellFileRefused(where, f"export format {obj['format']!r}, not {EXPORT_FORMAT}")
+    fields = {k: v for k, v in obj.items() if k != "checksum"}
+    if cbor.digest(cbor.dumps(fields)) != obj["checksum"]:
+        raise CellFileRefused(where, "checksum mismatch: the file was altered")
+    typed = (
+        isinstance(obj["reducer"], str)
+        and all(isinstance(obj[k], bytes) for k in ("module_hash", "key", "state"))
+        and isinstance(obj["manifest_hash"], bytes)
+        and type(obj["journal_seq"]) is int
+    )
+    if not typed:
+        raise CellFileRefused(where, "a field has the wrong type")
+    if cbor.digest(obj["state"]) != obj["state_hash"]:
+        raise CellFileRefused(where, "state hash mismatch: the state was altered")
+    return CellFile(
+        obj["reducer"],
+        obj["module_hash"],
+        obj["key"],
+        obj["state"],
+        obj["manifest_hash"],
+        obj["journal_seq"],
+    )
+
+
+def read_tree(folder: Path) -> list[tuple[Path, CellFile]]:
+    """Every cell of an exported tree, each checked against its file name and the index."""
+    root = folder / "state" / "reducers"
+    if not root.is_dir():
+        raise CellFileRefused(str(folder), "not an exported cell tree (no state/reducers)")
+    out = []
+    for module_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        index_path = module_dir / "index.cbor"
+        try:
+            index = cbor.loads(_read_bytes(index_path))
+        except CborError as exc:
+            raise CellFileRefused(str(index_path), f"not canonical CBOR: {exc}") from exc
+        if not isinstance(index, dict):
+            raise CellFileRefused(str(index_path), "not a map of key hash to cell")
+        files = sorted((module_dir / "cells").glob("*.cbor"))
+        names = {p.stem for p in files}
+        listed = {kh.hex() for kh in index if isinstance(kh, bytes)}
+        if names != listed or len(listed) != len(index):
+            missing = sorted(listed ^ names)[:1] or ["?"]
+            raise CellFileRefused(str(index_path), f"index and cell files differ at {missing[0]}")
+        for path in files:
+            cell = read_cell_file(path)
+            _check_in_tree(path, module_dir.name, cell, index[bytes.fromhex(path.stem)])
+            out.append((path, cell))
+    return out
+
+
+def _check_in_tree(path: Path, module_hex: str, cell: CellFile, record: Any) -> None:
+    if cell.module_hash.hex() != module_hex:
+        raise CellFileRefused(str(path), f"module {cell.module_hash.hex()} in folder {module_hex}")
+    if key_hash(cell.key_cbor).hex() != path.stem:
+        raise CellFileRefused(str(path), "file name is not the hash of the cell's key")
+    if not isinstance(record, dict) or record.keys() != _INDEX_FIELDS:
+        raise CellFileRefused(str(path), "index entry has the wrong fields")
+    if record["key"] != cell.key_cbor or record["size"] != len(cell.state_cbor):
+        raise CellFileRefused(str(path), "index entry does not describe the file")
+
+
+# --- import ---------------------------------------------------------------------------------
+
+
+def _target_key(world: World, path: Path, cell: CellFile) -> bytes | None:
+    """The key the ``cell.imported`` record carries; refuses a cell that does not fit."""
+    module = world.air.modules.get(cell.reducer)
+    if module is None:
+        raise CellFileRefused(str(path), f"the world has no reducer {cell.reducer}")
+    ours = world.kernel.module_hash(cell.reducer)
+    if cell.module_hash.hex() != ours:
+        raise CellFileRefused(
+            str(path), f"module {cell.module_hash.hex()} of {cell.reducer}, the world has {ours}"
+        )
+    key = None if module.key_schema is None and cell.key_cbor == NULL_KEY_CBOR else cell.key_cbor
+    try:
+        check_cell(world.kernel, cell.reducer, key, cell.state_cbor)
+    except (CborError, ValueMismatch, KeyMismatch) as exc:
+        raise CellFileRefused(str(path), f"does not fit {cell.reducer}'s schemas: {exc}") from exc
+    return key
+
+
+def journal_cells(world: World, cells: Iterable[tuple[str, bytes | None, bytes]]) -> list[int]:
+    """Journal and apply one ``cell.imported`` per ``(reducer, key_cbor, state_cbor)``, then
+    commit; return the seqs. The cells must have passed ``check_cell`` (apply checks again:
+    a failure there leaves the handle stale and nothing committed)."""
+    if world.readonly:
+        raise WrongMode("import cells", "open read-only")
+    if world.stale is not None:
+        raise WorldStale(world.stale)
+    return journal_records(world, [imported_record(*cell) for cell in cells])
+
+
+def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]) -> list[int]:
+    """Append and apply move records (``kernel._moves``) through ``world``'s writer; commit."""
+    seqs = []
+    world.kernel.consistent = False
+    for kind, subject, body in records:
+        seq = world.journal.append(kind, subject, body)
+        apply_move(world.kernel, JournalRecord(seq, subject, kind, body))
+        seqs.append(seq)
+    world.kernel.consistent = True
+    world.commit()
+    return seqs
+
+
+def import_path(world: World, path: Path) -> int:
+    """Import one exported file or a tree into ``world``; return how many cells were imported.
+    Everything is verified first; then all cells are journaled in one commit."""
+    found = read_tree(path) if path.is_dir() else [(path, read_cell_file(path))]
+    cells = [(cell.reducer, _target_key(world, p, cell), cell.state_cbor) for p, cell in found]
+    journal_cells(world, cells)
+    return len(cells)

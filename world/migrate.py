@@ -1,0 +1,394 @@
+"""``world migrate cells``: turn a non-keyed (v1) reducer whose state is ``map<K, V>`` into a
+keyed one with one cell per map entry (seed 001, "Migration Path").
+
+What changes. The reducer's ``defmodule`` gets ``key_schema`` = K and its ABI state becomes V
+(a new ``defschema`` ``<state name>Cell@<v>`` when V is written inline); every routing entry
+to it gets ``key_field``. The wasm binary is unchanged: a reducer built on the SDK wrapper
+serves both modes. Preconditions (each refusal is ``MigrationRefused(reducer, reason)``): the
+reducer is not keyed; its state schema resolves to a map whose key type is a valid key type;
+every event schema routed to it is a record with ``key_field`` of K's type; each key in the
+state fits K; the world is quiet (no queued delivery, plan run or effect in flight: their
+history would otherwise have to be re-targeted at cells).
+
+The journal is rebased. The old journal's records cannot replay under the new manifest (its
+steps ran the reducer in v1 mode on the whole map), so the migrated world's journal is new:
+``world.created`` naming the new manifest, ``world.migrated {manifest_hash, reducer,
+key_field, cells, migrated_from: {manifest_hash, journal_seq}}``, then one ``cell.imported``
+per cell: the migrated reducer's map entries, and every other reducer's cells as they were.
+Replay of the new world is exact by construction (``kernel._moves`` applies those records the
+same way live and on replay). The old history is kept whole in ``<world>.bak-<N>``, which
+``migrated_from`` names by manifest hash and last seq. Rejected: appending the migration to
+the old journal, which would make replay need the old manifest for a prefix of the journal
+(two eras of AIR in one world, for one tool). Lost in the rebase: dead letters, step counters
+and the logical clock (the world is quiet, so nothing pending depends on them).
+
+All or nothing. The new world is built beside the old one and swapped in by renames::
+
+    1. build <parent>/.<name>.migrating (a whole world: AIR, CAS objects copied, receipt
+       key copied, journal, checkpoint), verify it replays from genesis, sync
+    2. rename .<name>.migrating -> .<name>.ready          (fsync parent)
+    3. rename <name>            -> <name>.bak-<N>         (fsync parent)
+    4. rename .<name>.ready     -> <name>                 (fsync parent)
+
+A kill at any point leaves: before 3, the old world in place (a leftover ``.migrating`` or
+``.ready`` folder is garbage); between 3 and 4, no ``<name>`` but a complete ``.ready``:
+``recover_migration(path)`` finishes step 4 (``World.open`` calls it when the folder is
+missing); after 4, the new world. Rejected: one rename of a symlink (atomic, but then every
+world folder is a symlink, and tools that copy or lock it must follow links).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from air import cbor
+from air.errors import ManifestError, UnknownName, ValueMismatch, WorldError
+from air.loader import AirSource, LoadedAir, load_air
+from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
+from air.values import normalise
+from kernel._moves import imported_record, migrated_record
+from world import fileio
+from world._worlddir import build_world, remove_tree
+from world.airfiles import inspect_wasm, read_world_sources
+from world.cas import FileCas
+from world.export import journal_records
+from world.fsutil import atomic_write, sync_paths, write_unsynced
+from world.receipts import KEY_DIR, KEY_FILE
+from world.replay import verify_world
+from world.world import World
+
+__all__ = [
+    "MigrationPlan",
+    "MigrationRefused",
+    "migrate_cells",
+    "plan_migration",
+    "recover_migration",
+]
+
+STAGING_SUFFIX: Final = ".migrating"
+READY_SUFFIX: Final = ".ready"
+
+Cell = tuple[str, bytes | None, bytes]
+
+
+class MigrationRefused(WorldError):
+    """``reducer`` cannot be migrated to cells: ``reason`` says why. Nothing was written."""
+
+    def __init__(self, reducer: str, reason: str) -> None:
+        self.reducer = reducer
+        self.reason = reason
+        super().__init__(f"cannot migrate {reducer} to cells: {reason}")
+
+
+@dataclass
+class MigrationPlan:
+    """What a migration does (``summary`` is the ``--dry-run`` report)."""
+
+    reducer: str
+    key_field: str
+    key_schema: Any
+    state_from: str
+    state_to: str
+    added_schema: str | None
+    routes: list[str]
+    cells: list[tuple[bytes, bytes]]
+    others: list[Cell]
+    sources: list[AirSource]
+    air: LoadedAir
+    manifest_from: str
+    journal_seq: int
+    backup: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "reducer": self.reducer,
+            "key_field": self.key_field,
+            "key_schema": self.key_schema,
+            "state_schema": {"from": self.state_from, "to": self.state_to},
+            "added_schema": self.added_schema,
+            "routes": self.routes,
+            "cells": len(self.cells),
+            "other_cells": len(self.others),
+            "manifest_hash": {"from": self.manifest_from, "to": self.air.manifest_hash},
+            "migrated_from_seq": self.journal_seq,
+            "backup": self.backup or None,
+        }
+
+
+# --- planning -------------------------------------------------------------------------------
+
+
+def _authored(node: TypeNode) -> Any:
+    """A type as an author writes it: a name for a primitive or a ref, else its JSON object."""
+    if isinstance(node, Prim | Ref):
+        return node.name
+    return type_to_obj(node)
+
+
+def _check_routes(air: LoadedAir, reducer: str, key_field: str, key: TypeNode) -> list[str]:
+    events = [r.event for r in air.manifest.routing.events if r.reducer == reducer]
+    wanted = resolve(key, air.schemas)
+    for event in events:
+        node = resolve(Ref(event), air.schemas)
+        fields = node.field_map() if isinstance(node, Record) else {}
+        if key_field not in fields:
+            raise MigrationRefused(reducer, f"event schema {event} has no field {key_field!r}")
+        if resolve(fields[key_field], air.schemas) != wanted:
+            raise MigrationRefused(
+                reducer, f"field {key_field!r} of {event} is not of the map's key type"
+            )
+    return events
+
+
+def _check_quiet(world: World, reducer: str) -> None:
+    kernel = world.kernel
+    busy = [i for i in kernel.effects.intents.values() if i.status in ("queued", "parked")]
+    if not kernel.idle() or kernel.runs or busy:
+        raise MigrationRefused(
+            reducer, "the world has queued deliveries, plan runs or effects; run it until idle"
+        )
+
+
+def _map_cells(world: World, reducer: str, key: TypeNode) -> list[tuple[bytes, bytes]]:
+    """The map's entries as (key_cbor, state_cbor), in key order; refuses keys that do not fit."""
+    raw = world.kernel.state_of(reducer, None)
+    if raw is None:
+        return []
+    state = cbor.loads(raw)
+    if not isinstance(state, dict):
+        raise MigrationRefused(reducer, "the state is not a map")
+    cells = []
+    for k, v in state.items():
+        try:
+            fits = normalise(key, k, world.air.schemas) == k
+        except ValueMismatch:
+            fits = False
+        if not fits:
+            raise MigrationRefused(reducer, f"map key {k!r} does not fit the key type")
+        if v is not None:  # a null substate is an absent cell
+            cells.append((cbor.dumps(k), cbor.dumps(v)))
+    return sorted(cells)
+
+
+def _other_cells(world: World, reducer: str) -> list[Cell]:
+    out: list[Cell] = []
+    for name in sorted(world.air.modules):
+        if name == reducer:
+            continue
+        module_hex = world.kernel.module_hash(name)
+        keyed = world.air.modules[name].key_schema is not None
+        for khash, entry in list(world.store.iter_entries(module_hex)):
+            found = world.store.get(module_hex, khash)
+            if found is not None:
+                out.append((name, entry.key_cbor if keyed else None, found[1]))
+    return out
+
+
+def _cell_schema_name(state_name: str, taken: dict[str, Any]) -> str:
+    base, _, version = state_name.partition("@")
+    candidate = f"{base}Cell@{version or 1}"
+    n = 2
+    while candidate in taken:
+        candidate, n = f"{base}Cell{n}@{version or 1}", n + 1
+    return candidate
+
+
+def _rewrite(
+    sources: list[AirSource], reducer: str, key_field: str, edits: dict[str, Any]
+) -> list[AirSource]:
+    """The AIR sources with the module, its routes (and an added value schema) changed."""
+    out = []
+    for source in sources:
+        if source.builtin:
+            out.append(source)
+            continue
+        doc = json.loads(source.text)
+        items = doc if isinstance(doc, list) else [doc]
+        touched = False
+        for item in list(items):
+            if item.get("$kind") == "defmodule" and item.get("name") == reducer:
+                item["key_schema"] = edits["key_schema"]
+                item["abi"]["reducer"]["state"] = edits["state"]
+                if edits["added"] is not None:
+                    items.append(edits["added"])
+                touched = True
+            elif item.get("$kind") == "manifest":
+                for route in item.get("routing", {}).get("events", []):
+                    if route.get("reducer") == reducer:
+                        route["key_field"] = key_field
+                        touched = True
+        if not touched:
+            out.append(source)
+            continue
+        shaped = items if isinstance(doc, list) or len(items) > 1 else doc
+        out.append(AirSource(source.file, json.dumps(shaped, indent=2) + "\n", source.builtin))
+    return out
+
+
+def plan_migration(world: World, reducer: str, key_field: str) -> MigrationPlan:
+    """Check every precondition and compute the new AIR and the cells; write nothing."""
+    air = world.air
+    module = air.modules.get(reducer)
+    if module is None:
+        raise UnknownName("reducer", reducer, sorted(air.modules))
+    if module.key_schema is not None:
+        raise MigrationRefused(reducer, "it is keyed already")
+    state_name = module.abi.reducer.state
+    state_type = resolve(Ref(state_name), air.schemas)
+    if not isinstance(state_type, MapT):
+        raise MigrationRefused(reducer, f"its state schema {state_name} is not a map")
+    key, value = state_type.key, state_type.value
+    resolved_key = resolve(key, air.schemas)
+    if not (isinstance(resolved_key, Prim) and resolved_key.name in MAP_KEY_PRIMS):
+        raise MigrationRefused(reducer, f"the map's key type is not one of {sorted(MAP_KEY_PRIMS)}")
+    routes = _check_routes(air, reducer, key_field, key)
+    _check_quiet(world, reducer)
+    cells = _map_cells(world, reducer, key)
+    added = None
+    state_to = value.name if isinstance(value, Ref) else _cell_schema_name(state_name, air.schemas)
+    if not isinstance(value, Ref):
+        added = {"$kind": "defschema", "name": state_to, "type": type_to_obj(value)}
+    edits = {"key_schema": _authored(key), "state": state_to, "added": added}
+    sources, wasm_map = read_world_sources(world.path / "air" / "sources.json")
+    new_sources = _rewrite(sources, reducer, key_field, edits)
+    cas = FileCas(world.path, readonly=True)
+    try:
+        new_air = load_air(
+            new_sources, lambda p: cas.get(wasm_map[p]) if p in wasm_map else None, inspect_wasm
+        )
+    except ManifestError as exc:
+        raise MigrationRefused(reducer, f"the new AIR does not load: {exc}") from exc
+    return MigrationPlan(
+        reducer,
+        key_field,
+        edits["key_schema"],
+        state_name,
+        state_to,
+        state_to if added else None,
+        routes,
+        cells,
+        _other_cells(world, reducer),
+        new_sources,
+        new_air,
+        air.manifest_hash,
+        world.journal.seq_next - 1,
+    )
+
+
+# --- building and swapping ------------------------------------------------------------------
+
+
+def _siblings(path: Path) -> tuple[Path, Path]:
+    parent = path.absolute().parent
+    return parent / f".{path.name}{STAGING_SUFFIX}", parent / f".{path.name}{READY_SUFFIX}"
+
+
+def _backup_path(path: Path) -> Path:
+    parent = path.absolute().parent
+    taken = [p.name.rpartition("-")[2] for p in parent.glob(f"{path.name}.bak-*")]
+    n = 1 + max((int(t) for t in taken if t.isdigit()), default=0)
+    return parent / f"{path.name}.bak-{n}"
+
+
+def _cas_files(path: Path) -> Iterator[Path]:
+    root = path / "cas"
+    if root.is_dir():
+        yield from (p for p in sorted(root.glob("*/*")) if p.is_file())
+
+
+def _build(old: World, plan: MigrationPlan, staging: Path) -> None:
+    """Write the whole new world into ``staging`` and check that it replays exactly."""
+    fileio.mkdir(staging)
+    build_world(staging, plan.air, plan.sources).release()
+    for source in _cas_files(old.path):
+        target = staging / "cas" / source.parent.name / source.name
+        if not target.exists():  # CAS objects are immutable: blobs the states refer to
+            fileio.mkdir(target.parent, exist_ok=True)
+            write_unsynced(target, source.read_bytes())
+    key_file = old.path / KEY_DIR / KEY_FILE
+    if key_file.is_file():  # receipts the cells hold stay verifiable
+        atomic_write(staging / KEY_DIR / KEY_FILE, key_file.read_bytes())
+    moved_from = {
+        "manifest_hash": cbor.hash_to_raw(plan.manifest_from),
+        "journal_seq": plan.journal_seq,
+    }
+    records = [
+        migrated_record(
+            cbor.hash_to_raw(plan.air.manifest_hash),
+            plan.reducer,
+            plan.key_field,
+            len(plan.cells),
+            moved_from,
+        ),
+        *(imported_record(plan.reducer, k, s) for k, s in plan.cells),
+        *(imported_record(*cell) for cell in plan.others),
+    ]
+    with World.open(staging) as new:
+        journal_records(new, records)
+        new.snapshot()
+    report = verify_world(staging)
+    if report.divergence is not None or report.mismatches:
+        raise MigrationRefused(plan.reducer, f"the migrated world does not replay: {report}")
+    sync_paths([], [], force=True)  # the copies above were written unsynced
+
+
+def _rename(source: Path, target: Path) -> None:
+    fileio.replace(source, target)
+    fileio.fsync_dir(target.parent)
+
+
+def migrate_cells(
+    path: Path, reducer: str, key_field: str, *, dry_run: bool = False
+) -> MigrationPlan:
+    """Migrate ``reducer`` of the world at ``path`` to cells (see the module docstring);
+    ``dry_run`` only plans. Returns the plan (its ``backup`` names the old world's folder)."""
+    path = Path(path)
+    recover_migration(path)
+    staging, ready = _siblings(path)
+    with World.open(path, readonly=True) as old:  # the shared lock keeps writers out
+        plan = plan_migration(old, reducer, key_field)
+        if dry_run:
+            return plan
+        with fileio.storage_errors("migrate"):
+            remove_tree(staging)
+            remove_tree(ready)
+            try:
+                _build(old, plan, staging)
+            except BaseException:
+                remove_tree(staging)
+                raise
+            backup = _backup_path(path)
+            _rename(staging, ready)
+            _rename(path, backup)
+            _rename(ready, path)
+    plan.backup = str(backup)
+    return plan
+
+
+def recover_migration(path: Path) -> bool:
+    """Finish or undo a migration a crash interrupted; True if it changed anything.
+
+    A missing world folder beside a ``.ready`` one is a crash between the swap's renames:
+    the new world is complete, so it is moved into place. A ``.migrating`` or ``.ready``
+    folder beside a present world is left over from a crash before the swap: removed."""
+    path = Path(path)
+    staging, ready = _siblings(path)
+    changed = False
+    with fileio.storage_errors("recover migration"):
+        if not path.exists() and ready.is_dir():
+            try:
+                _rename(ready, path)
+            except WorldError:
+                if not path.exists():  # another process did it meanwhile
+                    raise
+            changed = True
+        for leftover in (staging, ready):
+            if leftover.exists() and path.exists():
+                remove_tree(leftover)
+                changed = True
+    return changed

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from cli.common import console, emit_json, fail, handle_errors
-from cli.core import opened, parse_key_arg
-from world.world import CellView
+from cli.core import opened, parse_key_arg, via_server
 
 __all__ = ["app"]
 
@@ -26,34 +25,29 @@ def ls(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List a keyed reducer's cells: key, state, size, last active journal seq."""
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        total = world.cell_count(reducer)
-        views: list[CellView] = []
-        for view in world.cells(reducer):
-            if len(views) >= limit:
-                break
-            views.append(view)
+    with handle_errors(json_output):
+        listing = via_server(directory, "cells_ls", reducer=reducer, limit=limit)
+        if listing is None:
+            listing = _list_here(directory, reducer, limit)
+    total, cells = listing["count"], listing["cells"]
     if json_output:
-        cells = [
-            {
-                "key": v.key,
-                "key_hash": v.key_hash,
-                "state": v.state,
-                "size": v.entry.size,
-                "last_active": v.entry.last_active,
-            }
-            for v in views
-        ]
         emit_json({"ok": True, "reducer": reducer, "count": total, "cells": cells})
         return
     table = Table(title=f"{reducer}: {total} cell(s)")
     for column in ("key", "state", "size", "last active"):
         table.add_column(column)
-    for v in views:
+    for c in cells:
         table.add_row(
-            json.dumps(v.key), json.dumps(v.state), str(v.entry.size), str(v.entry.last_active)
+            json.dumps(c["key"]), json.dumps(c["state"]), str(c["size"]), str(c["last_active"])
         )
     console.print(table)
+
+
+def _list_here(directory: Path, reducer: str, limit: int) -> dict[str, Any]:
+    from world.serve import cells_listing  # lazy: the server's imports are not needed here
+
+    with opened(directory, readonly=True) as world:
+        return cells_listing(world, reducer, limit)
 
 
 @app.command("show")

@@ -66,13 +66,15 @@ def handle_errors(
     except WorldError as exc:
         code = EXIT_INTERRUPTED if type(exc).__name__ == "Interrupted" else 1
         if json_output:
+            # An error a served world replied with keeps its own class and fields.
+            served_class = getattr(exc, "error_class", None)
             emit_json(
                 {
                     "ok": False,
-                    "error": type(exc).__name__,
+                    "error": served_class or type(exc).__name__,
                     "code": getattr(exc, "code", None) or type(exc).__name__,
                     "detail": str(exc),
-                    "fields": error_fields(exc),
+                    "fields": getattr(exc, "fields", None) if served_class else error_fields(exc),
                 }
             )
             raise typer.Exit(code) from exc

@@ -23,6 +23,7 @@ from cli.common import (
     handle_errors,
     signals_deferred,
 )
+from world.control import Client, ServedError, served, socket_path
 from world.effectloop import EffectLoop
 from world.world import EventRejected, World
 
@@ -37,6 +38,7 @@ __all__ = [
     "snapshot",
     "state",
     "step",
+    "via_server",
 ]
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
@@ -112,6 +114,25 @@ def opened(
                 err_console.print(f"[yellow]notice:[/yellow] {notice}", soft_wrap=True)
 
 
+def via_server(directory: Path, op: str, **args: Any) -> Any | None:
+    """The reply of the server holding ``directory`` (``world serve``) to ``op``, or None when
+    the world is not served: the command then opens the world itself. A served world must be
+    asked: opening it would fail on the write lock, or show a reader's stale view."""
+    if not served(directory):
+        return None
+    with Client(socket_path(directory)) as client:
+        return client.call(op, **args)
+
+
+def _served_rejection(exc: ServedError, file: Path | None, lines: list[Any]) -> ServedError:
+    """A batch the server refused, worded as the local send words it (file:line: cause)."""
+    index, cause = exc.fields.get("index"), exc.fields.get("cause")
+    if exc.error_class != "EventRejected" or not isinstance(index, int) or cause is None:
+        return exc
+    where = f"{file}:{lines[index][0]}: " if file is not None else ""
+    return ServedError(exc.error_class, exc.code, f"{where}{cause}", exc.fields)
+
+
 def send(
     directory: DirArg,
     schema: Annotated[str, typer.Argument(help="Event schema, e.g. demo/CounterEvent@1")],
@@ -127,17 +148,28 @@ def send(
         fail("give exactly one of VALUE or --file")
     with handle_errors(json_output), signals_deferred():
         lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
-        with opened(directory) as world:
-            try:
-                seqs = world.send_many([(schema, v) for _n, v in lines])
-            except EventRejected as exc:
-                if file is None:
-                    raise exc.cause from exc
-                raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
+        try:
+            reply = via_server(directory, "send", schema=schema, values=[v for _n, v in lines])
+        except ServedError as exc:
+            raise _served_rejection(exc, file, lines) from exc
+        if reply is not None:
+            seqs = reply["seqs"]
+        else:
+            seqs = _send_here(directory, schema, lines, file)
     if json_output:
         emit_json({"ok": True, "seqs": seqs})
     else:
         console.print(f"sent {len(seqs)} event(s), journal seq {seqs[0]}..{seqs[-1]}")
+
+
+def _send_here(directory: Path, schema: str, lines: list[Any], file: Path | None) -> list[int]:
+    with opened(directory) as world:
+        try:
+            return world.send_many([(schema, v) for _n, v in lines])
+        except EventRejected as exc:
+            if file is None:
+                raise exc.cause from exc
+            raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
 
 
 def step(
@@ -210,8 +242,14 @@ def state(
     json_output: JsonOpt = False,
 ) -> None:
     """Show a reducer's state, or one cell's with --key."""
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        value = world.state(reducer, None if key is None else parse_key_arg(key))
+    with handle_errors(json_output):
+        key_value = None if key is None else parse_key_arg(key)
+        reply = via_server(directory, "state", reducer=reducer, key=key_value)
+        if reply is not None:
+            value = reply["state"]
+        else:
+            with opened(directory, readonly=True) as world:
+                value = world.state(reducer, key_value)
     if json_output:
         emit_json({"ok": True, "state": value})
     elif value is None:
@@ -222,8 +260,13 @@ def state(
 
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Summarise a world: manifest, journal, reducers and cells, dead letters."""
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        data = world.info()
+    with handle_errors(json_output):
+        data = via_server(directory, "info")
+        if data is not None:
+            data["path"] = str(directory)  # the server's own path may be spelled otherwise
+        else:
+            with opened(directory, readonly=True) as world:
+                data = world.info()
     if json_output:
         emit_json(data)
         return
@@ -252,8 +295,13 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
 
 def snapshot(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Checkpoint cells, index and kernel state now."""
-    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
-        address = world.snapshot()
+    with handle_errors(json_output), signals_deferred():
+        reply = via_server(directory, "snapshot")
+        if reply is not None:
+            address = reply["snapshot"]
+        else:
+            with opened(directory) as world:
+                address = world.snapshot()
     if json_output:
         emit_json({"ok": True, "snapshot": address})
     else:

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from cli import cells, core, demo, effects, history, journal, moves, replay, validate
+from cli import cells, core, demo, effects, history, journal, moves, replay, serve, validate
 from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
@@ -69,6 +69,7 @@ app.command("snapshot")(core.snapshot)
 app.command("replay")(replay.replay)
 app.command("demo")(demo.demo)
 app.command("fork")(history.fork)  # importing cli.history also adds `cells show --at`, `cells tail`
+app.command("serve")(serve.serve)
 app.add_typer(cells.app, name="cells")
 app.add_typer(journal.app, name="journal")
 app.add_typer(effects.app, name="effects")

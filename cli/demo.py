@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from air.errors import UsageError
 from cli.common import console, handle_errors
 from world.replay import verify_world
+from world.sdk import example_path
 from world.world import World
 
 __all__ = ["demo", "example_air"]
@@ -22,13 +22,9 @@ REDUCER = "demo/Counter@1"
 
 
 def example_air(name: str) -> Path:
-    """A bundled example world (``manifests/<name>``) of this checkout."""
-    path = Path(__file__).resolve().parents[1] / "manifests" / name
-    if not path.is_dir():
-        raise UsageError(
-            f"bundled example {name!r} not found at {path}; run from a checkout (pip install -e .)"
-        )
-    return path
+    """A bundled example world's AIR folder: in the installed package, or in the checkout of an
+    editable install (``world.sdk.bundle_root``)."""
+    return example_path(name)
 
 
 def _events() -> list[dict[str, object]]:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from cli import cells, core, demo, effects, history, journal, moves, replay, serve, validate
+from cli import (
+    cells,
+    core,
+    demo,
+    effects,
+    examples,
+    history,
+    journal,
+    moves,
+    reducer,
+    replay,
+    serve,
+    validate,
+)
 from cli.common import EXIT_INTERRUPTED, console, err_console
 
 __all__ = ["app", "main"]
@@ -59,7 +73,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("validate")(validate.validate)
-app.command("init")(core.init)
+app.command("init")(examples.init)  # core.init, plus --example NAME
 app.command("send")(core.send)
 app.command("step")(core.step)
 app.command("run")(core.run)
@@ -74,10 +88,26 @@ app.add_typer(cells.app, name="cells")
 app.add_typer(journal.app, name="journal")
 app.add_typer(effects.app, name="effects")
 app.add_typer(moves.app, name="migrate")  # importing cli.moves also adds `cells export|import`
+app.add_typer(examples.app, name="examples")
+app.add_typer(reducer.app, name="reducer")
+app.add_typer(reducer.sdk_app, name="sdk")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"world-kernel {importlib.metadata.version('world-kernel')}", markup=False)
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
     """Drive a deterministic, event-sourced world of WASM reducers."""
 
 

@@ -14,10 +14,18 @@
     ├── StepRejected(module, code, pointer, detail)  kernel.abi: output failed decoding/validation
     ├── WasmFormatError(offset, detail)           kernel.wasminfo: bytes are not a wasm module
     ├── JournalCorrupt(segment, offset, seq, reason)  kernel.journal: a bad record in the journal
-    ├── ReplayDivergence(seq, entity, expected, actual)  kernel.core: replay differed
+    ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.divergence: replay differed
     ├── ObjectMissing(address)                    kernel.cells: nothing in the CAS at an address
-    ├── WorldLocked(path)                         world.fsutil: another process holds the world
-    ├── WorldExists(path), CheckpointAhead(...)   world.world
+    ├── WorldLocked(path, mode)                   world.fsutil: a lock that conflicts is held
+    ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
+    │   EventRejected, CheckpointMoved            world.errors: the world directory layer
+    ├── StoreFailed(path)                         world.cellstore: a flush failed earlier
+    ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.receipts
+    ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
+    ├── MigrationRefused(reducer, reason)         world.migrate
+    ├── SeqPastEnd(seq, seq_last)                 world.timetravel
+    ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.control
+    ├── BuildError(reducer, code, detail)         world.sdk: a reducer that does not build
     ├── LimitExceeded(limit, value)               a named limit was hit
     ├── HashMismatch(expected, actual)            content did not match its address
     ├── JsonError(source, line, column, code, detail)  JSON text that cannot be read

@@ -6,13 +6,10 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from air import jsontext
 from air.errors import InputFileError, JsonError
 from cli.common import (
     SignalGate,
@@ -23,9 +20,12 @@ from cli.common import (
     handle_errors,
     signals_deferred,
 )
-from world.control import Client, ServedError, served, socket_path
-from world.effectloop import EffectLoop
-from world.world import EventRejected, World
+
+# The world, kernel and AIR modules (wasmtime, pydantic, httpx) are imported inside the commands
+# that use them, so that ``world --help`` and the other commands start quickly (issue 9).
+if TYPE_CHECKING:
+    from world.control import ServedError
+    from world.world import World
 
 __all__ = [
     "info",
@@ -50,6 +50,8 @@ _JSON_START = frozenset('{["-0123456789')
 
 def parse_json_arg(text: str, *, source: str = "VALUE") -> Any:
     """A value given on the command line: JSON (malformed JSON is an error with its position)."""
+    from air import jsontext
+
     return jsontext.loads(text, source=source)
 
 
@@ -57,6 +59,8 @@ def parse_key_arg(text: str) -> Any:
     """A key given on the command line: JSON read through the key schema, or, when it cannot
     be JSON at all (``order-1``), the text itself. Text that starts like JSON (a brace, a
     bracket, a quote, a digit or a minus sign) must be valid JSON."""
+    from air import jsontext
+
     try:
         return jsontext.loads(text, source="KEY")
     except JsonError:
@@ -70,6 +74,8 @@ def init(
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
+    from world.world import World
+
     with handle_errors(), signals_deferred():
         world = World.create(directory, air)
         manifest_hash = world.air.manifest_hash
@@ -79,6 +85,8 @@ def init(
 
 def _read_jsonl(path: Path) -> list[Any]:
     """One JSON value per non-blank line; each error names the file and its line."""
+    from air import jsontext
+
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -101,6 +109,8 @@ def opened(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[World]:
     """The world at ``directory``, closed at the end; its notices go to stderr once."""
+    from world.world import World
+
     world = World.open(directory, readonly=readonly)
     if gate is not None:
         gate.target = world
@@ -118,6 +128,8 @@ def via_server(directory: Path, op: str, **args: Any) -> Any | None:
     """The reply of the server holding ``directory`` (``world serve``) to ``op``, or None when
     the world is not served: the command then opens the world itself. A served world must be
     asked: opening it would fail on the write lock, or show a reader's stale view."""
+    from world.control import Client, served, socket_path
+
     if not served(directory):
         return None
     with Client(socket_path(directory)) as client:
@@ -126,6 +138,8 @@ def via_server(directory: Path, op: str, **args: Any) -> Any | None:
 
 def _served_rejection(exc: ServedError, file: Path | None, lines: list[Any]) -> ServedError:
     """A batch the server refused, worded as the local send words it (file:line: cause)."""
+    from world.control import ServedError
+
     index, cause = exc.fields.get("index"), exc.fields.get("cause")
     if exc.error_class != "EventRejected" or not isinstance(index, int) or cause is None:
         return exc
@@ -144,6 +158,8 @@ def send(
     json_output: JsonOpt = False,
 ) -> None:
     """Send events into the world (durable when the command returns)."""
+    from world.control import ServedError
+
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")
     with handle_errors(json_output), signals_deferred():
@@ -163,6 +179,8 @@ def send(
 
 
 def _send_here(directory: Path, schema: str, lines: list[Any], file: Path | None) -> list[int]:
+    from world.world import EventRejected
+
     with opened(directory) as world:
         try:
             return world.send_many([(schema, v) for _n, v in lines])
@@ -210,6 +228,10 @@ def run(
     json_output: JsonOpt = False,
 ) -> None:
     """Run the world with its effect adapters live until it is idle."""
+    from rich.markup import escape
+
+    from world.effectloop import EffectLoop
+
     with (
         handle_errors(json_output),
         signals_deferred() as gate,
@@ -270,6 +292,8 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     if json_output:
         emit_json(data)
         return
+    from rich.table import Table
+
     table = Table(show_header=False, title=f"world {directory}")
     for key in (
         "manifest_hash",

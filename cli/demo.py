@@ -1,4 +1,13 @@
-"""``world demo``: a keyed counter world in a temporary folder, sent events, run, and shown."""
+"""``world demo``: a short guided tour on the bundled examples, in a temporary folder (or
+``--keep DIR``). Each stage prints a heading and the command it runs, then runs that command's
+own code, so what the tour shows is what the command prints:
+
+create the keyed counter world, send events, run, list the cells, show one cell and its
+history, export it, migrate the v1 counter world (``counter_v1``, one map in its state) to
+cells, verify the migrated world by replay, and where to look next.
+
+World, kernel and AIR modules are imported inside the functions, so ``world --help`` does not
+pay for them."""
 
 from __future__ import annotations
 
@@ -8,22 +17,34 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from cli.common import console, handle_errors
-from world.replay import verify_world
-from world.sdk import example_path
-from world.world import World
+from cli.common import console, fail, handle_errors
 
-__all__ = ["demo", "example_air"]
+__all__ = ["STAGES", "demo", "example_air"]
 
 EVENT = "demo/CounterEvent@1"
 REDUCER = "demo/Counter@1"
+
+STAGES = (
+    "create",
+    "send",
+    "run",
+    "list cells",
+    "show a cell",
+    "a cell's history",
+    "export",
+    "migrate v1 to cells",
+    "replay --verify",
+    "where next",
+)
+"""The tour's stages, in order: each prints ``<n>/<total> <stage>`` as its heading."""
 
 
 def example_air(name: str) -> Path:
     """A bundled example world's AIR folder: in the installed package, or in the checkout of an
     editable install (``world.sdk.bundle_root``)."""
+    from world.sdk import example_path
+
     return example_path(name)
 
 
@@ -37,39 +58,125 @@ def _events() -> list[dict[str, object]]:
     return events
 
 
+def _stage(name: str, command: str = "", note: str = "") -> None:
+    n = STAGES.index(name) + 1
+    console.print()
+    console.print(f"[bold cyan]{n}/{len(STAGES)} {name}[/bold cyan]", highlight=False)
+    if note:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
+    if command:
+        _command(command)
+
+
+def _command(command: str) -> None:
+    console.print(f"$ {command}", style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+def _folder(keep: Path | None) -> Path:
+    if keep is None:
+        return Path(tempfile.mkdtemp(prefix="world-demo-"))
+    if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+        fail(f"--keep {keep}: must be absent or an empty folder")
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep
+
+
 def demo(
     keep: Annotated[
-        Path | None, typer.Option("--keep", help="Create the world here and keep it")
+        Path | None,
+        typer.Option("--keep", help="Make the tour's worlds in this folder (absent or empty)"),
     ] = None,
 ) -> None:
-    """Create a keyed counter world, send events to a few keys, run it, show the cells."""
+    """A guided tour: create, send, run, list and show cells, a cell's history, export,
+    migrate a v1 world to cells, replay, and where to look next."""
+    from cli import cells, core, history, moves, replay
+
     with handle_errors():
-        folder = keep or Path(tempfile.mkdtemp(prefix="world-demo-"))
-        air = example_air("counter")
-        with World.create(folder / "world" if keep is None else folder, air) as world:
-            console.print(
-                f"[bold]world[/bold] {world.path}  manifest {world.air.manifest_hash[:23]}…"
+        folder = _folder(keep)
+        world_dir, v1_dir = folder / "counter", folder / "counter_v1"
+        events = folder / "events.jsonl"
+        events.write_text("".join(json.dumps(e) + "\n" for e in _events()))
+        more = folder / "more.jsonl"  # after the migration: an old key and a new one
+        more.write_text(
+            "".join(
+                json.dumps({"key": k, "op": {"$tag": "Add", "$value": 100}}) + "\n"
+                for k in ("alice", "erin")
             )
-            seqs = world.send_many((EVENT, e) for e in _events())
-            console.print(
-                f"sent {len(seqs)} events to keys alice, bob, carol, dave (dave's last event is Clear)"
-            )
-            steps = world.run_until_idle()
-            console.print(f"ran {steps} steps until idle")
-            table = Table(title=f"cells of {REDUCER}")
-            for column in ("key", "count", "events", "last active seq"):
-                table.add_column(column)
-            for view in sorted(world.cells(REDUCER), key=lambda v: str(v.key)):
-                table.add_row(
-                    json.dumps(view.key),
-                    str(view.state["count"]),
-                    str(view.state["events"]),
-                    str(view.entry.last_active),
-                )
-            console.print(table)
-            console.print("dave's cell was deleted by Clear (state=null).")
-            path = world.path
-        report = verify_world(path)
-        verdict = "identical outputs and state" if report.ok else "DIVERGED"
-        console.print(f"replay from genesis: {report.steps} steps re-executed, {verdict}")
-        console.print(f"try: world cells ls {path} {REDUCER}   ·   world journal tail {path}")
+        )
+        exported = folder / "alice.cell.cbor"
+    console.print(f"[bold]world demo[/bold]: the tour's files are in {folder}", highlight=False)
+
+    _stage(
+        "create",
+        f"world init {world_dir} --example counter",
+        "A world of the keyed reducer demo/Counter@1: one cell (a counter) per key.",
+    )
+    with handle_errors():
+        core.init(world_dir, example_air("counter"))
+
+    _stage(
+        "send",
+        f"world send {world_dir} {EVENT} --file {events}",
+        "Adds for alice, bob and carol; dave gets Add 5 then Clear (which deletes his cell).",
+    )
+    core.send(world_dir, EVENT, None, file=events)
+
+    _stage("run", f"world run {world_dir} --until-idle")
+    with handle_errors(), core.opened(world_dir) as world:
+        steps = world.run_until_idle()  # the counter asks for no effects: no adapters needed
+    console.print(f"ran {steps} steps until idle", highlight=False)
+
+    _stage("list cells", f"world cells ls {world_dir} {REDUCER}")
+    console.print(f"cells of {REDUCER}, sorted by key:", highlight=False)
+    cells.ls(world_dir, REDUCER)
+    console.print("dave's cell was deleted by Clear (state=null).", highlight=False)
+
+    _stage("show a cell", f"world cells show {world_dir} {REDUCER} alice")
+    history.show(world_dir, REDUCER, "alice")
+
+    _stage(
+        "a cell's history",
+        f"world cells tail {world_dir} {REDUCER} alice",
+        "Each input and the step it caused, in journal order.",
+    )
+    history.tail(world_dir, REDUCER, "alice")
+
+    _stage("export", f"world cells export {world_dir} {REDUCER} alice -o {exported}")
+    moves.export(world_dir, REDUCER, exported, "alice")
+
+    _stage(
+        "migrate v1 to cells",
+        note="counter_v1 keeps every counter in one map in its state. The same events go in; "
+        "then migration makes one cell per map entry (same reducer binary, same states).",
+    )
+    _command(f"world init {v1_dir} --example counter_v1")
+    with handle_errors():
+        core.init(v1_dir, example_air("counter_v1"))
+    _command(f"world send {v1_dir} {EVENT} --file {events}  &&  world run {v1_dir} --until-idle")
+    core.send(v1_dir, EVENT, None, file=events)
+    core.run(v1_dir, until_idle=True)
+    _command(f"world state {v1_dir} {REDUCER}")
+    core.state(v1_dir, REDUCER)
+    _command(f"world migrate cells {v1_dir} {REDUCER} --key-field key")
+    moves.migrate(v1_dir, REDUCER, "key")
+    _command(f"world send {v1_dir} {EVENT} --file {more}  &&  world run {v1_dir} --until-idle")
+    core.send(v1_dir, EVENT, None, file=more)
+    core.run(v1_dir, until_idle=True)
+    _command(f"world cells ls {v1_dir} {REDUCER}")
+    cells.ls(v1_dir, REDUCER)
+
+    _stage(
+        "replay --verify",
+        f"world replay {v1_dir} --verify",
+        "Re-executes every step of the migrated world from genesis and compares.",
+    )
+    replay.replay(v1_dir, verify=True)
+
+    _stage("where next")
+    for line in (
+        f"world info {world_dir}   ·   world journal tail {world_dir}",
+        f"world cells show {world_dir} {REDUCER} alice --at 5   (the cell in the past)",
+        f"world fork {world_dir} --at 5 {folder / 'fork'}   ·   world serve {world_dir}",
+        'README.md: "Running a world", "Plans and effects", "JSON output" (the --json shapes)',
+    ):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

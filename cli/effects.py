@@ -4,16 +4,15 @@ approver's ``approve`` / ``deny`` for intents a policy parked with ``require_app
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from air import cbor
 from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened
-from kernel.effects import Intent
-from world.effectloop import decide_parked
+
+if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
+    from kernel.effects import Intent
 
 __all__ = ["app"]
 
@@ -23,6 +22,8 @@ DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 
 
 def _row(intent: Intent) -> dict[str, Any]:
+    from air import cbor
+
     origin = {
         k: (v.hex() if isinstance(v, bytes) else v)
         for k, v in intent.origin.items()
@@ -54,6 +55,8 @@ def ls(
     if json_output:
         emit_json({"ok": True, "intents": rows, "dead_effects": dead})
         return
+    from rich.table import Table
+
     table = Table(title=f"effects: {len(rows)} intent(s), {dead} dead")
     for column in ("intent", "kind", "status", "origin", "decision"):
         table.add_column(column)
@@ -70,6 +73,8 @@ def ls(
 
 
 def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
+    from world.effectloop import decide_parked
+
     with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         seq = decide_parked(world, intent, approved)
     verb = "approved" if approved else "denied"

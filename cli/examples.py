@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from air.errors import InputFileError
 from cli import core
 from cli.common import console, emit_json, fail, handle_errors
-from world.sdk import bundle_root, example_names, example_path
+
+# world.sdk is imported where used: `world --help` need not load it (issue 9).
 
 __all__ = ["app", "copy", "copy_example", "init", "list_examples"]
 
@@ -41,6 +41,8 @@ def _documents(air_file: Path) -> list[Any]:
 
 def _summary(name: str) -> dict[str, Any]:
     """An example's modules (name and wasm path) and the events its manifest routes."""
+    from world.sdk import example_path
+
     folder = example_path(name)
     modules, events = [], []
     for air_file in sorted(folder.glob("*.air.json")):
@@ -56,6 +58,10 @@ def _summary(name: str) -> dict[str, Any]:
 
 
 def list_examples(json_output: bool) -> None:
+    from rich.table import Table
+
+    from world.sdk import bundle_root, example_names
+
     summaries = [_summary(name) for name in example_names()]
     if json_output:
         emit_json({"ok": True, "root": str(bundle_root()), "examples": summaries})
@@ -83,6 +89,8 @@ def _examples(ctx: typer.Context, json_output: JsonOpt = False) -> None:
 
 def copy_example(name: str, dest: Path) -> list[Path]:
     """Copy the example ``name`` into ``dest`` (new or empty); return the files written."""
+    from world.sdk import example_path
+
     source = example_path(name)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InputFileError(str(dest), "exists and is not an empty folder")
@@ -137,6 +145,8 @@ def init(
     if (air is None) == (example is None):
         fail("give exactly one of --air PATH or --example NAME")
     if example is not None:
+        from world.sdk import example_path
+
         with handle_errors():
             air = example_path(example)
     assert air is not None

@@ -20,19 +20,18 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cli import cells
 from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
 from cli.core import opened, parse_key_arg
-from world._worlddir import load_world_air
-from world.errors import NotAWorld
-from world.journal import FileJournal
-from world.timetravel import CellHistory, HistoryEntry, cell_at, cell_key, fork_world
-from world.views import RecordView
+
+if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
+    from world.journal import FileJournal
+    from world.timetravel import HistoryEntry
+    from world.views import RecordView
 
 __all__ = ["fork", "show", "tail"]
 
@@ -58,6 +57,8 @@ def show(
 
     --at replays the journal from genesis up to SEQ; a SEQ inside a tick that journaled
     several records means after that whole tick."""
+    from world.timetravel import cell_at, cell_key
+
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
         key_value = parse_key_arg(key)
@@ -99,6 +100,12 @@ def tail(
     """The cell's inputs and step outcomes in journal order, each step with its source.
 
     Read-only: works while another process runs the world."""
+    from world._worlddir import load_world_air
+    from world.errors import NotAWorld
+    from world.journal import FileJournal
+    from world.timetravel import CellHistory, cell_key
+    from world.views import RecordView
+
     with handle_errors(json_output):
         if (
             not (directory / "air" / "sources.json").is_file()
@@ -135,6 +142,8 @@ def tail(
         finally:
             reader.close()
     if not json_output and not follow:
+        from rich.table import Table
+
         table = Table(title=f"{reducer} {key}: {len(rows)} record(s)")
         for column in ("seq", "kind", "source", "detail"):
             table.add_column(column)
@@ -182,6 +191,8 @@ def fork(
     Same AIR, content store and receipt key; the original is only read. A SEQ inside a tick
     that journaled several records is extended to that tick's end. Run the fork with other
     inputs to see what would have happened."""
+    from world.timetravel import fork_world
+
     with handle_errors(json_output):
         forked = fork_world(directory, at, new_dir)
     if json_output:

@@ -10,12 +10,8 @@ from typing import Annotated
 import typer
 
 from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
-from kernel.journal import SubjectPattern
-from world import journal as file_journal
-from world._worlddir import load_world_air
-from world.errors import NotAWorld
-from world.repair import check_world, repair_world
-from world.views import RecordView
+
+# The kernel and world modules are imported where used: `world --help` need not load them.
 
 __all__ = ["app"]
 
@@ -39,6 +35,8 @@ def verify(
 
     Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
     open), or after a repair; exit 1 when it needs --repair."""
+    from world.repair import check_world, repair_world
+
     with handle_errors(json_output):
         if not repair:
             check = check_world(directory)
@@ -87,6 +85,12 @@ def tail(
 
     Read-only: works while another process runs the world. ``--from`` is the global sequence
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
+    from kernel.journal import SubjectPattern
+    from world import journal as file_journal
+    from world._worlddir import load_world_air
+    from world.errors import NotAWorld
+    from world.views import RecordView
+
     with handle_errors():
         if not (directory / "journal").is_dir():
             raise NotAWorld(str(directory))

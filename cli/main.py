@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -11,6 +10,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+# The command modules import the world, kernel and AIR modules (wasmtime, pydantic, httpx)
+# inside their commands, so that `world --help` and each command load only what they use
+# (issue 9): keep it so, a module-level import of them here or there costs ~0.4 s everywhere.
 from cli import (
     cells,
     core,
@@ -95,6 +97,8 @@ app.add_typer(reducer.sdk_app, name="sdk")
 
 def _print_version(value: bool) -> None:
     if value:
+        import importlib.metadata
+
         console.print(f"world-kernel {importlib.metadata.version('world-kernel')}", markup=False)
         raise typer.Exit()
 

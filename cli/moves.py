@@ -16,8 +16,8 @@ from air.errors import InvalidArgument
 from cli.cells import app as cells_app
 from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, parse_key_arg
-from world.export import export_all, export_cell, import_path
-from world.migrate import migrate_cells
+
+# world.export and world.migrate are imported where used: `world --help` need not load them.
 
 __all__ = ["app", "export", "import_cells", "migrate"]
 
@@ -39,6 +39,8 @@ def export(
     json_output: JsonOpt = False,
 ) -> None:
     """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder."""
+    from world.export import export_all, export_cell
+
     with handle_errors(json_output), opened(directory, readonly=True) as world:
         if all_cells == (key is not None):
             raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
@@ -60,6 +62,8 @@ def import_cells(
     json_output: JsonOpt = False,
 ) -> None:
     """Import exported cells (verified first; journaled so replay reproduces them)."""
+    from world.export import import_path
+
     with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         count = import_path(world, path)
     if json_output:
@@ -77,6 +81,8 @@ def migrate(
     json_output: JsonOpt = False,
 ) -> None:
     """Turn a v1 reducer with map<key, substate> state into a keyed reducer: one cell per key."""
+    from world.migrate import migrate_cells
+
     with handle_errors(json_output), signals_deferred():
         plan = migrate_cells(directory, reducer, key_field, dry_run=dry_run)
     summary = {**plan.summary(), "dry_run": dry_run}

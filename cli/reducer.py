@@ -15,15 +15,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import blake3
 import typer
 
 from air.errors import InputFileError, InvalidArgument
 from cli.common import console, emit_json, err_console, error_fields, fail, handle_errors
-from kernel.wasminfo import inspect_wasm_report
-from world.sdk import BuildError, build, check_abi, sdk_include_dir
+
+if TYPE_CHECKING:  # world.sdk is imported where used: `world --help` need not load it
+    from world.sdk import BuildError
 
 __all__ = ["app", "build_command", "check_command", "new", "scaffold", "sdk_app", "sdk_include"]
 
@@ -203,6 +203,8 @@ def build_command(
     json_output: JsonOpt = False,
 ) -> None:
     """Build a C reducer into a reproducible wasm module and check it against the ABI."""
+    from world.sdk import BuildError, build
+
     wasm_path = output if output is not None else source.with_suffix(".wasm")
     try:
         built = build(source, wasm_path)
@@ -243,6 +245,11 @@ def check_command(
     json_output: JsonOpt = False,
 ) -> None:
     """Check a wasm module against the reducer ABI: no imports, memory/alloc/step exports."""
+    import blake3
+
+    from kernel.wasminfo import inspect_wasm_report
+    from world.sdk import BuildError, check_abi
+
     with handle_errors(json_output):
         wasm_bytes = wasm.read_bytes()
     try:
@@ -277,6 +284,8 @@ def check_command(
 @sdk_app.command("include")
 def sdk_include() -> None:
     """Print the folder of the SDK header world.h (for -I with your own compiler)."""
+    from world.sdk import sdk_include_dir
+
     with handle_errors():
         folder = sdk_include_dir()
     typer.echo(str(folder))

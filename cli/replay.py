@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress
 
 from cli.common import console, emit_json, fail, handle_errors
-from world.replay import verify_world
 
 __all__ = ["replay"]
 
@@ -24,6 +22,10 @@ def replay(
     """Replay the journal from genesis; report the first difference, if any."""
     if not verify:
         fail("only --verify is supported: replay never rewrites a world")
+    from rich.progress import Progress
+
+    from world.replay import verify_world  # here, not above: `world --help` stays quick
+
     with handle_errors(json_output):
         if json_output or not console.is_terminal:
             report = verify_world(directory)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from air.errors import Diagnostic, ManifestError
-from air.loader import LoadedAir
 from cli.common import console, emit_json, err_console, handle_errors
-from world.airfiles import load_air_path
+
+if TYPE_CHECKING:  # air.loader (pydantic) is imported where used: `world --help` stays quick
+    from air.loader import LoadedAir
 
 __all__ = ["summary", "validate"]
 
@@ -44,6 +44,8 @@ def _print_diagnostics(items: list[Diagnostic]) -> None:
 
 
 def _print_summary(air: LoadedAir, info: dict[str, object]) -> None:
+    from rich.table import Table
+
     _print_diagnostics(air.warnings)
     table = Table(title="AIR summary", show_header=False)
     table.add_row("manifest hash", air.manifest_hash)
@@ -68,6 +70,7 @@ def validate(
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Validate a world's AIR and print its diagnostics or a summary."""
+    from world.airfiles import load_air_path
 
     def on_manifest(exc: ManifestError) -> None:
         if json_output:

@@ -17,6 +17,7 @@ from air import cbor
 from cli import history
 from cli.main import app
 from kernel.journal import JournalRecord
+from world import timetravel
 from world.timetravel import _through
 from world.world import World
 
@@ -271,3 +272,28 @@ def test_the_installed_world_binary_travels_and_forks(
     assert run("replay", tmp_path / "f", "--verify").returncode == 0
     past = run("fork", path, "--at", 999, tmp_path / "g")
     assert (past.returncode, len(past.stderr.strip().splitlines())) == (1, 1)
+
+
+def test_the_fast_path_answers_without_replaying_the_world(
+    counter: tuple[Path, list[Snapshot]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each position's answer comes from re-executing only the cell's own steps, checked
+    against their journaled state hashes: the full replay is never built."""
+    path, seen = counter
+
+    def no_full_replay(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("cell_at fell back to a full replay")
+
+    monkeypatch.setattr(timetravel, "Kernel", no_full_replay)
+    for seq, states in seen:
+        for key in KEYS:
+            assert timetravel.state_at(path, COUNTER, key, seq) == states[key]
+
+
+def test_a_step_the_fast_path_cannot_prove_falls_back_to_the_full_replay(
+    counter: tuple[Path, list[Snapshot]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, seen = counter
+    monkeypatch.setattr(timetravel, "_delivery", lambda _source: None)
+    seq, states = seen[-1]
+    assert timetravel.state_at(path, COUNTER, KEYS[0], seq) == states[KEYS[0]]

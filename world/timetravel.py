@@ -16,9 +16,14 @@ the end of a tick group), with the same AIR, content store and receipt key, and 
 its first open rebuilds its state from the journal. It is built in a hidden sibling folder and
 renamed into place, so a failed fork leaves nothing. The source is only read (shared lock).
 
-Not here: a fast path. ``cell_at`` replays from genesis every time, linear in ``seq``; the
-faster way is to start from a retained checkpoint at or before ``seq`` (the world keeps only
-its latest today) and replay only the records after it.
+Fast path. A cell's state depends only on its own deliveries, and the journal fixes them: each
+of the cell's step records names the record whose delivery it consumed (``src``). So
+``cell_at`` first re-executes only that cell's steps up to ``seq``, feeding each the event its
+source record carries, and checks every result against the ``state_hash`` its step record
+journaled. Any step it cannot prove that way (a source it cannot read the delivery from, a
+receipt, an imported cell, a hash that differs) makes it fall back to the full replay from
+genesis, which is always right. The fast path reads the journal once (a random read per
+source) and runs the reducer only for the cell's own steps.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from air.errors import KeyMismatch, UnknownName, WorldError
 from air.loader import LoadedAir
 from air.types import Ref
 from air.values import normalise, to_sugar
+from kernel import abi
 from kernel.cells import MemoryCellStore, key_hash
 from kernel.core import OWED_KINDS, Kernel
 from kernel.journal import JournalRecord, MemoryJournal, cell_subject
@@ -136,6 +142,10 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
     with World.open(path, readonly=True) as world:
         where = cell_key(world.air, reducer, key)
         _check_seq(seq, world.journal.seq_next)
+        fast = _cell_steps_at(world, where, seq)
+        if fast is not None:
+            state_cbor, through = fast
+            return CellAt(seq, through, state_cbor, _sugar(world, reducer, state_cbor))
         kernel = Kernel(
             world.air,
             MemoryJournal(),
@@ -147,12 +157,62 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
             kernel.apply(record)
             through = record.seq
         state_cbor = kernel.state_of(reducer, where.key_cbor)
-        state = None
-        if state_cbor is not None:
-            module = world.air.modules[reducer]
-            node = Ref(module.abi.reducer.state)
-            state = to_sugar(node, cbor.loads(state_cbor), world.air.schemas)
+        state = _sugar(world, reducer, state_cbor)
     return CellAt(seq, through, state_cbor, state)
+
+
+def _sugar(world: World, reducer: str, state_cbor: bytes | None) -> Any:
+    if state_cbor is None:
+        return None
+    node = Ref(world.air.modules[reducer].abi.reducer.state)
+    return to_sugar(node, cbor.loads(state_cbor), world.air.schemas)
+
+
+def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None, int] | None:
+    """The cell's state after ``seq`` by re-executing only its own steps, each checked against
+    its journaled ``state_hash``; None when a step cannot be proven that way."""
+    runner = HostRunner(world.air, world.path / "cache", readonly=True)
+    state: bytes | None = None
+    through = seq
+    for entry in CellHistory(world.air, where).read(world.journal):
+        record = entry.record
+        if record.seq > seq:
+            if record.kind in OWED_KINDS:
+                through = record.seq
+                continue
+            break
+        if entry.role != "step" or record.kind == "step.failed":
+            continue
+        delivery = _delivery(entry.source) if record.kind == "step" else None
+        if delivery is None:
+            return None
+        envelope = abi.encode_input(state, delivery[0], delivery[1], where.key_cbor, True)
+        try:
+            out = abi.decode_output(runner.run(where.reducer, envelope), module=where.reducer)
+        except WorldError:
+            return None
+        digest = None if out.state_cbor is None else cbor.digest(out.state_cbor)
+        if digest != record.body.get("state_hash"):
+            return None
+        state = out.state_cbor
+    return state, through
+
+
+def _delivery(source: JournalRecord | None) -> tuple[str, bytes] | None:
+    """The (schema, value) a step consumed from ``source``, when ``source`` says it alone."""
+    if source is None:
+        return None
+    body = source.body
+    if source.kind == "event.in":
+        return str(body["schema"]), bytes(body["value"])
+    if source.kind == "plan.step" and "event" in body:
+        schema, value = body["event"]
+        return str(schema), bytes(value)
+    events = body.get("events") if source.kind == "step" else None
+    if isinstance(events, list) and len(events) == 1:
+        schema, value = events[0]
+        return str(schema), bytes(value)
+    return None
 
 
 def state_at(path: Path, reducer: str, key: Any, seq: int) -> Any | None:

@@ -6,6 +6,9 @@ kernel/core.py), the ``move_hook`` fixture patches it to do so."""
 
 from __future__ import annotations
 
+import errno
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,9 @@ from typer.testing import CliRunner
 
 import cli.moves  # noqa: F401  (registers cells export/import)
 from air import cbor
+from air.errors import StorageError
 from cli.main import app
+from world import fileio
 from world.export import CellFileRefused, export_all, export_cell, import_path, read_cell_file
 from world.replay import verify_world
 from world.world import World
@@ -168,3 +173,52 @@ def test_cli_export_and_import_round_trip(source: Path, tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "CellFileRefused" in result.output
     assert "Traceback" not in result.output
+
+
+def _failing_at(at: int, code: int) -> Callable[[str, str], None]:
+    seen = 0
+
+    def hook(_op: str, path: str) -> None:
+        nonlocal seen
+        seen += 1
+        if seen - 1 == at:
+            raise OSError(code, os.strerror(code), path)
+
+    return hook
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_an_io_error_during_export_leaves_only_whole_verified_files(
+    source: Path, tmp_path: Path, code: int
+) -> None:
+    ops: list[str] = []
+    with World.open(source, readonly=True) as world:
+        with fileio.fault_hook(lambda op, _p: ops.append(op)):
+            export_all(world, COUNTER, tmp_path / "counted")
+        for at in range(len(ops)):
+            out = tmp_path / f"at{at}"
+            with fileio.fault_hook(_failing_at(at, code)), pytest.raises(StorageError):
+                export_all(world, COUNTER, out)
+            for path in out.rglob("*.cbor"):
+                if path.name != "index.cbor":
+                    read_cell_file(path)  # whole and verified, or not there at all
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_an_io_error_during_import_imports_all_or_nothing(
+    source: Path, tmp_path: Path, code: int
+) -> None:
+    with World.open(source, readonly=True) as world:
+        export_all(world, COUNTER, tmp_path / "tree")
+    ops: list[str] = []
+    with World.create(tmp_path / "counted", COUNTER_AIR) as world:
+        with fileio.fault_hook(lambda op, _p: ops.append(op)):
+            import_path(world, tmp_path / "tree")
+    for at in range(len(ops)):
+        target = tmp_path / f"at{at}"
+        World.create(target, COUNTER_AIR).close()
+        with World.open(target) as world:
+            with fileio.fault_hook(_failing_at(at, code)), pytest.raises(StorageError):
+                import_path(world, tmp_path / "tree")
+        assert states(target) in ({}, states(source))
+        assert replays_exactly(target)

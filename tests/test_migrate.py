@@ -6,7 +6,9 @@ The issue asks for 10,000 keys; the test uses 1,000 to stay quick (same code pat
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,8 +19,9 @@ import typer
 from test_export_import import replays_exactly
 from typer.testing import CliRunner
 
-from air.errors import UnknownName
+from air.errors import StorageError, UnknownName
 from cli import moves
+from world import fileio
 from world.migrate import MigrationRefused, migrate_cells, recover_migration
 from world.world import World
 
@@ -203,3 +206,40 @@ def test_a_crash_at_any_point_leaves_the_old_or_the_new_world(tmp_path: Path) ->
         assert not (case / ".w.migrating").exists()
         assert not (case / ".w.ready").exists()
     assert outcomes == {False, True}
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_an_io_error_at_any_point_leaves_the_old_or_the_new_world(
+    tmp_path: Path, code: int
+) -> None:
+    pristine = tmp_path / "pristine"
+    before = v1_world(pristine, 20)
+    counted = tmp_path / "counted" / "w"
+    shutil.copytree(pristine, counted)
+    ops: list[str] = []
+    with fileio.fault_hook(lambda op, _path: ops.append(op)):
+        migrate_cells(counted, COUNTER, "key")
+    points = sorted({0, 1, len(ops) // 4, len(ops) // 2, 3 * len(ops) // 4, len(ops) - 1})
+    for at in points:
+        case = tmp_path / f"at{at}" / "w"
+        shutil.copytree(pristine, case)
+        seen = 0
+
+        def hook(_op: str, path: str, at: int = at) -> None:
+            nonlocal seen
+            seen += 1
+            if seen - 1 == at:
+                raise OSError(code, os.strerror(code), path)
+
+        with fileio.fault_hook(hook), pytest.raises(StorageError) as failed:
+            migrate_cells(case, COUNTER, "key")
+        assert failed.value.errno_name == errno.errorcode[code]
+        recover_migration(case)
+        with World.open(case, readonly=True) as world:
+            keyed = world.air.modules[COUNTER].key_schema is not None
+            if not keyed:
+                assert world.state(COUNTER) == before
+        if keyed:
+            assert cells_of(case) == before
+        assert not (case.parent / ".w.migrating").exists()
+        assert not (case.parent / ".w.ready").exists()

@@ -211,14 +211,19 @@ def test_an_io_error_during_import_imports_all_or_nothing(
     with World.open(source, readonly=True) as world:
         export_all(world, COUNTER, tmp_path / "tree")
     ops: list[str] = []
-    with World.create(tmp_path / "counted", COUNTER_AIR) as world:
-        with fileio.fault_hook(lambda op, _p: ops.append(op)):
-            import_path(world, tmp_path / "tree")
+    with (
+        World.create(tmp_path / "counted", COUNTER_AIR) as world,
+        fileio.fault_hook(lambda op, _p: ops.append(op)),
+    ):
+        import_path(world, tmp_path / "tree")
     for at in range(len(ops)):
         target = tmp_path / f"at{at}"
         World.create(target, COUNTER_AIR).close()
-        with World.open(target) as world:
-            with fileio.fault_hook(_failing_at(at, code)), pytest.raises(StorageError):
-                import_path(world, tmp_path / "tree")
+        with (
+            World.open(target) as world,
+            fileio.fault_hook(_failing_at(at, code)),
+            pytest.raises(StorageError),
+        ):
+            import_path(world, tmp_path / "tree")
         assert states(target) in ({}, states(source))
         assert replays_exactly(target)

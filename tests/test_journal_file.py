@@ -679,9 +679,12 @@ def test_verify_checks_every_frame_of_sealed_segments_strictly(
         assert lenient.seq_next == 30
 
 
-def test_a_flipped_byte_in_a_sealed_segment_is_noticed_by_every_open_and_by_verify(
+def test_a_flipped_byte_in_a_sealed_segment_is_reported_by_verify_and_by_the_first_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Opening trusts a seal that agrees with its file's size, header and last frame without
+    reading the frames between (so opening does not cost the journal's size); the damage is
+    reported by ``verify`` and by any read that reaches it, never returned as a record."""
     names = _sealed_journal(tmp_path)
     first = int(names[2].removesuffix(".log"))
     offset = _frame_offsets(tmp_path / names[2])[1]
@@ -695,14 +698,40 @@ def test_a_flipped_byte_in_a_sealed_segment_is_noticed_by_every_open_and_by_veri
     scanned = _count_scans(monkeypatch)
     for options in ({"readonly": True}, {}):
         scanned.clear()
-        with pytest.raises(JournalCorrupt) as raised:
-            FileJournal(tmp_path, **options)
+        with FileJournal(tmp_path, **options) as journal:
+            assert sorted(scanned) == [names[-1]]  # only the last segment is scanned
+            later = int(names[3].removesuffix(".log"))
+            assert next(journal.read(later)).seq == later
+            with pytest.raises(JournalCorrupt) as raised:
+                list(journal.read(first))
         error = raised.value
         assert (error.segment, error.offset, error.seq, error.reason) == expected
-        # Its digest disagreed, so the segment was scanned (and the last, as always).
-        assert sorted(scanned) == [names[2], names[-1]]
-        assert error.problem == problem
     assert (tmp_path / seal_name(names[2])).read_bytes() == seal_before
+
+
+def test_a_seal_whose_digest_disagrees_is_stale_for_verify_and_removed_by_repair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _sealed_journal(tmp_path)
+    seal = tmp_path / seal_name(names[1])
+    written = seal.read_bytes()
+    _forge_seal(seal, blake3=bytes(32))  # well formed, CRC right, digest of other bytes
+    report = verify(tmp_path)
+    assert report.ok and not report.clean
+    assert report.stale_seals == (names[1],)
+    assert report.as_json()["stale_seals"] == [names[1]]
+    assert "1 seal(s) disagree" in report.describe()
+    repaired = repair(tmp_path, tmp_path.parent / "backup")
+    assert repaired.changed and repaired.cut_segment is None and repaired.seq_next == 40
+    assert "removed 1 stale seal(s); nothing cut" in repaired.describe()
+    assert not seal.exists()
+    assert (tmp_path.parent / "backup" / seal_name(names[1])).exists()
+    scanned = _count_scans(monkeypatch)
+    with FileJournal(tmp_path) as journal:  # scanned and sealed again
+        assert sorted(scanned) == [names[1], names[-1]]
+        assert journal.seq_next == 40
+    assert seal.read_bytes() == written
+    assert verify(tmp_path).clean
 
 
 def test_a_byte_flipped_after_open_in_a_sealed_segment_is_caught_by_reading_it(

@@ -58,6 +58,7 @@ class VerifyReport:
     seq_last_good: int | None
     problem: JournalProblem | None
     torn_tail: TornTail | None
+    stale_seals: tuple[str, ...] = ()  # segments whose frames check but whose seal disagrees
 
     @property
     def ok(self) -> bool:
@@ -66,8 +67,8 @@ class VerifyReport:
 
     @property
     def clean(self) -> bool:
-        """No corruption and no torn tail."""
-        return self.problem is None and self.torn_tail is None
+        """No corruption, no torn tail and no stale seal."""
+        return self.problem is None and self.torn_tail is None and not self.stale_seals
 
     @property
     def findings(self) -> tuple[JournalProblem, ...]:
@@ -84,12 +85,17 @@ class VerifyReport:
         if self.torn_tail is not None:
             torn = self.torn_tail.problem().describe()
             return f"journal has a torn tail: {torn}; {where} before it; opening drops it"
+        if self.stale_seals:
+            return (
+                f"journal ok but {len(self.stale_seals)} seal(s) disagree with their segment "
+                f"({', '.join(self.stale_seals)}): repair removes them; {where}"
+            )
         return f"journal ok: {self.records} record(s) in {len(self.segments)} segment(s)"
 
     def as_json(self) -> dict[str, Any]:
         """``{ok, clean, records, seq_last_good, segments: [name], problem: finding | null,
-        torn_tail: {segment, offset, seq, bytes_dropped, reason} | null, findings: [finding]}``;
-        a finding is ``JournalProblem.as_json()``."""
+        torn_tail: {segment, offset, seq, bytes_dropped, reason} | null, findings: [finding],
+        stale_seals: [segment name]}``; a finding is ``JournalProblem.as_json()``."""
         return {
             "ok": self.ok,
             "clean": self.clean,
@@ -99,6 +105,7 @@ class VerifyReport:
             "problem": None if self.problem is None else self.problem.as_json(),
             "torn_tail": None if self.torn_tail is None else self.torn_tail.as_json(),
             "findings": [finding.as_json() for finding in self.findings],
+            "stale_seals": list(self.stale_seals),
         }
 
 
@@ -127,6 +134,11 @@ class RepairReport:
         """One line: ``nothing to repair: ...`` or ``repaired: cut N record(s) ...``."""
         if not self.changed:
             return f"nothing to repair: {self.seq_next} record(s)"
+        if self.cut_segment is None:
+            return (
+                f"repaired: removed {len(self.backup_files)} stale seal(s); nothing cut; the "
+                f"journal has {self.seq_next} record(s); backup in {self.backup_dir}"
+            )
         seqs = (
             ""
             if self.seq_cut_first is None
@@ -242,7 +254,9 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
     """Carry out ``world.journal.repair`` on the journal in ``path``, which ``before`` verified."""
     cut = before.problem or before.torn_tail
     if cut is None:
-        return RepairReport(False, None, None, 0, (), (), before.records, before)
+        if not before.stale_seals:
+            return RepairReport(False, None, None, 0, (), (), before.records, before)
+        return _drop_stale_seals(path, backup_path, before)
     cut_segment, cut_offset = cut.segment, cut.offset
     names = before.segments
     position = names.index(cut_segment)
@@ -255,7 +269,12 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
         if before.problem is None
         else _count_cut(path, cut_segment, moved, cut_offset, before.records)
     )
-    seals = [seal_name(name) for name in (*cut_names, *moved) if (path / seal_name(name)).exists()]
+    cut_seals = [name for name in before.stale_seals if name not in (*cut_names, *moved)]
+    seals = [
+        seal_name(name)
+        for name in (*cut_seals, *cut_names, *moved)
+        if (path / seal_name(name)).exists()
+    ]
     with Io("mkdir", backup_path):
         fileio.mkdir(backup_path, parents=True, exist_ok=True)
     backups = [_backup(path / name, backup_path) for name in (*cut_names, *moved, *seals)]
@@ -283,5 +302,29 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
         records_cut=sum(count for _, count in stretches),
         seq_cut_first=min((first for first, _ in stretches), default=None),
         seq_cut_last=max((first + count - 1 for first, count in stretches), default=None),
+        backup_dir=str(backup_path),
+    )
+
+
+def _drop_stale_seals(path: Path, backup_path: Path, before: VerifyReport) -> RepairReport:
+    """Back up and remove the seals that disagree with their segments (nothing is cut: the next
+    writable open scans those segments and seals them again)."""
+    seals = [seal_name(name) for name in before.stale_seals if (path / seal_name(name)).exists()]
+    with Io("mkdir", backup_path):
+        fileio.mkdir(backup_path, parents=True, exist_ok=True)
+    backups = [_backup(path / name, backup_path) for name in seals]
+    fsync_dir(backup_path)
+    for seal in seals:
+        unlink(path / seal)
+    fsync_dir(path)
+    return RepairReport(
+        True,
+        None,
+        None,
+        0,
+        (),
+        tuple(str(file) for file in backups),
+        before.records,
+        before,
         backup_dir=str(backup_path),
     )

@@ -52,30 +52,25 @@ journal byte for byte (``world.replay.rebuild_world`` commits once, at the end).
 What each path checks:
 
     open    the name, order and header of every segment. An earlier segment whose seal decodes
-            strictly, agrees with the file (size, header, last frame) and whose blake3 digest
-            equals the file's is taken from the seal: its count and index, without reading its
-            frames one by one. Any other seal (damaged, of format 1, or with another digest) is
-            not trusted: the segment is scanned, damage found is ``JournalCorrupt``, and a
-            writable open seals it (again). The last segment is always scanned, with the
-            torn-tail rule, and its seal (if any) ignored.
-    read    both CRCs and the seq of every frame it returns, so damage that appears after open
-            is reported, as ``JournalCorrupt(segment, offset, seq, reason)``, by the first read
-            that reaches it.
-    verify  every frame of every segment, strictly; seals are ignored.
+            strictly and agrees with the file (size, header, last frame) is taken from the
+            seal: its count and index, without reading its frames. Any other seal (damaged, of
+            format 1) is not trusted: the segment is scanned, damage found is
+            ``JournalCorrupt``, and a writable open seals it (again). The last segment is
+            always scanned, with the torn-tail rule, and its seal (if any) ignored.
+    read    both CRCs and the seq of every frame it returns, so damage anywhere is reported, as
+            ``JournalCorrupt(segment, offset, seq, reason)``, by the first read that reaches it.
+    verify  every frame of every segment, strictly, and the blake3 of every seal against its
+            file (a seal that disagrees is reported as stale; ``repair`` removes it, and the
+            next writable open scans and seals that segment again).
 
-So a flipped byte anywhere in the journal is noticed by every open. The cost is a blake3 of every
-sealed segment (through ``mmap``, on worker threads, one per core, while the main thread scans the
-last segment) at ~3-4 GB/s per core: a read of the whole journal from the page cache at every
-open (from disk when cold: the journal's size at the disk's read rate). Measured on the 2-core
-machine of BENCHMARKS.md, 2026-11-26, shared (load average 4-5, so these are upper bounds),
-2,000,000 records: in 64 MiB segments (336 MiB), 0.19-0.22 s median (best 0.16-0.21) with seals
-before digests, 0.28-0.32 s (best 0.23-0.27) with every digest checked; in 1 MiB segments, 0.06 s
-before and 0.27 s (best 0.21) after, the digests being nearly all of it. Scanning every frame
-takes 3-4.5 s there. A full 64 MiB last segment still costs its ~0.45 s scan, now overlapping the
-digests. Rejected: trusting seals without a digest (what this module did before), which left
-bit rot in old sealed segments unnoticed by ``world info``, ``send`` and ``run``; and a CRC32 of
-the segment in the seal: as fast here, but 32 bits over 64 MiB, where blake3 is the project's
-content hash already. Sealing a full 64 MiB segment at a roll hashes it once (~20 ms).
+So opening costs the last segment and a few small reads per earlier one, not the journal's size.
+Rejected (it was this module's rule for a while): comparing every seal's blake3 at every open,
+so that bit rot in an old sealed segment was noticed by ``world info``, ``send`` and ``run``.
+It read the whole journal at every open: at 1,000,000 events (~400 MB in 6 sealed segments) the
+digests alone took 0.31 s, against issue 9's 0.4 s for a whole ``send``, and they grow with the
+journal. Damage in a segment no command reads is found by ``world journal verify`` and by the
+first replay or time-travel read that reaches it. The last segment is scanned at every open, so
+``SEGMENT_BYTES_MAX`` bounds that scan (``world._segments``).
 
 Readers. ``readonly=True`` performs no operation through ``world.fileio`` at all (it works on a
 read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
@@ -93,7 +88,6 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -138,6 +132,7 @@ from world._segments import (
     segment_name,
     storage_error,
     truncate,
+    stale_seal,
     trusted_seal,
     unlink,
     write_temp,
@@ -198,40 +193,14 @@ def _scan_journal(
 ) -> _Scan:
     """Check every segment in order, stopping at the first problem.
 
-    With ``trust_seals``, an earlier segment whose seal agrees with its file is taken from the
-    seal instead of being scanned; the last segment is always scanned, while worker threads
-    check the seals (blake3 releases the GIL, so the digests and the scan share the cores).
-    With ``known``, the segments of an earlier scan that are still there are taken as they
-    were, and the last of them is scanned from where that scan stopped.
+    With ``trust_seals``, an earlier segment whose seal agrees with its file (``trusted_seal``:
+    a few small reads) is taken from the seal instead of being scanned; the last segment is
+    always scanned. With ``known``, the segments of an earlier scan that are still there are
+    taken as they were, and the last of them is scanned from where that scan stopped.
     """
     listed, scan = list_segments(directory), _Scan()
     start = _resume(directory, scan, listed, known, strict) if known else 0
-    sealed = listed[start:-1] if trust_seals else []
-    if not sealed:
-        return _walk(directory, scan, listed[start:], strict, {}, None)
-    with ThreadPoolExecutor(max_workers=min(len(sealed), os.cpu_count() or 1)) as pool:
-        checks = {name: pool.submit(trusted_seal, directory, name, first) for first, name in sealed}
-        try:
-            first_seq, name = listed[-1]
-            last = _Scan()
-            _scan_segment(last, name, read_file(directory / name), first_seq, True, strict)
-            return _walk(directory, scan, listed[start:], strict, checks, last)
-        finally:
-            for check in checks.values():
-                check.cancel()
-
-
-def _walk(
-    directory: Path,
-    scan: _Scan,
-    listed: list[tuple[int, str]],
-    strict: bool,
-    checks: dict[str, Future[_Segment | None]],
-    last: _Scan | None,
-) -> _Scan:
-    """Add ``listed`` to ``scan`` in order: from ``checks`` (trusted seals) where they say so,
-    ``last`` (a scan of the last segment made ahead) for the last one, else by scanning."""
-    for position, (first_seq, name) in enumerate(listed):
+    for position, (first_seq, name) in enumerate(listed[start:], start):
         if scan.problem is not None:
             break
         if first_seq != scan.seq_next:
@@ -239,12 +208,7 @@ def _walk(
             scan.problem = JournalProblem(name, 0, scan.seq_next, "segment_gap", detail)
             break
         is_last = position == len(listed) - 1
-        if is_last and last is not None:
-            scan.segments += last.segments
-            scan.problem, scan.torn = last.problem, last.torn
-            break
-        check = checks.get(name)
-        sealed = None if check is None else check.result()
+        sealed = trusted_seal(directory, name, first_seq) if trust_seals and not is_last else None
         if sealed is not None:
             scan.segments.append(sealed)
             continue
@@ -605,7 +569,9 @@ def verify(directory: str | os.PathLike[str]) -> VerifyReport:
     records = scan.seq_next
     names = tuple(name for _, name in list_segments(path))
     last_good = records - 1 if records else None
-    return VerifyReport(names, records, last_good, scan.problem, scan.torn)
+    whole = scan.segments if scan.problem is None else scan.segments[:-1]
+    stale = tuple(seg.name for seg in whole if stale_seal(path, seg.name, seg.first_seq))
+    return VerifyReport(names, records, last_good, scan.problem, scan.torn, stale)
 
 
 def repair(directory: str | os.PathLike[str], backup_dir: str | os.PathLike[str]) -> RepairReport:

@@ -216,8 +216,10 @@ def test_an_io_error_at_any_point_leaves_the_old_or_the_new_world(
     before = v1_world(pristine, 20)
     counted = tmp_path / "counted" / "w"
     shutil.copytree(pristine, counted)
+    # The cell history index (cache/history) is derived: a failure there is a notice, not a
+    # failed migration (tests/test_history.py), so its operations are not points here.
     ops: list[str] = []
-    with fileio.fault_hook(lambda op, _path: ops.append(op)):
+    with fileio.fault_hook(lambda op, path: None if _derived(path) else ops.append(op)):
         migrate_cells(counted, COUNTER, "key")
     points = sorted({0, 1, len(ops) // 4, len(ops) // 2, 3 * len(ops) // 4, len(ops) - 1})
     for at in points:
@@ -227,6 +229,8 @@ def test_an_io_error_at_any_point_leaves_the_old_or_the_new_world(
 
         def hook(_op: str, path: str, at: int = at) -> None:
             nonlocal seen
+            if _derived(path):
+                return
             seen += 1
             if seen - 1 == at:
                 raise OSError(code, os.strerror(code), path)
@@ -243,3 +247,7 @@ def test_an_io_error_at_any_point_leaves_the_old_or_the_new_world(
             assert cells_of(case) == before
         assert not (case.parent / ".w.migrating").exists()
         assert not (case.parent / ".w.ready").exists()
+
+
+def _derived(path: object) -> bool:
+    return "/cache/history" in str(path)

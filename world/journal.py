@@ -324,6 +324,8 @@ class FileJournal:
         self._readonly = readonly
         self._check_writes = check_writes
         self._check_reads = check_reads
+        self._watch_prefix: str | None = None
+        self._watched: list[tuple[int, str]] = []
         if not readonly:
             _prepare_directory(self._dir)
         scan = _scan_journal(self._dir, strict=check_reads, trust_seals=True)
@@ -363,20 +365,31 @@ class FileJournal:
     def seq_next_committed(self) -> int:
         return self._seq_committed
 
+    def watch(self, prefix: str) -> list[tuple[int, str]]:
+        """From now on, note ``(seq, subject)`` of every appended record whose subject starts
+        with ``prefix`` in the returned list (its owner takes entries out; a rolled-back batch's
+        records stay noted, so the owner keeps only seqs below ``seq_next_committed``)."""
+        self._watch_prefix, self._watched = prefix, []
+        return self._watched
+
     def append(self, kind: str, subject: str, body: Any) -> int:
         self._check_writable()
         seq = self.seq_next
         self._pending.append(self._encode(seq, kind, subject, body))
+        if self._watch_prefix is not None and subject.startswith(self._watch_prefix):
+            self._watched.append((seq, subject))
         return seq
 
     def append_many(self, entries: Iterable[tuple[str, str, Any]]) -> range:
         self._check_writable()
         first = self.seq_next
-        payloads = [
-            self._encode(first + index, kind, subject, body)
-            for index, (kind, subject, body) in enumerate(entries)
-        ]
+        payloads, noted, prefix = [], [], self._watch_prefix
+        for index, (kind, subject, body) in enumerate(entries):
+            payloads.append(self._encode(first + index, kind, subject, body))
+            if prefix is not None and subject.startswith(prefix):
+                noted.append((first + index, subject))
         self._pending.extend(payloads)
+        self._watched.extend(noted)
         return range(first, self.seq_next)
 
     def commit(self) -> int:
@@ -533,6 +546,7 @@ class FileJournal:
     def _fail(self, commit: _Commit, exc: BaseException) -> NoReturn:
         """Roll ``commit`` back and raise: ``JournalWriteFailed`` for an I/O error."""
         self._pending = []
+        self._watched[:] = [noted for noted in self._watched if noted[0] < self._seq_committed]
         self._close_fd()
         undo_error: StorageError | None = None
         try:

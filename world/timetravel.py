@@ -50,6 +50,7 @@ from world import fileio
 from world._worlddir import remove_tree
 from world.errors import WorldExists
 from world.fsutil import sync_paths, write_unsynced
+from world.history import cell_id, genesis_digest, read_cell
 from world.journal import FileJournal
 from world.runner import HostRunner
 from world.world import World
@@ -96,7 +97,12 @@ class CellKey:
     @property
     def subject_prefix(self) -> str:
         """Every record of this cell has a subject that starts with this."""
-        return cell_subject(self.reducer, key_hash(self.key_cbor), "x")[:-1]
+        return self.cell_id + "/"
+
+    @property
+    def cell_id(self) -> str:
+        """The cell's id in the history index (``world.history.cell_id``)."""
+        return cell_id(cell_subject(self.reducer, key_hash(self.key_cbor)))
 
 
 def cell_key(air: LoadedAir, reducer: str, key: Any) -> CellKey:
@@ -172,18 +178,12 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
     """The cell's state after ``seq`` by re-executing only its own steps, each checked against
     its journaled ``state_hash``; None when a step cannot be proven that way."""
     runner = HostRunner(world.air, world.path / "cache", readonly=True)
-    state: bytes | None = None
-    through = seq
-    for entry in CellHistory(world.air, where).read(world.journal):
-        record = entry.record
-        if record.seq > seq:
-            if record.kind in OWED_KINDS:
-                through = record.seq
-                continue
-            break
-        if entry.role != "step" or record.kind == "step.failed":
+    state, records = _cell_records(world, where, seq)
+    for record in records:
+        if record.kind == "step.failed":
             continue
-        delivery = _delivery(entry.source) if record.kind == "step" else None
+        source = _read_one(world.journal, record.body.get("src"))
+        delivery = _delivery(source) if record.kind == "step" else None
         if delivery is None:
             return None
         envelope = abi.encode_input(state, delivery[0], delivery[1], where.key_cbor, True)
@@ -195,7 +195,66 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
         if digest != record.body.get("state_hash"):
             return None
         state = out.state_cbor
+    through = seq
+    for record in world.journal.read(seq + 1):
+        if record.kind not in OWED_KINDS:
+            break
+        through = record.seq
     return state, through
+
+
+def _cell_records(
+    world: World, where: CellKey, seq: int
+) -> tuple[bytes | None, list[JournalRecord]]:
+    """A proven state of the cell to start from (None: the cell's beginning) and the cell's own
+    records after it, up to ``seq``: from the history index (``world.history``) where it
+    covers the journal, else by reading the journal."""
+    journal = world.journal
+    genesis = _read_one(journal, 0)
+    found = None
+    if genesis is not None:
+        found = read_cell(
+            world.path, where.cell_id, seq + 1, genesis_digest(genesis), journal.seq_next
+        )
+    if found is None:
+        return None, list(_cell_range(journal, where, 0, seq + 1))
+    state, start = None, -1
+    if found.state_seq is not None and found.state is not None:
+        step = _read_one(journal, found.state_seq)
+        if (
+            step is not None
+            and step.kind == "step"
+            and step.subject.startswith(where.subject_prefix)
+            and step.body.get("state_hash") == cbor.digest(found.state)
+        ):
+            state, start = found.state, found.state_seq
+    records = [record for s in found.seqs if s > start if (record := _read_one(journal, s))]
+    for gap_from, gap_to in found.gaps:
+        records.extend(_cell_range(journal, where, max(gap_from, start + 1), gap_to))
+    # The index names cells by 8 bytes of a hash: a record of another cell can share them.
+    records = [record for record in records if record.subject.startswith(where.subject_prefix)]
+    records.sort(key=lambda record: record.seq)
+    return state, records
+
+
+def _cell_range(
+    journal: FileJournal, where: CellKey, seq_from: int, seq_to: int
+) -> Iterator[JournalRecord]:
+    """The cell's records with ``seq_from <= seq < seq_to``, read from the journal."""
+    if seq_from >= seq_to:
+        return
+    for record in journal.read(seq_from):
+        if record.seq >= seq_to:
+            return
+        if record.subject.startswith(where.subject_prefix):
+            yield record
+
+
+def _read_one(journal: FileJournal, seq: Any) -> JournalRecord | None:
+    """The record at ``seq``, or None if there is none (or ``seq`` is not a seq)."""
+    if type(seq) is not int or not 0 <= seq < journal.seq_next:
+        return None
+    return next(iter(journal.read(seq)), None)
 
 
 def _delivery(source: JournalRecord | None) -> tuple[str, bytes] | None:

@@ -94,6 +94,7 @@ from world.errors import (
     WorldStale,
 )
 from world.fsutil import WorldLock, atomic_write, lock_world
+from world.history import HistoryWriter
 from world.journal import FileJournal
 from world.runner import HostRunner
 
@@ -160,6 +161,7 @@ class World(Recovery):
         self._runner = HostRunner(air, path / "cache", readonly=readonly)
         self.kernel = Kernel(air, self.journal, self.store, self._runner, limits)
         self._checkpoint_seq = 0
+        self._history = None if readonly else HistoryWriter(path, self.journal)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -305,10 +307,22 @@ class World(Recovery):
     def commit(self) -> int:
         """Make everything journaled so far durable (a failure makes this handle stale)."""
         try:
-            return self.journal.commit()
+            seq_next = self.journal.commit()
         except BaseException as exc:
             self.stale = f"journal commit failed: {exc}"
             raise
+        if self._history is not None and self._history.due():
+            self._flush_history()
+        return seq_next
+
+    def _flush_history(self) -> None:
+        """Bring the cell history index (``world.history``) up to the journal; derived data, so
+        a failure is a notice and the index stops for this session."""
+        if self._history is not None and self.kernel.consistent:
+            notice = self._history.flush_quietly(self.kernel, self.store)
+            if notice is not None:
+                self.notices.append(notice)
+                self._history = None
 
     def send(self, schema: str, value: Any) -> int:
         """Normalise, journal and route one event from outside; durable on return."""
@@ -400,6 +414,7 @@ class World(Recovery):
             self._checkpoint_seq = seq_next
             fileio.mkdir(self.path / "snapshots", exist_ok=True)
             atomic_write(self.path / "snapshots" / "latest", address.encode())
+        self._flush_history()
         return address
 
     # --- reading ----------------------------------------------------------------------------

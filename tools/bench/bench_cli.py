@@ -2,7 +2,12 @@
 
 Builds a keyed-counter world of N events (``World.send_many`` batches, ``run_until_idle``,
 then a snapshot), then times these as subprocesses, median of --repeat runs each:
-``world --help``, ``world send`` of one event, ``world state``, ``world info``.
+``world --help``, ``world send`` of one event, ``world state``, ``world info``, and
+``world cells show --at`` at a position in the middle of the journal.
+
+The commands run with ``PYTHONDONTWRITEBYTECODE`` removed from their environment and one
+untimed warm-up run each, as on a user's machine where Python caches compiled modules (some
+sandboxes set it, which makes every run compile every module: ~0.1 s more per command).
 
     .venv/bin/python tools/bench/bench_cli.py [--events 100000] [--batch 10000] [--repeat 5]
         [--keep DIR]
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -55,11 +61,13 @@ def build(path: Path, events: int, batch: int) -> float:
 
 
 def timed(argv: list[str], repeat: int) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     runs = []
-    for _ in range(repeat):
+    for attempt in range(repeat + 1):
         t0 = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-        runs.append(time.perf_counter() - t0)
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+        if attempt:  # the first run is the warm-up
+            runs.append(time.perf_counter() - t0)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr}")
     return statistics.median(runs)
@@ -89,6 +97,19 @@ def main() -> None:
                 [*world, "state", str(path), "demo/Counter@1", "--key", '"k1"'], args.repeat
             ),
             "info": timed([*world, "info", str(path)], args.repeat),
+            "cells show --at": timed(
+                [
+                    *world,
+                    "cells",
+                    "show",
+                    str(path),
+                    "demo/Counter@1",
+                    '"k7"',
+                    "--at",
+                    str(args.events),
+                ],
+                args.repeat,
+            ),
         }
         for name, seconds in results.items():
             print(f"{name:16} {seconds * 1000:8.0f} ms (median of {args.repeat})")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from air.errors import InputFileError, JsonError
+from cli import _progress
 from cli.common import (
     SignalGate,
     console,
@@ -24,7 +25,7 @@ from cli.common import (
 # The world, kernel and AIR modules (wasmtime, pydantic, httpx) are imported inside the commands
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
-    from world.control import ServedError
+    from world.control import Client, ServedError
     from world.world import World
 
 __all__ = [
@@ -33,8 +34,10 @@ __all__ = [
     "opened",
     "parse_json_arg",
     "parse_key_arg",
+    "print_notices",
     "run",
     "send",
+    "served_client",
     "snapshot",
     "state",
     "step",
@@ -46,6 +49,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")
 
 
 _JSON_START = frozenset('{["-0123456789')
+SEND_PROGRESS_MIN = 1000
+"""``send --file`` shows a progress bar (on a terminal) from this many events on."""
 
 
 def parse_json_arg(text: str, *, source: str = "VALUE") -> Any:
@@ -120,19 +125,32 @@ def opened(
         try:
             world.close()
         finally:
-            for notice in world.notices:
-                err_console.print(f"[yellow]notice:[/yellow] {notice}", soft_wrap=True)
+            print_notices(world.notices)
+
+
+def print_notices(notices: list[str]) -> None:
+    """A world's notices on stderr, one line each, as every command shows them."""
+    for notice in notices:
+        err_console.print(f"[yellow]notice:[/yellow] {notice}", soft_wrap=True)
+
+
+def served_client(directory: Path) -> Client | None:
+    """A client of the server holding ``directory`` (``world serve``), or None when the world
+    is not served: the command then opens the world itself. A served world must be asked:
+    opening it would fail on the write lock, or show a reader's stale view (the server runs
+    the ready work before it answers a read)."""
+    from world.control import Client, served, socket_path
+
+    return Client(socket_path(directory)) if served(directory) else None
 
 
 def via_server(directory: Path, op: str, **args: Any) -> Any | None:
-    """The reply of the server holding ``directory`` (``world serve``) to ``op``, or None when
-    the world is not served: the command then opens the world itself. A served world must be
-    asked: opening it would fail on the write lock, or show a reader's stale view."""
-    from world.control import Client, served, socket_path
-
-    if not served(directory):
+    """The reply of the server holding ``directory`` to ``op``, or None when it is not served
+    (see ``served_client``)."""
+    client = served_client(directory)
+    if client is None:
         return None
-    with Client(socket_path(directory)) as client:
+    with client:
         return client.call(op, **args)
 
 
@@ -171,23 +189,44 @@ def send(
         if reply is not None:
             seqs = reply["seqs"]
         else:
-            seqs = _send_here(directory, schema, lines, file)
+            big = file is not None and len(lines) >= SEND_PROGRESS_MIN
+            shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
+            with shown as progress:
+                seqs = _send_here(directory, schema, lines, file, progress)
     if json_output:
         emit_json({"ok": True, "seqs": seqs})
     else:
         console.print(f"sent {len(seqs)} event(s), journal seq {seqs[0]}..{seqs[-1]}")
 
 
-def _send_here(directory: Path, schema: str, lines: list[Any], file: Path | None) -> list[int]:
+def _send_here(
+    directory: Path,
+    schema: str,
+    lines: list[Any],
+    file: Path | None,
+    progress: _progress.ProgressFn | None = None,
+) -> list[int]:
     from world.world import EventRejected
 
+    events = [(schema, v) for _n, v in lines]
     with opened(directory) as world:
         try:
-            return world.send_many([(schema, v) for _n, v in lines])
+            return world.send_many(events if progress is None else _counted(events, progress))
         except EventRejected as exc:
             if file is None:
                 raise exc.cause from exc
             raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
+
+
+def _counted(items: list[Any], progress: _progress.ProgressFn) -> Iterator[Any]:
+    """``items``, calling ``progress(done, total)`` as they are taken (about 100 times in
+    all): ``World.send_many`` checks each event as it takes it, then journals them all."""
+    total = len(items)
+    every = max(1, total // 100)
+    for done, item in enumerate(items, start=1):
+        yield item
+        if done % every == 0 or done == total:
+            progress(done, total)
 
 
 def step(
@@ -200,6 +239,7 @@ def step(
         handle_errors(json_output),
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
+        _steps_shown(world, "stepping", ticks, json_output),
     ):
         ran = world.step(ticks)
         pending = world.kernel.scheduler.pending
@@ -237,6 +277,7 @@ def run(
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
         EffectLoop(world, sim=sim) as loop,
+        _steps_shown(world, "running", None, json_output),
     ):
         report = loop.run(until_idle=until_idle, max_steps=max_steps)
     for note in report.notes:
@@ -253,6 +294,20 @@ def run(
     else:
         extra = f", {report.receipts} receipt(s)" if report.receipts else ""
         console.print(f"ran {report.steps} step(s){extra}; the world is idle")
+
+
+def _steps_shown(
+    world: World, label: str, total: int | None, json_output: bool
+) -> AbstractContextManager[None]:
+    """A progress bar of the steps this command has run (a spinner when their number is not
+    known): the bar reads the kernel's step counter, which the tick loop keeps anyway."""
+    start = world.kernel.steps_total
+    return _progress.counter(
+        label,
+        lambda: max(0, world.kernel.steps_total - start),
+        total=total,
+        json_output=json_output,
+    )
 
 
 def state(

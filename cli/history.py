@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,9 +27,11 @@ import typer
 
 from cli import cells
 from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
-from cli.core import opened, parse_key_arg
+from cli.core import opened, parse_key_arg, served_client, via_server
+from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
+    from world.control import Client
     from world.journal import FileJournal
     from world.timetravel import HistoryEntry
     from world.views import RecordView
@@ -62,7 +65,16 @@ def show(
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
         key_value = parse_key_arg(key)
-        if at is None:
+        reply = None
+        if at is None or at <= SEQ_MAX:  # past it: the direct read says how far the journal is
+            reply = via_server(directory, "cells_show", reducer=reducer, key=key_value, at=at)
+        if reply is not None:
+            found_cbor = reply["state_cbor"]
+            state_cbor = None if found_cbor is None else bytes.fromhex(found_cbor)
+            state = reply["state"]
+            if at is not None:
+                out |= {"at": reply["at"], "through": reply["through"]}
+        elif at is None:
             with opened(directory, readonly=True) as world:
                 where = cell_key(world.air, reducer, key_value)
                 state_cbor = world.kernel.state_of(reducer, where.key_cbor)
@@ -100,47 +112,26 @@ def tail(
     """The cell's inputs and step outcomes in journal order, each step with its source.
 
     Read-only: works while another process runs the world."""
-    from world._worlddir import load_world_air
-    from world.errors import NotAWorld
-    from world.journal import FileJournal
-    from world.timetravel import CellHistory, cell_key
-    from world.views import RecordView
+    rows: list[list[str]] = []
+
+    def emit(shown: dict[str, Any]) -> None:
+        if json_output:
+            console.print(json.dumps(shown), soft_wrap=True, highlight=False, markup=False)
+        elif follow:
+            console.print(" ".join(_row(shown)), markup=False)
+        else:
+            rows.append(_row(shown))
 
     with handle_errors(json_output):
-        if (
-            not (directory / "air" / "sources.json").is_file()
-            or not (directory / "journal").is_dir()
-        ):
-            raise NotAWorld(str(directory))
-        air = load_world_air(directory)
-        history = CellHistory(air, cell_key(air, reducer, parse_key_arg(key)))
-        view = RecordView(air)
-        reader = FileJournal(directory / "journal", readonly=True)
-        rows: list[list[str]] = []
-        seq = 0
+        client = served_client(directory)
         try:
-            while True:
-                for entry in history.read(reader, seq):
-                    seq = entry.record.seq + 1
-                    if json_output:
-                        console.print(
-                            json.dumps(_as_json(view, entry, raw)),
-                            soft_wrap=True,
-                            highlight=False,
-                            markup=False,
-                        )
-                    elif follow:
-                        console.print(" ".join(_row(view, entry, raw)), markup=False)
-                    else:
-                        rows.append(_row(view, entry, raw))
-                if not follow:
-                    break
-                time.sleep(0.2)
-                seq = max(seq, _scanned(reader))
+            if client is None:
+                _tail_here(directory, reducer, key, follow, raw, emit)
+            else:
+                with client:
+                    _tail_served(client, reducer, parse_key_arg(key), follow, raw, emit)
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        finally:
-            reader.close()
     if not json_output and not follow:
         from rich.table import Table
 
@@ -150,6 +141,62 @@ def tail(
         for row in rows:
             table.add_row(*row)
         console.print(table)
+
+
+def _tail_here(
+    directory: Path,
+    reducer: str,
+    key: str,
+    follow: bool,
+    raw: bool,
+    emit: Callable[[dict[str, Any]], None],
+) -> None:
+    """The cell's history read from the journal files (no server holds the world)."""
+    from world._worlddir import load_world_air
+    from world.errors import NotAWorld
+    from world.journal import FileJournal
+    from world.timetravel import CellHistory, cell_key
+    from world.views import RecordView
+
+    if not (directory / "air" / "sources.json").is_file() or not (directory / "journal").is_dir():
+        raise NotAWorld(str(directory))
+    air = load_world_air(directory)
+    history = CellHistory(air, cell_key(air, reducer, parse_key_arg(key)))
+    view = RecordView(air)
+    reader = FileJournal(directory / "journal", readonly=True)
+    seq = 0
+    try:
+        while True:
+            for entry in history.read(reader, seq):
+                seq = entry.record.seq + 1
+                emit(_as_json(view, entry, raw))
+            if not follow:
+                return
+            time.sleep(FOLLOW_POLL_S)
+            seq = max(seq, _scanned(reader))
+    finally:
+        reader.close()
+
+
+def _tail_served(
+    client: Client,
+    reducer: str,
+    key: Any,
+    follow: bool,
+    raw: bool,
+    emit: Callable[[dict[str, Any]], None],
+) -> None:
+    """The cell's history from the server holding the world, a page per request, each entry
+    as ``_as_json`` makes it (the server renders it the same way)."""
+    seq = 0
+    while True:
+        for page in client.pages("cells_tail", from_seq=seq, reducer=reducer, key=key, raw=raw):
+            for shown in page["entries"]:
+                emit(shown)
+            seq = page["next"]
+        if not follow:
+            return
+        time.sleep(FOLLOW_POLL_S)
 
 
 def _scanned(reader: FileJournal) -> int:
@@ -166,18 +213,18 @@ def _as_json(view: RecordView, entry: HistoryEntry, raw: bool) -> dict[str, Any]
     return out
 
 
-def _row(view: RecordView, entry: HistoryEntry, raw: bool) -> list[str]:
-    shown = view.render(entry.record, raw=raw)
+def _row(shown: dict[str, Any]) -> list[str]:
+    """A table row of one history entry, from its JSON form (``_as_json``)."""
     body = shown["body"]
-    if entry.role == "input":
-        return [str(entry.record.seq), "input", "", json.dumps(body.get("value"))]
+    if shown["role"] == "input":
+        return [str(shown["seq"]), "input", "", json.dumps(body.get("value"))]
     source = ""
-    if entry.source is not None:
-        src = view.render(entry.source, raw=raw)
+    src = shown.get("source")
+    if src is not None:
         value = src["body"].get("value") if src["kind"] == "event.in" else src["kind"]
-        source = f"{entry.source.seq}: {json.dumps(value)}"
+        source = f"{src['seq']}: {json.dumps(value)}"
     detail = {k: body[k] for k in ("state_hash", "reason", "events", "effects") if k in body}
-    return [str(entry.record.seq), entry.record.kind, source, json.dumps(detail)]
+    return [str(shown["seq"]), shown["kind"], source, json.dumps(detail)]
 
 
 def fork(

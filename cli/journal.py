@@ -1,19 +1,32 @@
-"""``world journal ...``: verify (and, only when asked, repair) and tail the journal."""
+"""``world journal ...``: verify (and, only when asked, repair) and tail the journal.
+
+``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
+records per request (``journal_tail`` in ``world._served_ops``): the same lines as a direct
+read, and what the server ran just before is in them."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
+from cli.core import served_client
+
+if TYPE_CHECKING:
+    from world.control import Client
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
 
-__all__ = ["app"]
+__all__ = ["FOLLOW_POLL_S", "SEQ_MAX", "app"]
+
+FOLLOW_POLL_S: Final = 0.2
+"""``--follow`` looks for new records this often."""
+SEQ_MAX: Final = 2**63 - 1
+"""A ``--from`` past any journal's end, as far as the control protocol (msgpack) carries."""
 
 app = typer.Typer(help="Inspect and check the journal.", no_args_is_help=True)
 
@@ -85,13 +98,19 @@ def tail(
 
     Read-only: works while another process runs the world. ``--from`` is the global sequence
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
-    from kernel.journal import SubjectPattern
+    from kernel.journal import SubjectPattern, check_read_args
     from world import journal as file_journal
     from world._worlddir import load_world_air
     from world.errors import NotAWorld
     from world.views import RecordView
 
     with handle_errors():
+        client = served_client(directory)
+        if client is not None:  # the same checks first, so errors read the same
+            check_read_args(from_seq, subject or None)
+            with client:
+                _tail_served(client, subject or None, min(from_seq, SEQ_MAX), follow, raw)
+            return
         if not (directory / "journal").is_dir():
             raise NotAWorld(str(directory))
         pattern = SubjectPattern.compile(subject) if subject else None
@@ -103,17 +122,35 @@ def tail(
                 for record in reader.read(seq):
                     seq = record.seq + 1
                     if pattern is None or pattern.matches(record.subject):
-                        console.print(
-                            json.dumps(view.render(record, raw=raw)),
-                            soft_wrap=True,
-                            highlight=False,
-                            markup=False,
-                        )
+                        _print_line(view.render(record, raw=raw))
                 if not follow:
                     return
-                time.sleep(0.2)
+                time.sleep(FOLLOW_POLL_S)
                 reader.refresh()
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             reader.close()
+
+
+def _tail_served(
+    client: Client, subject: str | None, from_seq: int, follow: bool, raw: bool
+) -> None:
+    """``journal tail`` through a served world: page after page, each record as the server
+    rendered it (the same rendering as above); ``--follow`` asks again every poll."""
+    seq = from_seq
+    try:
+        while True:
+            for page in client.pages("journal_tail", from_seq=seq, subject=subject, raw=raw):
+                for shown in page["records"]:
+                    _print_line(shown)
+                seq = page["next"]
+            if not follow:
+                return
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _print_line(shown: dict[str, Any]) -> None:
+    console.print(json.dumps(shown), soft_wrap=True, highlight=False, markup=False)

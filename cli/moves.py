@@ -7,15 +7,20 @@ Importing this module registers the two ``cells`` commands; ``cli.main`` adds ``
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from air.errors import InvalidArgument
+from cli._progress import bar
 from cli.cells import app as cells_app
 from cli.common import console, emit_json, handle_errors, signals_deferred
-from cli.core import opened, parse_key_arg
+from cli.core import opened, parse_key_arg, print_notices, served_client
+
+if TYPE_CHECKING:
+    from world.control import Client
 
 # world.export and world.migrate are imported where used: `world --help` need not load them.
 
@@ -39,20 +44,45 @@ def export(
     json_output: JsonOpt = False,
 ) -> None:
     """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder."""
-    from world.export import export_all, export_cell
-
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        if all_cells == (key is not None):
-            raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
-        if key is None:
-            count = export_all(world, reducer, out)
+    with handle_errors(json_output):
+        client = served_client(directory)
+        if client is None:
+            count = _export_here(directory, reducer, key, all_cells, out)
         else:
-            export_cell(world, reducer, parse_key_arg(key), out)
-            count = 1
+            _one_of(key, all_cells)
+            with client:
+                count = _export_served(client, reducer, key, out)
     if json_output:
         emit_json({"ok": True, "reducer": reducer, "cells": count, "path": str(out)})
     else:
         console.print(f"exported {count} cell(s) of {reducer} to {out}", markup=False)
+
+
+def _one_of(key: str | None, all_cells: bool) -> None:
+    if all_cells == (key is not None):
+        raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
+
+
+def _export_here(directory: Path, reducer: str, key: str | None, all_cells: bool, out: Path) -> int:
+    from world.export import export_all, export_cell
+
+    with opened(directory, readonly=True) as world:
+        _one_of(key, all_cells)
+        if key is None:
+            return export_all(world, reducer, out)
+        export_cell(world, reducer, parse_key_arg(key), out)
+        return 1
+
+
+def _export_served(client: Client, reducer: str, key: str | None, out: Path) -> int:
+    """The server writes the export (to ``out`` made absolute: its working folder is not
+    ours) from a read-only handle of its own, as ``_export_here`` does."""
+    args: dict[str, Any] = {"reducer": reducer, "out": str(out.absolute()), "all": key is None}
+    if key is not None:
+        args["key"] = parse_key_arg(key)
+    reply = client.call("cells_export", **args)
+    print_notices(reply["notices"])
+    return int(reply["cells"])
 
 
 @cells_app.command("import")
@@ -83,8 +113,12 @@ def migrate(
     """Turn a v1 reducer with map<key, substate> state into a keyed reducer: one cell per key."""
     from world.migrate import migrate_cells
 
-    with handle_errors(json_output), signals_deferred():
-        plan = migrate_cells(directory, reducer, key_field, dry_run=dry_run)
+    with (
+        handle_errors(json_output),
+        signals_deferred(),
+        nullcontext() if dry_run else bar("migrating", json_output=json_output) as progress,
+    ):
+        plan = migrate_cells(directory, reducer, key_field, dry_run=dry_run, progress=progress)
     summary = {**plan.summary(), "dry_run": dry_run}
     if json_output:
         emit_json({"ok": True, **summary})

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from cli._progress import bar
 from cli.common import console, emit_json, fail, handle_errors
 
 __all__ = ["replay"]
@@ -22,20 +23,10 @@ def replay(
     """Replay the journal from genesis; report the first difference, if any."""
     if not verify:
         fail("only --verify is supported: replay never rewrites a world")
-    from rich.progress import Progress
-
     from world.replay import verify_world  # here, not above: `world --help` stays quick
 
-    with handle_errors(json_output):
-        if json_output or not console.is_terminal:
-            report = verify_world(directory)
-        else:
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("replaying", total=None)
-                report = verify_world(
-                    directory,
-                    lambda done, total: progress.update(task, completed=done, total=total),
-                )
+    with handle_errors(json_output), bar("replaying", json_output=json_output) as progress:
+        report = verify_world(directory, progress)
     divergence = report.divergence
     data = {
         "ok": report.ok,

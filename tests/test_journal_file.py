@@ -717,12 +717,15 @@ def test_a_seal_whose_digest_disagrees_is_stale_for_verify_and_removed_by_repair
     written = seal.read_bytes()
     _forge_seal(seal, blake3=bytes(32))  # well formed, CRC right, digest of other bytes
     report = verify(tmp_path)
-    assert report.ok and not report.clean
+    assert report.ok
+    assert not report.clean
     assert report.stale_seals == (names[1],)
     assert report.as_json()["stale_seals"] == [names[1]]
     assert "1 seal(s) disagree" in report.describe()
     repaired = repair(tmp_path, tmp_path.parent / "backup")
-    assert repaired.changed and repaired.cut_segment is None and repaired.seq_next == 40
+    assert repaired.changed
+    assert repaired.cut_segment is None
+    assert repaired.seq_next == 40
     assert "removed 1 stale seal(s); nothing cut" in repaired.describe()
     assert not seal.exists()
     assert (tmp_path.parent / "backup" / seal_name(names[1])).exists()

@@ -11,25 +11,37 @@ One request, one reply, in order, on one connection; a connection may carry many
 Values travel as sugar JSON (what the CLI reads and prints), so msgpack's types are enough.
 The socket is ``<world>/control.sock``, mode 0600: only the world's owner can talk to it.
 
+Paged ops (``journal_tail``, ``cells_tail``) answer a pass over the journal a page at a time:
+each reply carries ``next`` (where the following page starts) and ``end`` (where the pass
+ends, fixed by its first page); ``Client.pages`` asks for pages until ``next`` reaches ``end``.
+
 Limits: a request is at most ``REQUEST_BYTES_MAX`` bytes (the server replies with an error and
 closes the connection past it, since it will not read that much to find the next frame); a
 reply is at most ``REPLY_BYTES_MAX``. A version other than ``PROTOCOL_VERSION`` is refused.
 
-Not here: the server (``world.serve``), and any authentication beyond the socket's mode.
+Not here: the server (``world.serve``; ``listening`` makes its socket), and any authentication
+beyond the socket's mode.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import socket
 import struct
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import msgpack
 
-from air.errors import LimitExceeded, WorldError
+from air.errors import InvalidArgument, LimitExceeded, WorldError
+from world.fsutil import WorldLocked
 
 __all__ = [
+    "BACKLOG",
     "PROTOCOL_VERSION",
     "REPLY_BYTES_MAX",
     "REQUEST_BYTES_MAX",
@@ -41,6 +53,7 @@ __all__ = [
     "encode",
     "error_reply",
     "frame_length",
+    "listening",
     "ok_reply",
     "served",
     "socket_path",
@@ -52,6 +65,8 @@ REQUEST_BYTES_MAX: Final = 16 * 1024 * 1024
 REPLY_BYTES_MAX: Final = 256 * 1024 * 1024
 """The largest reply body a client reads (``cells_ls`` with a large ``limit`` is the big one)."""
 SOCKET_NAME: Final = "control.sock"
+BACKLOG: Final = 16
+"""Connections the socket queues before the server accepts them."""
 _LENGTH = struct.Struct(">I")
 
 
@@ -174,6 +189,32 @@ class Client:
             fields if isinstance(fields, dict) else None,
         )
 
+    def pages(self, op: str, *, from_seq: int, **args: Any) -> Iterator[dict[str, Any]]:
+        """The replies of one pass of a paged op from ``from_seq``: the first fixes ``end``,
+        each next one starts at the ``next`` of the one before, until ``next >= end``. The last
+        reply's ``next`` is where a later pass (``--follow``) goes on."""
+        reply = self._page(op, from_seq, None, args)
+        yield reply
+        end = reply["end"]
+        while reply["next"] < end:
+            cursor = reply["next"]
+            reply = self._page(op, cursor, end, args)
+            if reply["next"] <= cursor:  # a server that does not move on would loop forever
+                raise ProtocolError("malformed", f"{op}: a page that does not advance")
+            yield reply
+
+    def _page(
+        self, op: str, from_seq: int, until_seq: int | None, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        reply = self.call(op, from_seq=from_seq, until_seq=until_seq, **args)
+        if not (
+            isinstance(reply, dict)
+            and type(reply.get("next")) is int
+            and type(reply.get("end")) is int
+        ):
+            raise ProtocolError("malformed", f"{op}: a page without next and end")
+        return reply
+
     def _connected(self) -> socket.socket:
         if self._sock is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -217,3 +258,39 @@ def served(world_dir: Path | str) -> bool:
     finally:
         sock.close()
     return True
+
+
+@contextlib.contextmanager
+def listening(world_dir: Path) -> Iterator[socket.socket]:
+    """``<world>/control.sock``, mode 0600, listening (non-blocking); removed on exit if it is
+    still ours. It is bound inside a fresh 0700 folder, chmodded, then renamed into place, so
+    there is no moment when another user could connect. A socket file nothing answers on (a
+    server that crashed) is replaced; one a server answers on is ``WorldLocked``."""
+    path = socket_path(world_dir)
+    if os.path.lexists(path):
+        if not path.is_socket():
+            raise InvalidArgument("control socket", str(path), "exists and is not a socket")
+        if served(world_dir):
+            raise WorldLocked(str(path), "serve")
+        path.unlink()  # stale: a server that crashed
+    private = Path(tempfile.mkdtemp(prefix=".cs", dir=world_dir))  # mode 0700
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(private / "s"))
+        os.chmod(private / "s", 0o600)
+        os.replace(private / "s", path)
+        inode = path.stat().st_ino
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    try:
+        yield sock
+    finally:
+        sock.close()
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == inode:
+                path.unlink()

@@ -40,7 +40,7 @@ world folder is a symlink, and tools that copy or lock it must follow links).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -301,8 +301,9 @@ def _cas_files(path: Path) -> Iterator[Path]:
         yield from (p for p in sorted(root.glob("*/*")) if p.is_file())
 
 
-def _build(old: World, plan: MigrationPlan, staging: Path) -> None:
-    """Write the whole new world into ``staging`` and check that it replays exactly."""
+def _build(old: World, plan: MigrationPlan, staging: Path, progress: Callable[[int], None]) -> None:
+    """Write the whole new world into ``staging`` and check that it replays exactly;
+    ``progress(n)``: n of the 2 x records units done (journaled, then replayed)."""
     fileio.mkdir(staging)
     build_world(staging, plan.air, plan.sources).release()
     for source in _cas_files(old.path):
@@ -330,8 +331,11 @@ def _build(old: World, plan: MigrationPlan, staging: Path) -> None:
     ]
     with World.open(staging) as new:
         journal_records(new, records)
+        progress(len(records))
         new.snapshot()
-    report = verify_world(staging)
+    report = verify_world(
+        staging, lambda done, total: progress(len(records) + done * len(records) // total)
+    )
     if report.divergence is not None or report.mismatches:
         raise MigrationRefused(plan.reducer, f"the migrated world does not replay: {report}")
     sync_paths([], [], force=True)  # the copies above were written unsynced
@@ -343,10 +347,19 @@ def _rename(source: Path, target: Path) -> None:
 
 
 def migrate_cells(
-    path: Path, reducer: str, key_field: str, *, dry_run: bool = False
+    path: Path,
+    reducer: str,
+    key_field: str,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> MigrationPlan:
     """Migrate ``reducer`` of the world at ``path`` to cells (see the module docstring);
-    ``dry_run`` only plans. Returns the plan (its ``backup`` names the old world's folder)."""
+    ``dry_run`` only plans. Returns the plan (its ``backup`` names the old world's folder).
+
+    ``progress(done, total)`` (not for a dry run) counts in records of the new journal:
+    ``total`` is twice their number plus one, for journaling them, replaying them, and the
+    swap; the counts grow and the last call, after the swap, has ``done == total``."""
     path = Path(path)
     recover_migration(path)
     staging, ready = _siblings(path)
@@ -354,11 +367,18 @@ def migrate_cells(
         plan = plan_migration(old, reducer, key_field)
         if dry_run:
             return plan
+        total = 2 * (1 + len(plan.cells) + len(plan.others)) + 1
+
+        def report(done: int) -> None:
+            if progress is not None:
+                progress(done, total)
+
+        report(0)
         with fileio.storage_errors("migrate"):
             remove_tree(staging)
             remove_tree(ready)
             try:
-                _build(old, plan, staging)
+                _build(old, plan, staging, report)
             except BaseException:
                 remove_tree(staging)
                 raise
@@ -366,6 +386,7 @@ def migrate_cells(
             _rename(staging, ready)
             _rename(path, backup)
             _rename(ready, path)
+    report(total)
     plan.backup = str(backup)
     return plan
 

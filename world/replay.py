@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from air.errors import StoreDamaged
 from kernel.cells import MemoryCellStore
@@ -60,7 +61,14 @@ class ReplayReport:
         return [m.field[len(prefix) :] for m in self.mismatches if m.field.startswith(prefix)]
 
 
+PROGRESS_EVERY: Final = 1000
+"""``verify_world`` reports its progress every this many records (and once at the end)."""
+
+
 def verify_world(path: Path, progress: Callable[[int, int], None] | None = None) -> ReplayReport:
+    """Replay the world at ``path`` from genesis and compare (see the module docstring).
+    ``progress(records_done, records_total)`` is called as records are replayed; the counts
+    grow, and the last call has ``records_done == records_total`` unless replay diverged."""
     report = ReplayReport()
     with World.open(path, readonly=True) as world:
         report.damaged.extend(world.notices)
@@ -76,15 +84,15 @@ def verify_world(path: Path, progress: Callable[[int, int], None] | None = None)
                 kernel.apply(record)
                 report.records += 1
                 report.steps += record.kind in TICK_KINDS
-                if progress is not None and report.records % 1000 == 0:
+                if progress is not None and report.records % PROGRESS_EVERY == 0:
                     progress(report.records, total)
         except ReplayDivergence as exc:
             report.divergence = exc
             return report
+        if progress is not None and report.records % PROGRESS_EVERY:
+            progress(report.records, total)
         report.mismatches.extend(_compare(kernel, world))
         report.damaged.extend(_damaged_objects(world))
-        if progress is not None:
-            progress(report.records, total)
     return report
 
 

@@ -1,8 +1,8 @@
 """A served world (``world serve DIR``): the world stays open for writing with its adapters live,
 and answers requests on ``<world>/control.sock`` (the protocol is ``world.control``).
 
-One thread does everything, so the world is never touched concurrently (``World`` is not
-thread-safe)::
+One thread does everything with the world, so it is never touched concurrently (``World`` is
+not thread-safe)::
 
     select (accept, read, write; never blocks while work is ready)
       -> answer each complete request, one at a time
@@ -12,10 +12,18 @@ thread-safe)::
 
 Invariants. A ``send`` is one durable batch (``World.send_many``: one group commit) and its
 reply carries the journal seqs, so an acknowledged event is never lost; a send that failed
-journaled nothing. Reads (``state``, ``info``, ``cells_ls``) first run the ready work (up to
-``READ_CATCHUP_TICKS_MAX`` ticks), so a client that sent and then reads sees its events
-processed. Stopping drains (runs until idle, as ``world run --until-idle``), checkpoints,
-replies to the ``stop`` request, removes the socket and closes the world.
+journaled nothing. Reads (every op but ``send`` and ``snapshot``; ``world._served_ops`` lists
+them) first run the ready work (up to ``READ_CATCHUP_TICKS_MAX`` ticks), so a client that sent
+and then reads sees its events processed. Stopping answers the deferred requests still
+running, drains (runs until idle, as ``world run --until-idle``), checkpoints, replies to the
+``stop`` request, removes the socket and closes the world.
+
+Long reads do not hold the loop. The journal is read a page per request (``journal_tail``,
+``cells_tail``; the client asks for the next page). A replay to a past position or an export
+is a *deferred* request: it runs on a worker thread (``JOBS_MAX`` at once) with a read-only
+handle of its own, as a reader process would, and the loop wakes when it finishes (a socket
+pair) and answers it. Its connection reads no further request meanwhile, so replies on one
+connection stay in request order; the other connections are served as usual.
 
 A bad request costs only its reply: bytes that are not msgpack, a wrong version or an unknown
 op get an error reply and the connection stays usable (the framing is intact); a length prefix
@@ -24,9 +32,9 @@ not read that much to find the next frame). A client that disconnects mid-frame 
 partial buffer that is dropped with it. Replies are buffered per connection and written when
 the socket takes them, so a client that never reads cannot block the others.
 
-The socket is created mode 0600 without a window: it is bound inside a fresh 0700 folder,
-chmodded, then renamed into place. A stale socket file (a server that crashed) is replaced
-only if nothing answers on it; the world's write lock already keeps a second server out.
+The socket (``world.control.listening``) is mode 0600 from the start; a stale one (a server
+that crashed) is replaced only if nothing answers on it; the world's write lock already keeps a
+second server out.
 
 Rejected: a thread per client with a lock around the world. Every request would still run one
 at a time, and receipts and ticks would need the same lock; the selector loop gives the same
@@ -37,12 +45,9 @@ order with no lock and no shared state. Not here: authentication beyond the sock
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
-import shutil
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +56,7 @@ from types import FrameType
 from typing import Any, Final
 
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
+from world._served_ops import Deferred, Ops, plain_fields
 from world.control import (
     REPLY_BYTES_MAX,
     REQUEST_BYTES_MAX,
@@ -59,22 +65,22 @@ from world.control import (
     encode,
     error_reply,
     frame_length,
+    listening,
     ok_reply,
-    served,
     socket_path,
 )
 from world.effectloop import EffectLoop, LoopReport
 from world.errors import Interrupted
-from world.fsutil import WorldLocked
 from world.world import World
 
 __all__ = [
     "CLIENTS_MAX",
+    "JOBS_MAX",
+    "JOB_WAIT_S",
     "POLL_S",
     "READ_CATCHUP_TICKS_MAX",
     "TICKS_PER_TURN",
     "ServeReport",
-    "cells_listing",
     "serve",
 ]
 
@@ -89,7 +95,10 @@ CLIENTS_MAX: Final = 64
 RECV_BYTES: Final = 1 << 16
 FLUSH_WAIT_S: Final = 5.0
 """At stop, how long the last replies may take to be written."""
-_BACKLOG: Final = 16
+JOBS_MAX: Final = 2
+"""Deferred requests (``world._served_ops.Deferred``) running at once; more wait their turn."""
+JOB_WAIT_S: Final = 300.0
+"""At stop, how long each deferred request still running may take to finish."""
 
 
 @dataclass
@@ -125,9 +134,21 @@ class _Conn:
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.closing = False  # close once outbuf is written
+        self.waiting = False  # a deferred request runs: read nothing more until it is answered
+        self.events = selectors.EVENT_READ  # what the selector watches (0: not registered)
 
     def closed(self) -> bool:
         return self.sock.fileno() < 0
+
+
+@dataclass
+class _Job:
+    """A deferred request: ``conn`` gets ``reply`` once ``thread`` has finished."""
+
+    conn: _Conn
+    deferred: Deferred
+    thread: threading.Thread | None = None
+    reply: dict[str, Any] | None = None
 
 
 class _Server:
@@ -141,18 +162,17 @@ class _Server:
         self.sel = selectors.DefaultSelector()
         self.conns: dict[int, _Conn] = {}
         self.report = ServeReport(loop=self.loop.report)
-        self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "send": self._send,
-            "state": self._state,
-            "info": self._info,
-            "cells_ls": self._cells_ls,
-            "snapshot": self._snapshot,
-        }
+        self.ops = Ops(world, self._catch_up).table()
+        self.jobs: list[_Job] = []  # running first (at most JOBS_MAX), then waiting, in order
+        self.wake_r, self.wake_w = socket.socketpair()  # a finished job wakes the loop
+        for end in (self.wake_r, self.wake_w):
+            end.setblocking(False)
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
         self.sel.register(self.listener, selectors.EVENT_READ)
+        self.sel.register(self.wake_r, selectors.EVENT_READ)
         try:
             try:
                 self._serve()
@@ -165,6 +185,8 @@ class _Server:
                 self._drop(conn)
             self.sel.close()
             self.loop.close()
+            self.wake_r.close()
+            self.wake_w.close()
 
     def _serve(self) -> None:
         while not self._stopping():
@@ -172,6 +194,10 @@ class _Server:
             for key, mask in self.sel.select(timeout):
                 if key.fileobj is self.listener:
                     self._accept()
+                    continue
+                if key.fileobj is self.wake_r:
+                    with contextlib.suppress(OSError):
+                        self.wake_r.recv(RECV_BYTES)
                     continue
                 conn = self.conns.get(key.fd)
                 if conn is not None and mask & selectors.EVENT_WRITE:
@@ -181,6 +207,7 @@ class _Server:
                     self._read(conn)
                 if self.stopper is not None:
                     return
+            self._reap()
             self.loop.turn(TICKS_PER_TURN)
 
     def _stopping(self) -> bool:
@@ -189,7 +216,9 @@ class _Server:
 
     def _finish_stop(self) -> None:
         """Drain, checkpoint, then answer the ``stop`` request (if one asked) and let its
-        reply and any other pending replies go out, each bounded by ``FLUSH_WAIT_S``."""
+        reply and any other pending replies go out, each bounded by ``FLUSH_WAIT_S``. Deferred
+        requests are answered first (each waits at most ``JOB_WAIT_S``)."""
+        self._finish_jobs()
         try:
             drained = self.loop.run(until_idle=True)
             self.report.loop.steps += drained.steps
@@ -202,7 +231,7 @@ class _Server:
                 }
             )
         except WorldError as exc:
-            reply = error_reply(exc, _fields(exc))
+            reply = error_reply(exc, plain_fields(exc))
             if self.stopper is None:
                 raise
         if self.stopper is not None:
@@ -245,7 +274,11 @@ class _Server:
             self._drop(conn)
             return
         conn.inbuf += data
-        while len(conn.inbuf) >= 4 and not conn.closing and self.stopper is None:
+        self._answer_buffered(conn)
+
+    def _answer_buffered(self, conn: _Conn) -> None:
+        """Answer the whole requests in ``conn``'s buffer, in order, up to a deferred one."""
+        while len(conn.inbuf) >= 4 and not (conn.closing or conn.waiting or self.stopper):
             length = frame_length(bytes(conn.inbuf[:4]))
             if length > REQUEST_BYTES_MAX:
                 conn.inbuf.clear()
@@ -256,13 +289,14 @@ class _Server:
                 self._queue(conn, error_reply(too_large))
                 return
             if len(conn.inbuf) < 4 + length:
-                return
+                break
             body = bytes(conn.inbuf[4 : 4 + length])
             del conn.inbuf[: 4 + length]
             self.report.requests += 1
             reply = self._answer(conn, body)
             if reply is not None:
                 self._queue(conn, reply)
+        self._watch(conn)
 
     def _queue(self, conn: _Conn, reply: dict[str, Any]) -> None:
         try:
@@ -270,7 +304,7 @@ class _Server:
             if len(frame) - 4 > REPLY_BYTES_MAX:
                 raise LimitExceeded("REPLY_BYTES_MAX", REPLY_BYTES_MAX, f"{len(frame)} bytes")
         except WorldError as exc:  # a result msgpack cannot carry, or one too large
-            frame = encode(error_reply(exc, _fields(exc)))
+            frame = encode(error_reply(exc, plain_fields(exc)))
         conn.outbuf += frame
         self._flush(conn)
 
@@ -289,15 +323,32 @@ class _Server:
         if conn.closing and not conn.outbuf:
             self._drop(conn)
             return
-        events = selectors.EVENT_WRITE if conn.closing else selectors.EVENT_READ
-        if conn.outbuf:
+        self._watch(conn)
+
+    def _watch(self, conn: _Conn) -> None:
+        """Watch ``conn`` for what it can do now: read unless it is closing or waiting for a
+        deferred reply (its next requests stay unread, so replies keep their order), write
+        while replies are buffered."""
+        if conn.closed():
+            return
+        events = 0 if conn.closing or conn.waiting else selectors.EVENT_READ
+        if conn.outbuf or conn.closing:
             events |= selectors.EVENT_WRITE
-        self.sel.modify(conn.sock, events)
+        if events == conn.events:
+            return
+        if not events:
+            self.sel.unregister(conn.sock)
+        elif not conn.events:
+            self.sel.register(conn.sock, events)
+        else:
+            self.sel.modify(conn.sock, events)
+        conn.events = events
 
     # --- requests ---------------------------------------------------------------------------
 
     def _answer(self, conn: _Conn, body: bytes) -> dict[str, Any] | None:
-        """The reply to one request (None for ``stop``: it is answered after the drain)."""
+        """The reply to one request (None for ``stop``, answered after the drain, and for a
+        deferred request, answered when its job finishes)."""
         try:
             request = decode(body)
             op, args = request.get("op"), request.get("args", {})
@@ -309,123 +360,75 @@ class _Server:
             handler = self.ops.get(op)
             if handler is None:
                 raise UnknownName("op", op, [*sorted(self.ops), "stop"])
-            return ok_reply(handler(args))
+            result = handler(args)
+            if isinstance(result, Deferred):
+                conn.waiting = True
+                self.jobs.append(_Job(conn, result))
+                self._start_jobs()
+                return None
+            return ok_reply(result)
         except WorldError as exc:
-            return error_reply(exc, _fields(exc))
+            return error_reply(exc, plain_fields(exc))
         except RecursionError as exc:  # a value nested deeper than normalisation allows
-            return error_reply(InvalidArgument("args", "...", f"nested too deeply ({exc})"))
+            return error_reply(_too_deep(exc))
 
     def _catch_up(self) -> None:
         if not self.world.kernel.idle():
             self.loop.report.steps += self.world.step(READ_CATCHUP_TICKS_MAX)
 
-    def _send(self, args: dict[str, Any]) -> Any:
-        schema = _arg(args, "schema", str)
-        values = _arg(args, "values", list)
-        if not values:
-            raise InvalidArgument("values", 0, "send at least one event")
-        return {"seqs": self.world.send_many([(schema, v) for v in values])}
+    # --- deferred requests (worker threads) -------------------------------------------------
 
-    def _state(self, args: dict[str, Any]) -> Any:
-        reducer = _arg(args, "reducer", str)
-        self._catch_up()
-        return {"state": self.world.state(reducer, args.get("key"))}
+    def _start_jobs(self) -> None:
+        for job in self.jobs[:JOBS_MAX]:
+            if job.thread is None:
+                job.thread = threading.Thread(target=self._work, args=(job,), daemon=True)
+                job.thread.start()
 
-    def _info(self, _args: dict[str, Any]) -> Any:
-        self._catch_up()
-        return self.world.info()
+    def _work(self, job: _Job) -> None:
+        """A job's thread: it touches only its own read-only handle and ``job.reply``."""
+        try:
+            job.reply = ok_reply(job.deferred.run())
+        except WorldError as exc:
+            job.reply = error_reply(exc, plain_fields(exc))
+        except RecursionError as exc:
+            job.reply = error_reply(_too_deep(exc))
+        except Exception as exc:  # a bug in one read must not take the server down
+            job.reply = error_reply(exc)
+        finally:
+            with contextlib.suppress(OSError):  # full: the loop has a wake-up to read already
+                self.wake_w.send(b"\0")
 
-    def _cells_ls(self, args: dict[str, Any]) -> Any:
-        reducer = _arg(args, "reducer", str)
-        limit = _arg(args, "limit", int)
-        self._catch_up()
-        return cells_listing(self.world, reducer, limit)
+    def _reap(self) -> None:
+        """Answer the finished jobs, read on from their connections, start waiting jobs."""
+        for job in [j for j in self.jobs if j.thread is not None and not j.thread.is_alive()]:
+            self.jobs.remove(job)
+            job.conn.waiting = False
+            if job.conn.closed():
+                continue
+            self._queue(job.conn, job.reply or error_reply(WorldError("ended without an answer")))
+            if not job.conn.closed():
+                self._answer_buffered(job.conn)
+        self._start_jobs()
 
-    def _snapshot(self, _args: dict[str, Any]) -> Any:
-        return {"snapshot": self.world.snapshot()}
-
-
-def cells_listing(world: World, reducer: str, limit: int) -> dict[str, Any]:
-    """``cells_ls``'s result (and ``world cells ls --json`` without ``ok``): the first ``limit``
-    cells of ``reducer`` in key-hash order, and how many there are."""
-    if limit < 0:
-        raise InvalidArgument("limit", limit, "a count, 0 or more")
-    cells: list[dict[str, Any]] = []
-    for view in world.cells(reducer):
-        if len(cells) >= limit:
-            break
-        cells.append(
-            {
-                "key": view.key,
-                "key_hash": view.key_hash,
-                "state": view.state,
-                "size": view.entry.size,
-                "last_active": view.entry.last_active,
-            }
-        )
-    return {"reducer": reducer, "count": world.cell_count(reducer), "cells": cells}
-
-
-def _arg(args: dict[str, Any], name: str, kind: type) -> Any:
-    value = args.get(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidArgument(name, repr(value), f"must be {kind.__name__}")
-    return value
+    def _finish_jobs(self) -> None:
+        """At stop: let every deferred request finish (each within ``JOB_WAIT_S``) and answer
+        it; a connection whose job did not finish in time is closed unanswered."""
+        while self.jobs:
+            self._start_jobs()
+            for job in self.jobs[:JOBS_MAX]:
+                assert job.thread is not None
+                job.thread.join(JOB_WAIT_S)
+                if job.thread.is_alive():
+                    self.jobs.remove(job)
+                    self._drop(job.conn)
+            self._reap()
 
 
-def _fields(exc: BaseException) -> dict[str, Any]:
-    """An error's public fields, as plain values msgpack can carry."""
-    out: dict[str, Any] = {}
-    for name, value in vars(exc).items():
-        if not name.startswith("_"):
-            out[name] = _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value if not isinstance(value, int) or abs(value) < 2**63 else str(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return str(value)
+def _too_deep(exc: RecursionError) -> InvalidArgument:
+    return InvalidArgument("args", "...", f"nested too deeply ({exc})")
 
 
 # --- the socket -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _listening(world_dir: Path) -> Iterator[socket.socket]:
-    """``<world>/control.sock``, mode 0600, listening; removed on exit if it is still ours."""
-    path = socket_path(world_dir)
-    if os.path.lexists(path):
-        if not path.is_socket():
-            raise InvalidArgument("control socket", str(path), "exists and is not a socket")
-        if served(world_dir):
-            raise WorldLocked(str(path), "serve")
-        path.unlink()  # stale: a server that crashed
-    private = Path(tempfile.mkdtemp(prefix=".cs", dir=world_dir))  # mode 0700
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(private / "s"))
-        os.chmod(private / "s", 0o600)
-        os.replace(private / "s", path)
-        inode = path.stat().st_ino
-        sock.listen(_BACKLOG)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-    try:
-        yield sock
-    finally:
-        sock.close()
-        with contextlib.suppress(OSError):
-            if path.stat().st_ino == inode:
-                path.unlink()
 
 
 @contextlib.contextmanager
@@ -461,7 +464,7 @@ def serve(
     world_dir = Path(world_dir)
     world = World.open(world_dir)
     try:
-        with _listening(world_dir) as listener:
+        with listening(world_dir) as listener:
             server = _Server(world, listener, stop_event)
             with _signals_stop(server):
                 if on_listening is not None:

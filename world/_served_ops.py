@@ -1,0 +1,335 @@
+"""What a served world answers (``world.serve``): each op's arguments, checks and result.
+
+    op            args                                        result
+    send          schema, values                              {seqs}
+    state         reducer, key?                               {state}
+    info          -                                           World.info()
+    snapshot      -                                           {snapshot}
+    cells_ls      reducer, limit                              {reducer, count, cells}
+    cells_show    reducer, key, at?                           {state, state_cbor, at?, through?}
+    cells_export  reducer, out, all, key?                     {cells, notices}
+    journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
+    cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
+
+Values are sugar JSON, as the CLI prints them (``state_cbor`` is canonical CBOR hex, for
+``--raw``); ``records`` and ``entries`` are the objects ``world journal tail`` and ``world
+cells tail --json`` print, one per line. An argument of the wrong type is ``InvalidArgument``.
+Reads see what was sent before them: they first run the ready work (``catch_up``).
+
+Paging. ``journal_tail`` and ``cells_tail`` answer one page of a pass over the committed
+journal. A call without ``until_seq`` starts a pass: it catches up and fixes ``end`` (the
+committed ``seq_next`` then); the client sends ``next`` back as ``from_seq`` with ``until_seq =
+end`` until ``next >= end`` (``Client.pages``), which is what a direct reader sees: the journal
+as committed when it opened. A page ends after ``PAGE_ITEMS_MAX`` items, ``PAGE_BYTES_MAX``
+bytes of items (as msgpack; a page holds at least one item) or ``SCAN_RECORDS_MAX`` records
+read, whichever comes first, so no request holds the loop for long and no reply comes near
+``REPLY_BYTES_MAX`` (the largest record, 16 MiB, shown as hex, is far below it).
+
+Off the loop. ``cells_show`` with ``at`` replays the journal, and ``cells_export`` reads every
+cell and writes (and syncs) a file per cell: they return a ``Deferred``, which the server runs
+on a worker thread with a read-only handle of its own (what a reader process would open),
+never the server's ``World``, and answers when it finishes. Rejected: running them in slices
+on the server's world between turns: the world moves on between slices, so an export would mix
+states of several journal positions, while a read-only handle stays at one. ``cells_export``
+writes where ``out`` (an absolute path) says, as the socket's owner: the socket is 0600.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from air.errors import InvalidArgument
+from kernel.journal import JournalRecord, SubjectPattern
+from world.control import encode
+from world.views import RecordView
+from world.world import World
+
+if TYPE_CHECKING:
+    from world.journal import FileJournal
+
+__all__ = [
+    "PAGE_BYTES_MAX",
+    "PAGE_ITEMS_MAX",
+    "SCAN_RECORDS_MAX",
+    "Deferred",
+    "Ops",
+    "arg",
+    "cells_listing",
+    "plain_fields",
+]
+
+PAGE_ITEMS_MAX: Final = 1000
+"""Items (records, history entries) in one page."""
+PAGE_BYTES_MAX: Final = 4 * 1024 * 1024
+"""A page ends once its items take this many bytes (msgpack)."""
+SCAN_RECORDS_MAX: Final = 20_000
+"""Journal records one page request reads at most (a filter may match few of them)."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A result too slow for the loop: ``run`` is called on a worker thread, and must not
+    touch the server's ``World`` (it opens its own read-only handle)."""
+
+    run: Callable[[], Any]
+
+
+class Ops:
+    """The op table of one served world; ``catch_up`` runs its ready work (see the module
+    docstring). Every handler runs on the server's thread."""
+
+    def __init__(self, world: World, catch_up: Callable[[], None]) -> None:
+        self.world = world
+        self.catch_up = catch_up
+        self.view = RecordView(world.air)
+
+    def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "send": self.send,
+            "state": self.state,
+            "info": self.info,
+            "snapshot": self.snapshot,
+            "cells_ls": self.cells_ls,
+            "cells_show": self.cells_show,
+            "cells_export": self.cells_export,
+            "journal_tail": self.journal_tail,
+            "cells_tail": self.cells_tail,
+        }
+
+    # --- the first ops ------------------------------------------------------------------------
+
+    def send(self, args: dict[str, Any]) -> Any:
+        schema = arg(args, "schema", str)
+        values = arg(args, "values", list)
+        if not values:
+            raise InvalidArgument("values", 0, "send at least one event")
+        return {"seqs": self.world.send_many([(schema, v) for v in values])}
+
+    def state(self, args: dict[str, Any]) -> Any:
+        reducer = arg(args, "reducer", str)
+        self.catch_up()
+        return {"state": self.world.state(reducer, args.get("key"))}
+
+    def info(self, _args: dict[str, Any]) -> Any:
+        self.catch_up()
+        return self.world.info()
+
+    def snapshot(self, _args: dict[str, Any]) -> Any:
+        return {"snapshot": self.world.snapshot()}
+
+    def cells_ls(self, args: dict[str, Any]) -> Any:
+        reducer = arg(args, "reducer", str)
+        limit = arg(args, "limit", int)
+        self.catch_up()
+        return cells_listing(self.world, reducer, limit)
+
+    # --- one cell -----------------------------------------------------------------------------
+
+    def cells_show(self, args: dict[str, Any]) -> Any:
+        """The cell now, or (``at``) right after that journal position, as ``world cells
+        show`` finds it."""
+        from world.timetravel import cell_key
+
+        reducer = arg(args, "reducer", str)
+        at = _seq_or_none(args, "at")
+        key = args.get("key")
+        self.catch_up()
+        if at is not None:
+            path = self.world.path
+            return Deferred(lambda: _cell_at(path, reducer, key, at))
+        where = cell_key(self.world.air, reducer, key)
+        state_cbor = self.world.kernel.state_of(reducer, where.key_cbor)
+        state = None if state_cbor is None else self.world.state(reducer, key)
+        return {"state": state, "state_cbor": None if state_cbor is None else state_cbor.hex()}
+
+    def cells_export(self, args: dict[str, Any]) -> Any:
+        reducer = arg(args, "reducer", str)
+        out = Path(arg(args, "out", str))
+        all_cells = arg(args, "all", bool)
+        key = args.get("key")
+        if not out.is_absolute():
+            raise InvalidArgument("out", str(out), "must be an absolute path")
+        if all_cells == (key is not None):
+            raise InvalidArgument("key", repr(key), "give exactly one of key or all")
+        self.catch_up()
+        path = self.world.path
+        return Deferred(lambda: _export(path, reducer, key, out))
+
+    # --- pages of the journal -----------------------------------------------------------------
+
+    def journal_tail(self, args: dict[str, Any]) -> Any:
+        """A page of the records ``world journal tail`` prints, rendered as it renders them."""
+        from_seq = _seq(args, "from_seq")
+        raw = arg(args, "raw", bool)
+        subject = args.get("subject")
+        if subject is not None and not isinstance(subject, str):
+            raise InvalidArgument("subject", repr(subject), "must be str or nil")
+        pattern = SubjectPattern.compile(subject) if subject else None
+        page = _Page(args)
+        end = self._pass_end(args)
+        window = _Window(self.world.journal, min(end, from_seq + SCAN_RECORDS_MAX))
+        next_seq = max(from_seq, window.stop)
+        for record in window.read(from_seq):
+            if pattern is None or pattern.matches(record.subject):
+                page.add(self.view.render(record, raw=raw))
+                if page.full():
+                    next_seq = record.seq + 1
+                    break
+        return {"records": page.items, "next": next_seq, "end": end}
+
+    def cells_tail(self, args: dict[str, Any]) -> Any:
+        """A page of one cell's history, each entry as ``world cells tail --json`` prints it."""
+        from world.timetravel import CellHistory, cell_key
+
+        reducer = arg(args, "reducer", str)
+        from_seq = _seq(args, "from_seq")
+        raw = arg(args, "raw", bool)
+        history = CellHistory(self.world.air, cell_key(self.world.air, reducer, args.get("key")))
+        page = _Page(args)
+        end = self._pass_end(args)
+        window = _Window(self.world.journal, min(end, from_seq + SCAN_RECORDS_MAX))
+        next_seq = max(from_seq, window.stop)
+        # CellHistory reads only ``read`` (entries, and each step's source by its seq).
+        for entry in history.read(cast("FileJournal", window), from_seq):
+            shown = {"role": entry.role, **self.view.render(entry.record, raw=raw)}
+            if entry.role == "step":
+                source = entry.source
+                shown["source"] = None if source is None else self.view.render(source, raw=raw)
+            page.add(shown)
+            if page.full():
+                next_seq = entry.record.seq + 1
+                break
+        return {"entries": page.items, "next": next_seq, "end": end}
+
+    def _pass_end(self, args: dict[str, Any]) -> int:
+        """Where this pass over the journal ends: fixed by its first call (after catching up),
+        then passed back; never past what is committed."""
+        committed = self.world.journal.seq_next_committed
+        until = _seq_or_none(args, "until_seq")
+        if until is not None:
+            return min(until, committed)
+        self.catch_up()
+        return self.world.journal.seq_next_committed
+
+
+class _Page:
+    def __init__(self, args: dict[str, Any]) -> None:
+        limit = args.get("limit")
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise InvalidArgument("limit", repr(limit), "a count, 1 or more")
+        self.limit = min(limit or PAGE_ITEMS_MAX, PAGE_ITEMS_MAX)
+        self.items: list[Any] = []
+        self.size = 0
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.size += len(encode(item))  # ProtocolError for what msgpack cannot carry
+        self.items.append(item)
+
+    def full(self) -> bool:
+        return len(self.items) >= self.limit or self.size >= PAGE_BYTES_MAX
+
+
+class _Window:
+    """The committed records of ``journal`` below ``stop``, read like a journal."""
+
+    def __init__(self, journal: FileJournal, stop: int) -> None:
+        self.journal = journal
+        self.stop = stop
+
+    def read(self, from_seq: int = 0) -> Iterator[JournalRecord]:
+        for record in self.journal.read(from_seq, committed_only=True):
+            if record.seq >= self.stop:
+                return
+            yield record
+
+
+# --- the deferred ones (worker threads, read-only handles) ------------------------------------
+
+
+def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
+    from world.timetravel import cell_at
+
+    found = cell_at(path, reducer, key, at)
+    state_hex = None if found.state_cbor is None else found.state_cbor.hex()
+    return {
+        "state": found.state,
+        "state_cbor": state_hex,
+        "at": found.seq,
+        "through": found.seq_through,
+    }
+
+
+def _export(path: Path, reducer: str, key: Any, out: Path) -> dict[str, Any]:
+    from world.export import export_all, export_cell
+
+    with World.open(path, readonly=True) as world:
+        if key is None:
+            count = export_all(world, reducer, out)
+        else:
+            export_cell(world, reducer, key, out)
+            count = 1
+    return {"cells": count, "notices": list(world.notices)}
+
+
+# --- arguments and results --------------------------------------------------------------------
+
+
+def cells_listing(world: World, reducer: str, limit: int) -> dict[str, Any]:
+    """``cells_ls``'s result (and ``world cells ls --json`` without ``ok``): the first ``limit``
+    cells of ``reducer`` in key-hash order, and how many there are."""
+    if limit < 0:
+        raise InvalidArgument("limit", limit, "a count, 0 or more")
+    cells: list[dict[str, Any]] = []
+    for view in world.cells(reducer):
+        if len(cells) >= limit:
+            break
+        cells.append(
+            {
+                "key": view.key,
+                "key_hash": view.key_hash,
+                "state": view.state,
+                "size": view.entry.size,
+                "last_active": view.entry.last_active,
+            }
+        )
+    return {"reducer": reducer, "count": world.cell_count(reducer), "cells": cells}
+
+
+def arg(args: dict[str, Any], name: str, kind: type) -> Any:
+    value = args.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidArgument(name, repr(value), f"must be {kind.__name__}")
+    return value
+
+
+def _seq(args: dict[str, Any], name: str) -> int:
+    value = args.get(name)
+    if type(value) is not int or value < 0:
+        raise InvalidArgument(name, repr(value), "must be a journal position (an int, 0 or more)")
+    return value
+
+
+def _seq_or_none(args: dict[str, Any], name: str) -> int | None:
+    return None if args.get(name) is None else _seq(args, name)
+
+
+def plain_fields(exc: BaseException) -> dict[str, Any]:
+    """An error's public fields, as plain values msgpack can carry."""
+    out: dict[str, Any] = {}
+    for name, value in vars(exc).items():
+        if not name.startswith("_"):
+            out[name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value if not isinstance(value, int) or abs(value) < 2**63 else str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -81,7 +81,7 @@ def handle_errors(
         if code == EXIT_INTERRUPTED:
             err_console.print(str(exc), soft_wrap=True, markup=False, highlight=False)
             raise typer.Exit(code) from exc
-        fail(f"{type(exc).__name__}: {exc}")
+        fail(f"{getattr(exc, 'error_class', None) or type(exc).__name__}: {exc}")
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         fail(f"{exc.strerror or exc}{where}")

@@ -442,11 +442,6 @@ def test_a_client_never_builds_a_pass_from_pages_that_do_not_advance(
     assert stuck.value.code == "malformed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/common.handle_errors names a served error ServedError in text mode; it should "
-    "use exc.error_class, as it does with --json (a file this change does not own)",
-)
 def test_an_error_the_server_replied_with_names_its_class_in_text_mode_too(
     server: Served,
 ) -> None:

@@ -58,8 +58,10 @@ def show(
 ) -> None:
     """Show one cell's state, now or (--at SEQ) as it was right after journal position SEQ.
 
-    --at replays the journal from genesis up to SEQ; a SEQ inside a tick that journaled
-    several records means after that whole tick."""
+    --at re-executes only this cell's steps up to SEQ, from the nearest state the world's
+    history index stored, each checked against its journaled state hash (a full replay when
+    one cannot be); a SEQ inside a tick that journaled several records means after that
+    whole tick."""
     from world.timetravel import cell_at, cell_key
 
     out: dict[str, Any] = {"ok": True, "reducer": reducer}

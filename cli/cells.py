@@ -37,10 +37,6 @@ __all__ = ["app"]
 
 app = typer.Typer(help="Inspect the cells of keyed reducers.", no_args_is_help=True)
 
-_SERVED_ALL = 2**62
-"""The ``limit`` asked of a served world: every cell (it lists in key-hash order, so the key
-order is made here)."""
-
 
 @app.command("ls")
 def ls(
@@ -59,30 +55,24 @@ def ls(
 ) -> None:
     """List a keyed reducer's cells sorted by key (canonical CBOR order), a page at a time:
     key, state hash, size, last active journal seq."""
+    from world.views import cells_page
+
     with handle_errors(json_output):
         after_value = None if after is None else parse_key_arg(after)
-        listing = via_server(directory, "cells_ls", reducer=reducer, limit=_SERVED_ALL)
-        if listing is None:
-            rows, total = _list_here(directory, reducer, after_value)
-        else:
-            rows, total = _list_served(directory, reducer, listing, after_value)
-    page = rows[:limit]
-    out: dict[str, Any] = {
-        "ok": True,
-        "reducer": reducer,
-        "count": total,
-        "cells": [c for _k, c in page],
-    }
-    if len(rows) > limit:
-        out["next_after"] = page[-1][1]["key"]
+        page = via_server(directory, "cells_ls", reducer=reducer, limit=limit, after=after_value)
+        if page is None:
+            with opened(directory, readonly=True) as world:
+                page = cells_page(world, reducer, after_value, limit)
+    out: dict[str, Any] = {"ok": True, **page}
+    total, cells = page["count"], page["cells"]
     if json_output:
         emit_json(out)
         return
-    shown = f"{len(page)} of {total} cell(s)" + ("" if after is None else f" after {after}")
+    shown = f"{len(cells)} of {total} cell(s)" + ("" if after is None else f" after {after}")
     table = Table(title=f"{reducer}: {shown}")
     for column in ("key", "state hash", "size", "last active"):
         table.add_column(column)
-    for _k, c in page:
+    for c in cells:
         table.add_row(
             json.dumps(c["key"]), c["state_hash"][:19] + "…", str(c["size"]), str(c["last_active"])
         )
@@ -94,62 +84,6 @@ def ls(
             highlight=False,
             soft_wrap=True,
         )
-
-
-Row = tuple[bytes, dict[str, Any]]
-"""A listed cell: its key's canonical CBOR (the sort key) and its JSON row."""
-
-
-def _after(rows: list[Row], after_cbor: bytes | None) -> list[Row]:
-    rows.sort(key=lambda r: r[0])
-    return rows if after_cbor is None else [r for r in rows if r[0] > after_cbor]
-
-
-def _list_here(directory: Path, reducer: str, after: Any) -> tuple[list[Row], int]:
-    from air.cbor import raw_to_hash
-
-    with opened(directory, readonly=True) as world:
-        after_cbor = None if after is None else world.key_cbor(reducer, after)
-        rows = [
-            (
-                view.entry.key_cbor,
-                {
-                    "key": view.key,
-                    "key_hash": view.key_hash,
-                    "state": view.state,
-                    "state_hash": raw_to_hash(view.entry.state_hash),
-                    "size": view.entry.size,
-                    "last_active": view.entry.last_active,
-                },
-            )
-            for view in world.cells(reducer)
-        ]
-    return _after(rows, after_cbor), len(rows)
-
-
-def _list_served(
-    directory: Path, reducer: str, listing: dict[str, Any], after: Any
-) -> tuple[list[Row], int]:
-    """The served listing (key-hash order, no key bytes or state hash) made into rows: the key
-    and state are read back through their schemas to the canonical CBOR the store holds."""
-    from air import cbor
-    from air.types import Ref
-    from air.values import normalise
-    from world._worlddir import load_world_air
-    from world.timetravel import cell_key
-
-    air = load_world_air(directory)
-    after_cbor = None if after is None else cell_key(air, reducer, after).key_cbor
-    state_type = Ref(air.modules[reducer].abi.reducer.state)
-    key_type = air.key_types.get(reducer)
-    rows: list[Row] = []
-    for c in listing["cells"]:
-        key = None if key_type is None else normalise(key_type, c["key"], air.schemas)
-        key_cbor = cbor.dumps(key)  # a non-keyed reducer's one cell has the null key
-        state_cbor = cbor.dumps(normalise(state_type, c["state"], air.schemas))
-        row = {**c, "state_hash": cbor.content_hash(state_cbor)}
-        rows.append((key_cbor, row))
-    return _after(rows, after_cbor), int(listing["count"])
 
 
 @app.command("show")

@@ -151,3 +151,39 @@ def test_journal_tail_shows_values_and_keys_through_their_schemas(tmp_path: Path
     assert (stepped["kind"], stepped["body"]["key"]) == ("step", "k1")
     raw = json.loads(world_cli("journal", "tail", w, "--from", "1", "--raw")[1].splitlines()[0])
     assert raw["body"]["value"] == cbor.dumps(sent["body"]["value"]).hex()
+
+
+def test_cells_ls_pages_in_key_order_and_reads_states_for_the_page_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from world.cellstore import FileCellStore
+    from world.world import World
+
+    from worldkit import add
+
+    w = tmp_path / "w"
+    keys = [f"k{n:02d}" for n in range(25)]
+    with World.create(w, COUNTER_AIR) as world:
+        world.send_many((EVENT, add(k, 1)) for k in reversed(keys))
+        world.run_until_idle()
+    reads: list[bytes] = []
+    get = FileCellStore.get
+
+    def counted(store: FileCellStore, module: str, khash: bytes) -> object:
+        reads.append(khash)
+        return get(store, module, khash)
+
+    monkeypatch.setattr(FileCellStore, "get", counted)
+    seen, after = [], None
+    while True:
+        args = ["cells", "ls", w, COUNTER, "--limit", "10", "--json"]
+        reads.clear()
+        page = json.loads(world_cli(*args, *(["--after", json.dumps(after)] if after else []))[1])
+        assert page["count"] == 25
+        assert len(reads) == len(page["cells"]) <= 10
+        seen += [c["key"] for c in page["cells"]]
+        if "next_after" not in page:
+            break
+        after = page["next_after"]
+        assert after == page["cells"][-1]["key"]
+    assert seen == keys  # text keys: canonical CBOR order is length, then bytes

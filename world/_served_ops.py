@@ -5,7 +5,7 @@
     state         reducer, key?                               {state}
     info          -                                           World.info()
     snapshot      -                                           {snapshot}
-    cells_ls      reducer, limit                              {reducer, count, cells}
+    cells_ls      reducer, limit, after?                      {reducer, count, cells, next_after?}
     cells_show    reducer, key, at?                           {state, state_cbor, at?, through?}
     cells_export  reducer, out, all, key?                     {cells, notices}
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from air.errors import InvalidArgument
 from kernel.journal import JournalRecord, SubjectPattern
 from world.control import encode
-from world.views import RecordView
+from world.views import RecordView, cells_page
 from world.world import World
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ __all__ = [
     "Deferred",
     "Ops",
     "arg",
-    "cells_listing",
     "plain_fields",
 ]
 
@@ -124,7 +123,7 @@ class Ops:
         reducer = arg(args, "reducer", str)
         limit = arg(args, "limit", int)
         self.catch_up()
-        return cells_listing(self.world, reducer, limit)
+        return cells_page(self.world, reducer, args.get("after"), limit)
 
     # --- one cell -----------------------------------------------------------------------------
 
@@ -275,27 +274,6 @@ def _export(path: Path, reducer: str, key: Any, out: Path) -> dict[str, Any]:
 
 
 # --- arguments and results --------------------------------------------------------------------
-
-
-def cells_listing(world: World, reducer: str, limit: int) -> dict[str, Any]:
-    """``cells_ls``'s result (and ``world cells ls --json`` without ``ok``): the first ``limit``
-    cells of ``reducer`` in key-hash order, and how many there are."""
-    if limit < 0:
-        raise InvalidArgument("limit", limit, "a count, 0 or more")
-    cells: list[dict[str, Any]] = []
-    for view in world.cells(reducer):
-        if len(cells) >= limit:
-            break
-        cells.append(
-            {
-                "key": view.key,
-                "key_hash": view.key_hash,
-                "state": view.state,
-                "size": view.entry.size,
-                "last_active": view.entry.last_active,
-            }
-        )
-    return {"reducer": reducer, "count": world.cell_count(reducer), "cells": cells}
 
 
 def arg(args: dict[str, Any], name: str, kind: type) -> Any:

@@ -10,16 +10,19 @@ is shown raw. ``raw=True`` shows every byte field as canonical CBOR hex, as stor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air import cbor
-from air.errors import WorldError
+from air.errors import InvalidArgument, StoreDamaged, UnknownName, WorldError
 from air.loader import LoadedAir
 from air.types import Ref, TypeNode
 from air.values import to_sugar
 from kernel.journal import JournalRecord
 
-__all__ = ["RecordView", "plain"]
+if TYPE_CHECKING:
+    from world.world import World
+
+__all__ = ["RecordView", "cells_page", "plain"]
 
 
 def plain(obj: Any) -> Any:
@@ -95,3 +98,51 @@ class RecordView:
         elif kind == "receipt":
             out["payload"] = plain(cbor.loads(body["payload"]))
         return dict(out)
+
+
+def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, Any]:
+    """One page of ``world cells ls``: ``{reducer, count, cells: [{key, key_hash, state,
+    state_hash, size, last_active}], next_after?}``, the cells sorted by key (the key's
+    canonical CBOR bytes), the first ``limit`` after the key ``after`` (sugar JSON; None: from
+    the start). ``next_after`` (the last key shown) is there when more follow.
+
+    Sorting needs every cell's key, which the index entries hold; states are read for the page
+    only, so a page of a million-cell world reads the index, not a million states.
+    """
+    if limit < 1:
+        raise InvalidArgument("limit", limit, "a count, 1 or more")
+    module = world.air.modules.get(reducer)
+    if module is None:
+        raise UnknownName("reducer", reducer, sorted(world.air.modules))
+    module_hash = world.kernel.module_hash(reducer)
+    key_type = world.air.key_types.get(reducer)
+    after_cbor = None if after is None else world.key_cbor(reducer, after)
+    entries = sorted(world.store.iter_entries(module_hash), key=lambda found: found[1].key_cbor)
+    count = len(entries)
+    if after_cbor is not None:
+        entries = [found for found in entries if found[1].key_cbor > after_cbor]
+    state_type = Ref(module.abi.reducer.state)
+    cells = []
+    for khash, entry in entries[:limit]:
+        stored = world.store.get(module_hash, khash)
+        if stored is None:
+            raise StoreDamaged(f"cell {khash.hex()} of {reducer}", "index entry without state")
+        key = (
+            None
+            if key_type is None
+            else to_sugar(key_type, cbor.loads(entry.key_cbor), world.air.schemas)
+        )
+        cells.append(
+            {
+                "key": key,
+                "key_hash": khash.hex(),
+                "state": to_sugar(state_type, cbor.loads(stored[1]), world.air.schemas),
+                "state_hash": cbor.raw_to_hash(entry.state_hash),
+                "size": entry.size,
+                "last_active": entry.last_active,
+            }
+        )
+    page: dict[str, Any] = {"reducer": reducer, "count": count, "cells": cells}
+    if len(entries) > limit:
+        page["next_after"] = cells[-1]["key"]
+    return page

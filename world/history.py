@@ -11,7 +11,7 @@ journal for any stretch the index does not cover.
 Layout (``<world>/cache/history/``)::
 
     ranges.cbor     the commit record: {format, genesis, ranges: [[seq_from, seq_to]],
-                    sizes: [256 shard sizes]} (atomic: temp, fsync, rename, fsync dir)
+                    sizes: [256 shard sizes]} (replaced by a rename)
     <2 hex>.log     one shard per first byte of blake3(cell id): batches, each
                     header "<4sQQII": magic, seq_from, seq_to, payload length, crc32(payload)
                     entries "<8sQI": cell id hash (8 bytes), seq, state length, state bytes
@@ -23,11 +23,15 @@ journaled.
 
 Writing (a writable world only). The world asks its journal to note every cell record it
 appends (``FileJournal.watch``). ``flush`` (at a checkpoint, at close, and every
-``FLUSH_ENTRIES`` noted records) appends one batch to each shard that has entries, syncs them,
-then rewrites ``ranges.cbor`` with the new sizes and the range ``[seq_from, seq_to)`` it now
-covers. So everything up to a shard's recorded size is whole, and a crash between the appends
-and the commit leaves bytes past the recorded size, which readers ignore and the next flush cuts
-off first. Records a world re-executed at open (a crash before its last flush) fall in a gap
+``FLUSH_ENTRIES`` noted records) appends one batch to each shard that has entries, then
+replaces ``ranges.cbor`` (temp and rename) with the new sizes and the range ``[seq_from,
+seq_to)`` it now covers. A crash between the appends and the rename leaves bytes past the
+recorded sizes, which readers ignore and the next flush cuts off first. Nothing is fsynced: the
+index is derived, and a reader checks what it reads (each shard has exactly its recorded size
+and is whole batches with good CRCs, ``ranges.cbor`` decodes), so what a power loss can do to
+unsynced files (a shorter file, zeros, an old ``ranges.cbor``) makes readers ignore the index
+and the next writer start a new one; it never makes them trust a wrong entry. A flush costs no
+sync on the path of a ``world send`` or a checkpoint. Records a world re-executed at open (a crash before its last flush) fall in a gap
 between ranges: readers read those from the journal.
 
 A journal that no longer holds what the index describes (its record 0 is another, or it ends
@@ -54,7 +58,7 @@ from kernel.cells import CellStore
 from kernel.core import Kernel
 from kernel.journal import JournalRecord
 from world import fileio
-from world.fsutil import atomic_write, sync_paths
+from world.fsutil import write_unsynced
 from world.journal import FileJournal
 
 __all__ = [
@@ -284,16 +288,15 @@ class HistoryWriter:
             by_shard[digest[0]].append(_ENTRY.pack(digest, seq, len(state)) + state)
             self._since_state[cell] = 0
         sizes = list(ranges.sizes)
-        written = [self._append(sizes, shard, parts, seq_to) for shard, parts in by_shard.items()]
-        if written:
-            sync_paths(written, [self._dir])
+        for shard, parts in by_shard.items():
+            self._append(sizes, shard, parts, seq_to)
         spans = [list(pair) for pair in ranges.ranges]
         if spans and spans[-1][1] == self._seq_from:
             spans[-1][1] = seq_to
         else:
             spans.append([self._seq_from, seq_to])
         committed = _Ranges(ranges.genesis, spans, sizes)
-        atomic_write(self._dir / _RANGES, committed.encode())
+        _replace(self._dir / _RANGES, committed.encode())
         self._ranges, self._seq_from = committed, seq_to
         self._noted[:] = [entry for entry in self._noted if entry[0] >= seq_to]
 
@@ -316,10 +319,10 @@ class HistoryWriter:
         for shard in range(_SHARDS):
             fileio.unlink(_shard_path(self._dir, shard), missing_ok=True)
         fresh = _Ranges(genesis or self._genesis(), [], [0] * _SHARDS)
-        atomic_write(self._dir / _RANGES, fresh.encode())
+        _replace(self._dir / _RANGES, fresh.encode())
         return fresh
 
-    def _append(self, sizes: list[int], shard: int, parts: list[bytes], seq_to: int) -> Path:
+    def _append(self, sizes: list[int], shard: int, parts: list[bytes], seq_to: int) -> None:
         path = _shard_path(self._dir, shard)
         size = sizes[shard]
         try:
@@ -338,7 +341,14 @@ class HistoryWriter:
         finally:
             os.close(fd)
         sizes[shard] = size + len(batch) + len(payload)
-        return path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it over ``path``, without fsync (see the module
+    docstring: a reader checks what it reads, so a power loss costs at most the index)."""
+    temp = path.with_name(path.name + ".tmp")
+    write_unsynced(temp, data)
+    fileio.replace(temp, path)
 
 
 def genesis_digest(record: JournalRecord) -> bytes:

@@ -115,6 +115,11 @@ __all__ = [
 SNAPSHOT_DIRTY_MAX: Final = 200_000
 """Checkpoint automatically once this many cells are dirty (bounds memory and replay time)."""
 COMMIT_EVERY_STEPS: Final = 4096
+CLOSE_CHECKPOINT_RECORDS: Final = 1024
+"""``close`` checkpoints when cells are dirty or the journal grew this many records past the
+last checkpoint. So a ``world send`` of a few events closes without one (a checkpoint is a
+dozen fsyncs, ~50 ms here, more than the send), and the next open re-applies at most this many
+records that changed no cell (queued deliveries, failed steps, plan records)."""
 READER_RETRIES_MAX: Final = 3
 """A reader whose checkpoint a live writer replaced under it retries the open this often."""
 
@@ -264,7 +269,11 @@ class World(Recovery):
         try:
             if not self.readonly and self.stale is None and self.kernel.consistent:
                 self.journal.commit()
-                self._checkpoint_quietly()
+                grown = self.journal.seq_next - self._checkpoint_seq
+                if self.store.dirty_count() or grown >= CLOSE_CHECKPOINT_RECORDS:
+                    self._checkpoint_quietly()
+                else:
+                    self._flush_history()
         finally:
             self._closed = True
             self.journal.close()

@@ -316,8 +316,8 @@ class HistoryWriter:
             and (not found.ranges or found.ranges[-1][1] <= self._seq_from)
         ):
             return found
-        for shard in range(_SHARDS):
-            fileio.unlink(_shard_path(self._dir, shard), missing_ok=True)
+        for shard in sorted(self._dir.glob("*.log")):
+            fileio.unlink(shard, missing_ok=True)
         fresh = _Ranges(genesis or self._genesis(), [], [0] * _SHARDS)
         _replace(self._dir / _RANGES, fresh.encode())
         return fresh

@@ -67,6 +67,7 @@ __all__ = [
     "migrate_cells",
     "plan_migration",
     "recover_migration",
+    "swapped_in",
 ]
 
 STAGING_SUFFIX: Final = ".migrating"
@@ -389,6 +390,17 @@ def migrate_cells(
     report(total)
     plan.backup = str(backup)
     return plan
+
+
+def swapped_in(path: Path) -> Path | None:
+    """The complete new world of a migration that a crash stopped between the swap's renames
+    (``path`` missing, ``.<name>.ready`` beside it), for a reader, which renames nothing: it
+    reads the world there until a writer's open moves it into place."""
+    path = Path(path)
+    _staging, ready = _siblings(path)
+    if not path.exists() and (ready / "air" / "sources.json").is_file():
+        return ready
+    return None
 
 
 def recover_migration(path: Path) -> bool:

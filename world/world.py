@@ -237,10 +237,13 @@ class World(Recovery):
 
         ``readonly`` takes the shared lock and writes nothing (see the module docstring)."""
         path = Path(path)
-        if not (path / "air" / "sources.json").is_file() and not readonly:
-            from world.migrate import recover_migration  # lazy: world.migrate imports this
+        if not (path / "air" / "sources.json").is_file():
+            from world.migrate import recover_migration, swapped_in  # lazy: it imports this
 
-            recover_migration(path)  # a crash between a migration's renames
+            if readonly:  # a crash between a migration's renames: read the new world there
+                path = swapped_in(path) or path
+            else:
+                recover_migration(path)  # ... or finish the swap
         if not (path / "air" / "sources.json").is_file() or not (path / "journal").is_dir():
             raise NotAWorld(str(path))
         for attempt in range(READER_RETRIES_MAX + 1):

@@ -1,0 +1,582 @@
+"""Every ``world`` command through the installed script, in a real process (issue 9: "at least
+one through a real subprocess").
+
+``COVERED`` is the table: each command and subcommand, named as a user types it, with the test
+below that runs it. ``test_every_command_in_the_help_is_in_the_table`` reads the commands from
+``world --help`` (in a real process) and the groups' subcommands from the same app, so a
+command added without a test here fails that test. Each test asserts what the command did (exit code, the
+``--json`` shape and values, the files it wrote, what a later command sees), not its wording.
+``test_an_error_in_each_group_is_one_line_on_stderr_and_exit_1`` runs one bad invocation per
+group: exit 1, nothing on stdout, one line on stderr starting ``error:``, no traceback.
+
+Cost. Each process costs ~0.3-0.5 s of start-up, so one counter world is built once per module
+through the CLI itself (``init``, ``send``, ``send --file``, ``step``, ``run``: the tests of
+those commands read what the fixture recorded), and the read commands run against it. Worlds a
+test changes are copies, or built in this process with ``World`` when building them is not
+what the test is about. Heavier cases live elsewhere: malformed input for every command in
+``test_cli_malformed.py``, paging in ``test_cli_tour.py``, hostile clients in
+``test_serve.py``, time travel in ``test_timetravel.py``, migration in ``test_migrate.py`` and
+``test_migrate_scale.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
+
+from world import sdk
+from world.world import World
+
+from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
+
+WORLD_BIN = Path(sys.executable).with_name("world")
+V1_AIR = ROOT / "manifests" / "counter_v1"
+WAIT_S = 60.0
+# Wide enough that rich never wraps a command name in the help boxes; no colour codes.
+ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+ENV.pop("WORLD_DEBUG", None)  # it would turn the one-line errors into tracebacks
+
+COVERED: dict[str, str] = {
+    "validate": "test_validate_reports_the_manifest_hash",
+    "init": "test_init_creates_a_private_world_folder",
+    "send": "test_send_prints_the_seqs_of_its_batch",
+    "step": "test_step_runs_one_tick_and_reports_what_is_pending",
+    "run": "test_run_until_idle_runs_the_rest",
+    "state": "test_state_shows_the_counted_value_and_null_for_no_cell",
+    "info": "test_info_summarises_the_world",
+    "snapshot": "test_snapshot_checkpoints_a_copy",
+    "replay": "test_replay_verifies_the_whole_journal",
+    "demo": "test_demo_tours_and_keeps_its_worlds",
+    "fork": "test_fork_keeps_a_prefix_and_leaves_the_original_alone",
+    "serve": "test_serve_takes_cli_commands_through_its_socket_and_stops",
+    "cells ls": "test_cells_ls_lists_every_cell_with_its_state",
+    "cells show": "test_cells_show_now_and_at_a_past_position",
+    "cells tail": "test_cells_tail_lists_a_cells_inputs_and_steps",
+    "cells export": "test_cells_export_and_import_round_trip",
+    "cells import": "test_cells_export_and_import_round_trip",
+    "journal tail": "test_journal_tail_filters_by_subject_and_position",
+    "journal verify": "test_journal_verify_finds_a_clean_journal",
+    "effects ls": "test_effects_ls_approve_and_deny",
+    "effects approve": "test_effects_ls_approve_and_deny",
+    "effects deny": "test_effects_ls_approve_and_deny",
+    "migrate cells": "test_migrate_cells_dry_run_then_for_real",
+    "examples": "test_examples_lists_and_copies_a_bundled_world",
+    "examples copy": "test_examples_lists_and_copies_a_bundled_world",
+    "reducer new": "test_reducer_new_build_and_check",
+    "reducer build": "test_reducer_new_build_and_check",
+    "reducer check": "test_reducer_new_build_and_check",
+    "sdk include": "test_sdk_include_names_the_folder_of_the_header",
+}
+
+
+# --- running the script ----------------------------------------------------------------------
+
+
+def world(
+    *args: object, code: int = 0, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``world`` script; check its exit code and that it printed no
+    traceback."""
+    done = subprocess.run(
+        [str(WORLD_BIN), *(str(a) for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+        env=ENV,
+        cwd=cwd,
+    )
+    assert done.returncode == code, (args, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def world_json(*args: object, code: int = 0) -> dict[str, Any]:
+    """``world ARGS --json``: its one JSON object."""
+    data: dict[str, Any] = json.loads(world(*args, "--json", code=code).stdout)
+    return data
+
+
+def pick(obj: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """The documented keys of a ``--json`` object (README "JSON output": new keys may be
+    added, these stay), so that a test compares exactly those."""
+    return {k: obj[k] for k in keys}
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error:"), done.stderr
+
+
+# --- the module's counter world, built through the CLI ---------------------------------------
+
+
+@dataclass
+class Built:
+    """The counter world every read test shares, and what each building command printed."""
+
+    path: Path
+    folder: Path
+    out: dict[str, Any] = field(default_factory=dict)
+
+
+FIRST = add("a", 3)
+BATCH = [add("a", 4), add("b", 5), add("c", 1)]
+FINAL = {
+    "a": {"count": 7, "events": 2},
+    "b": {"count": 5, "events": 1},
+    "c": {"count": 1, "events": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    folder = tmp_path_factory.mktemp("cli")
+    b = Built(folder / "w", folder)
+    world("init", b.path, "--air", COUNTER_AIR)
+    b.out["send"] = world_json("send", b.path, EVENT, json.dumps(FIRST))
+    events = folder / "events.jsonl"
+    events.write_text("".join(json.dumps(v) + "\n" for v in BATCH))
+    b.out["send_file"] = world_json("send", b.path, EVENT, "--file", events)
+    b.out["step"] = world_json("step", b.path, "--ticks", "1")
+    b.out["run"] = world_json("run", b.path, "--until-idle")
+    return b
+
+
+def copy_of(b: Built, name: str) -> Path:
+    target = b.folder / name
+    shutil.copytree(b.path, target)
+    return target
+
+
+# --- coverage --------------------------------------------------------------------------------
+
+
+def help_commands(*group: str) -> list[str]:
+    """The command names listed in the ``Commands`` box of ``world [GROUP] --help``."""
+    text = world(*group, "--help").stdout
+    names, inside = [], False
+    for line in text.splitlines():
+        if "─ Commands ─" in line:
+            inside = True
+        elif inside and line.startswith("╰"):
+            inside = False
+        elif inside and (found := re.match(r"│ ([a-z][a-z0-9_-]*) ", line)):
+            names.append(found.group(1))
+    return names
+
+
+def test_every_command_in_the_help_is_in_the_table() -> None:
+    """The top level as ``world --help`` prints it; each group's subcommands from the same
+    click app (what ``world GROUP --help`` prints, without a process per group)."""
+    from cli.main import app
+
+    top = help_commands()
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert sorted(top) == sorted(commands)
+    assert sorted(help_commands("cells")) == sorted(commands["cells"].commands)
+    listed = []
+    for name in top:
+        sub = getattr(commands[name], "commands", None)
+        if sub is None or getattr(commands[name], "invoke_without_command", False):
+            listed.append(name)  # a command; `world examples` alone lists the examples
+        listed += [f"{name} {s}" for s in sub or ()]
+    assert sorted(listed) == sorted(COVERED)
+    assert all(callable(globals().get(test)) for test in COVERED.values())
+
+
+def test_version_names_the_package() -> None:
+    assert world("--version").stdout.split()[0] == "world-kernel"
+
+
+# --- the core loop ---------------------------------------------------------------------------
+
+
+def test_validate_reports_the_manifest_hash(built: Built) -> None:
+    report = world_json("validate", COUNTER_AIR)
+    with World.open(built.path, readonly=True) as opened:
+        assert report["manifest_hash"] == opened.air.manifest_hash
+
+
+def test_init_creates_a_private_world_folder(built: Built) -> None:
+    assert (built.path / "air" / "sources.json").is_file()
+    assert (built.path / "journal").is_dir()
+    assert stat.S_IMODE(built.path.stat().st_mode) == 0o700
+
+
+def test_send_prints_the_seqs_of_its_batch(built: Built) -> None:
+    assert pick(built.out["send"], "ok", "seqs") == {"ok": True, "seqs": [1]}
+    assert pick(built.out["send_file"], "ok", "seqs") == {"ok": True, "seqs": [2, 3, 4]}
+
+
+def test_step_runs_one_tick_and_reports_what_is_pending(built: Built) -> None:
+    assert pick(built.out["step"], "ok", "steps", "pending") == {
+        "ok": True,
+        "steps": 1,
+        "pending": 3,
+    }
+
+
+def test_run_until_idle_runs_the_rest(built: Built) -> None:
+    run = pick(built.out["run"], "ok", "steps", "effects_dispatched", "receipts")
+    assert run == {"ok": True, "steps": 3, "effects_dispatched": 0, "receipts": 0}
+
+
+def test_state_shows_the_counted_value_and_null_for_no_cell(built: Built) -> None:
+    shown = world_json("state", built.path, COUNTER, "--key", "a")  # a text key, written bare
+    assert pick(shown, "ok", "state") == {"ok": True, "state": FINAL["a"]}
+    absent = world_json("state", built.path, COUNTER, "--key", '"zz"')  # or as JSON
+    assert pick(absent, "ok", "state") == {"ok": True, "state": None}
+
+
+def test_info_summarises_the_world(built: Built) -> None:
+    info = world_json("info", built.path)
+    assert info["journal_seq_next"] == 9  # created, 4 events, 4 steps
+    assert info["steps_total"] == 4
+    assert info["pending_deliveries"] == 0
+    assert list(info["reducers"]) == [COUNTER]
+    assert pick(info["reducers"][COUNTER], "keyed", "cells") == {"keyed": True, "cells": 3}
+    assert info["dead_letters"] == []
+    effects = pick(info["effects"], "parked", "queued", "done", "denied")
+    assert effects == {"parked": 0, "queued": 0, "done": 0, "denied": 0}
+
+
+def test_snapshot_checkpoints_a_copy(built: Built) -> None:
+    w = copy_of(built, "snap")
+    out = world_json("snapshot", w)
+    assert out["ok"] is True
+    assert out["snapshot"].startswith("blake3:")
+    with World.open(w, readonly=True) as opened:
+        assert {v.key: v.state for v in opened.cells(COUNTER)} == FINAL
+
+
+def test_replay_verifies_the_whole_journal(built: Built) -> None:
+    report = world_json("replay", built.path)
+    assert report["ok"] is True
+    assert (report["records"], report["steps"]) == (9, 4)
+    assert report["divergence"] is None
+    assert report["mismatches"] == report["state_mismatches"] == report["damaged"] == []
+
+
+def test_demo_tours_and_keeps_its_worlds(tmp_path: Path) -> None:
+    world("demo", "--keep", tmp_path / "tour")
+    assert (tmp_path / "tour" / "alice.cell.cbor").is_file()
+    with World.open(tmp_path / "tour" / "counter", readonly=True) as tour:
+        assert tour.state(COUNTER, "alice") is not None
+    with World.open(tmp_path / "tour" / "counter_v1", readonly=True) as migrated:
+        assert migrated.air.modules[COUNTER].key_schema is not None  # the tour migrated it
+
+
+# --- history: cells, journal, fork -----------------------------------------------------------
+
+
+def test_cells_ls_lists_every_cell_with_its_state(built: Built) -> None:
+    listed = world_json("cells", "ls", built.path, COUNTER)
+    assert (listed["ok"], listed["reducer"], listed["count"]) == (True, COUNTER, 3)
+    assert [c["key"] for c in listed["cells"]] == ["a", "b", "c"]
+    assert {c["key"]: c["state"] for c in listed["cells"]} == FINAL
+    assert all(c["state_hash"].startswith("blake3:") for c in listed["cells"])
+    assert "next_after" not in listed
+
+
+def test_cells_show_now_and_at_a_past_position(built: Built) -> None:
+    now = world_json("cells", "show", built.path, COUNTER, "a")
+    assert (now["ok"], now["key"], now["state"]) == (True, "a", FINAL["a"])
+    past = world_json("cells", "show", built.path, COUNTER, "a", "--at", "5")
+    assert past["state"] == {"count": 3, "events": 1}  # after a's first step, before its second
+    assert past["at"] == 5
+
+
+def test_cells_tail_lists_a_cells_inputs_and_steps(built: Built) -> None:
+    lines = json_lines(world("cells", "tail", built.path, COUNTER, "a", "--json").stdout)
+    # journal order: both of a's events (seqs 1, 2) came in before either of its steps
+    assert [(r["role"], r["kind"], r["seq"]) for r in lines] == [
+        ("input", "event.in", 1),
+        ("input", "event.in", 2),
+        ("step", "step", 5),
+        ("step", "step", 8),
+    ]
+    inputs = [r["body"]["value"] for r in lines if r["role"] == "input"]
+    assert inputs == [FIRST, BATCH[0]]
+    assert [r["source"]["seq"] for r in lines if r["role"] == "step"] == [1, 2]
+
+
+def test_cells_export_and_import_round_trip(built: Built) -> None:
+    one = built.folder / "a.cbor"
+    out = world_json("cells", "export", built.path, COUNTER, "a", "-o", one)
+    assert (out["ok"], out["cells"], out["reducer"]) == (True, 1, COUNTER)
+    tree = built.folder / "tree"
+    assert world_json("cells", "export", built.path, COUNTER, "--all", "-o", tree)["cells"] == 3
+    assert len(list(tree.glob("state/reducers/*/cells/*.cbor"))) == 3
+    target = built.folder / "imported"
+    World.create(target, COUNTER_AIR).close()
+    assert pick(world_json("cells", "import", target, one), "ok", "cells") == {
+        "ok": True,
+        "cells": 1,
+    }
+    with World.open(target, readonly=True) as opened:
+        assert {v.key: v.state for v in opened.cells(COUNTER)} == {"a": FINAL["a"]}
+    assert pick(world_json("cells", "import", target, tree), "ok", "cells") == {
+        "ok": True,
+        "cells": 3,
+    }
+    with World.open(target, readonly=True) as opened:
+        assert {v.key: v.state for v in opened.cells(COUNTER)} == FINAL
+
+
+def test_journal_tail_filters_by_subject_and_position(built: Built) -> None:
+    done = world("journal", "tail", built.path, "--subject", "/world/cell/**", "--from", "6")
+    records = json_lines(done.stdout)
+    assert [r["seq"] for r in records] == [6, 7, 8]
+    assert {r["kind"] for r in records} == {"step"}
+    # keys as sugar JSON, not CBOR hex; fair ticks: a's second event waited for b and c
+    assert [r["body"]["key"] for r in records] == ["b", "c", "a"]
+
+
+def test_journal_tail_follow_prints_records_as_they_arrive(built: Built) -> None:
+    w = copy_of(built, "follow")
+    proc = subprocess.Popen(
+        [str(WORLD_BIN), "journal", "tail", str(w), "--from", "8", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(WAIT_S), "no first record"
+            assert json.loads(proc.stdout.readline())["seq"] == 8
+            world("send", w, EVENT, json.dumps(add("late", 1)))
+            assert sel.select(WAIT_S), "the new record did not arrive"
+            late = json.loads(proc.stdout.readline())
+        assert (late["seq"], late["body"]["value"]) == (9, add("late", 1))
+        proc.send_signal(signal.SIGINT)  # Ctrl-C ends a follow as it ends a run: 130
+        _out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+
+
+def test_journal_verify_finds_a_clean_journal(built: Built) -> None:
+    report = world_json("journal", "verify", built.path)
+    assert (report["ok"], report["clean"], report["records"]) == (True, True, 9)
+    assert (report["seq_last_good"], report["problem"], report["torn_tail"]) == (8, None, None)
+
+
+def test_fork_keeps_a_prefix_and_leaves_the_original_alone(built: Built) -> None:
+    fork = built.folder / "fork"
+    out = world_json("fork", built.path, fork, "--at", "5")
+    assert (out["ok"], out["seq"], out["records"]) == (True, 5, 6)
+    with World.open(fork) as forked:  # the fork runs on from seq 5, with other inputs
+        assert forked.state(COUNTER, "a") == {"count": 3, "events": 1}
+        forked.send(EVENT, add("a", 100))
+        forked.run_until_idle()
+        assert {v.key: v.state for v in forked.cells(COUNTER)} == {
+            "a": {"count": 107, "events": 3},
+            "b": FINAL["b"],
+            "c": FINAL["c"],
+        }
+    with World.open(built.path, readonly=True) as original:
+        assert original.journal.seq_next == 9
+        assert original.state(COUNTER, "a") == FINAL["a"]
+
+
+# --- moves, effects, serving -----------------------------------------------------------------
+
+
+def test_migrate_cells_dry_run_then_for_real(tmp_path: Path) -> None:
+    w = tmp_path / "v1"
+    with World.create(w, V1_AIR) as v1:
+        v1.send_many([(EVENT, add("x", 2)), (EVENT, add("y", 3)), (EVENT, add("x", 1))])
+        v1.run_until_idle()
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    dry = world_json("migrate", "cells", w, COUNTER, "--key-field", "key", "--dry-run")
+    assert (dry["ok"], dry["dry_run"], dry["cells"], dry["key_schema"]) == (True, True, 2, "text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing  # nothing written
+    done = world_json("migrate", "cells", w, COUNTER, "--key-field", "key")
+    assert (done["ok"], done["dry_run"], done["cells"]) == (True, False, 2)
+    assert Path(done["backup"]).is_dir()
+    with World.open(w) as migrated:  # one cell per key; the same binary steps them
+        migrated.send(EVENT, add("x", 10))
+        migrated.run_until_idle()
+        assert {v.key: v.state for v in migrated.cells(COUNTER)} == {
+            "x": {"count": 13, "events": 3},
+            "y": {"count": 3, "events": 1},
+        }
+
+
+GO = "t/Go@1"
+
+
+def approval_world(folder: Path) -> Path:
+    """Two plan runs whose GETs a policy parks with ``require_approval`` (nothing is sent:
+    the URLs point at a closed port, and no test here runs the world after approving)."""
+    fetch = [http_get("fetch", ref("@plan.input.url"), "req"), await_receipt("wait", "req", "r")]
+    air = plan_world(
+        folder / "air",
+        schemas={GO: {"record": {"url": "text"}}},
+        plans=[plan("t/go@1", GO, [*fetch, end()], chain("fetch", "wait", "end"))],
+        triggers=[{"event": GO, "plan": "t/go@1"}],
+        grants=[http_grant(["127.0.0.1"])],
+        rules=[{"when": {"effect_kind": "http.request"}, "decision": "require_approval"}],
+    )
+    w = folder / "w"
+    with World.create(w, air) as opened:
+        opened.send_many(
+            [(GO, {"url": "http://127.0.0.1:9/a"}), (GO, {"url": "http://127.0.0.1:9/b"})]
+        )
+        opened.run_until_idle()
+    return w
+
+
+def test_effects_ls_approve_and_deny(tmp_path: Path) -> None:
+    w = approval_world(tmp_path)
+    listed = world_json("effects", "ls", w)
+    assert listed["ok"] is True
+    assert [(i["status"], i["decision"], i["kind"]) for i in listed["intents"]] == [
+        ("parked", "require_approval", "http.request")
+    ] * 2
+    first, second = (i["intent_hash"] for i in listed["intents"])
+    assert world_json("effects", "approve", w, first)["decision"] == "approved"
+    assert world_json("effects", "deny", w, second)["decision"] == "denied"
+    status = {i["intent_hash"]: i["status"] for i in world_json("effects", "ls", w)["intents"]}
+    assert status == {first: "queued", second: "denied"}
+
+
+def test_serve_takes_cli_commands_through_its_socket_and_stops(built: Built) -> None:
+    w = copy_of(built, "served")
+    proc = subprocess.Popen(
+        [str(WORLD_BIN), "serve", str(w)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            for _ in range(10):  # notices may come first; "serving ..." once it listens
+                assert sel.select(WAIT_S), "the server never said it was listening"
+                if proc.stdout.readline().startswith("serving"):
+                    break
+            else:
+                pytest.fail("no 'serving' line")
+        sock = w / "control.sock"
+        assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+        sent = world_json("send", w, EVENT, json.dumps(add("served", 6)))  # not refused on the lock
+        assert pick(sent, "ok", "seqs") == {"ok": True, "seqs": [9]}
+        assert world_json("state", w, COUNTER, "--key", "served")["state"] == {
+            "count": 6,
+            "events": 1,
+        }
+        stopped = world_json("serve", w, "--stop")  # drains, checkpoints, and waits for it
+        assert (stopped["ok"], stopped["steps"]) == (True, 0)  # the send's step ran already
+        assert stopped["snapshot"].startswith("blake3:")
+        _out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, err
+    assert not sock.exists()
+    with World.open(w, readonly=True) as opened:  # the world is free again, and kept the send
+        assert opened.state(COUNTER, "served") == {"count": 6, "events": 1}
+
+
+# --- the SDK and the bundled examples --------------------------------------------------------
+
+
+def test_examples_lists_and_copies_a_bundled_world(tmp_path: Path) -> None:
+    listed = world_json("examples")
+    names = [e["name"] for e in listed["examples"]]
+    assert {"counter", "counter_v1", "order"} <= set(names)
+    world("examples", "copy", "counter", tmp_path / "c")
+    assert (tmp_path / "c" / "reducers" / "counter" / "counter.wasm").is_file()
+    assert sorted(p.name for p in (tmp_path / "c").glob("*.air.json")) == sorted(
+        p.name for p in COUNTER_AIR.glob("*.air.json")
+    )
+
+
+def test_sdk_include_names_the_folder_of_the_header() -> None:
+    folder = Path(world("sdk", "include").stdout.strip())
+    assert (folder / "world.h").is_file()
+
+
+@pytest.mark.skipif(sdk._ziglang_version() is None, reason="the reducer toolchain is not installed")
+def test_reducer_new_build_and_check(tmp_path: Path) -> None:
+    world("reducer", "new", "tally", cwd=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "tally").iterdir()) == ["tally.air.json", "tally.c"]
+    built = world_json("reducer", "build", tmp_path / "tally" / "tally.c")
+    assert Path(built["wasm"]) == tmp_path / "tally" / "tally.wasm"
+    checked = world_json("reducer", "check", built["wasm"])
+    assert (checked["ok"], checked["wasm_hash"]) == (True, built["wasm_hash"])
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def not_a_cell(built: Built) -> Path:
+    bad = built.folder / "not-a-cell.cbor"
+    bad.write_bytes(b"\xa1")
+    return bad
+
+
+ERRORS = [
+    pytest.param(["state", "{w}", "demo/Nope@1"], id="core-state-unknown-reducer"),
+    pytest.param(["serve", "{w}", "--stop"], id="serve-stop-without-a-server"),
+    pytest.param(["cells", "show", "{w}", COUNTER, "zz"], id="cells-show-no-such-cell"),
+    pytest.param(["journal", "tail", "{w}", "--subject", "["], id="journal-tail-bad-pattern"),
+    pytest.param(["effects", "approve", "{w}", "blake3:" + "0" * 64], id="effects-no-such-intent"),
+    pytest.param(["migrate", "cells", "{w}", COUNTER, "--key-field", "key"], id="migrate-keyed"),
+    pytest.param(["examples", "copy", "nope", "{folder}/nope"], id="examples-unknown"),
+    pytest.param(["reducer", "check", "{bad}"], id="reducer-check-not-wasm"),
+    pytest.param(["sdk", "include", "extra"], id="sdk-extra-argument"),
+]
+
+
+@pytest.mark.parametrize("args", ERRORS)
+def test_an_error_in_each_group_is_one_line_on_stderr_and_exit_1(
+    built: Built, not_a_cell: Path, args: list[str]
+) -> None:
+    fill = {"{w}": str(built.path), "{folder}": str(built.folder), "{bad}": str(not_a_cell)}
+    argv = []
+    for arg in args:
+        for name, value in fill.items():
+            arg = arg.replace(name, value)
+        argv.append(arg)
+    one_line_error(world(*argv, code=1))
+
+
+def test_an_error_with_json_is_one_object_on_stdout(built: Built) -> None:
+    error = world_json("state", built.path, "demo/Nope@1", code=1)
+    assert (error["ok"], error["error"], error["code"]) == (False, "UnknownName", "UnknownName")
+    assert error["fields"]["name"] == "demo/Nope@1"
+    assert COUNTER in error["fields"]["known"]

@@ -182,21 +182,50 @@ def send(
         fail("give exactly one of VALUE or --file")
     with handle_errors(json_output), signals_deferred():
         lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
-        try:
-            reply = via_server(directory, "send", schema=schema, values=[v for _n, v in lines])
-        except ServedError as exc:
-            raise _served_rejection(exc, file, lines) from exc
-        if reply is not None:
-            seqs = reply["seqs"]
-        else:
-            big = file is not None and len(lines) >= SEND_PROGRESS_MIN
-            shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
-            with shown as progress:
-                seqs = _send_here(directory, schema, lines, file, progress)
+        big = file is not None and len(lines) >= SEND_PROGRESS_MIN
+        shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
+        with shown as progress:
+            try:
+                sent = _send_served(directory, schema, [v for _n, v in lines], progress)
+            except ServedError as exc:
+                raise _served_rejection(exc, file, lines) from exc
+            seqs = (
+                sent if sent is not None else _send_here(directory, schema, lines, file, progress)
+            )
     if json_output:
         emit_json({"ok": True, "seqs": seqs})
     else:
         console.print(f"sent {len(seqs)} event(s), journal seq {seqs[0]}..{seqs[-1]}")
+
+
+def _send_served(
+    directory: Path, schema: str, values: list[Any], progress: _progress.ProgressFn | None
+) -> list[int] | None:
+    """Send through a served world (None: not served): one request if it fits, else parts of a
+    batch that the server journals whole with the last one (``world._served_ops``)."""
+    from air.errors import LimitExceeded
+
+    client = served_client(directory)
+    if client is None:
+        return None
+    with client:
+        batch, start, size = None, 0, len(values)
+        while True:
+            part = values[start : start + size]
+            more = start + len(part) < len(values)
+            try:
+                reply = client.call("send", schema=schema, values=part, batch=batch, more=more)
+            except LimitExceeded:
+                if size == 1:
+                    raise
+                size = max(1, size // 2)  # the next part is smaller; nothing was sent
+                continue
+            start += len(part)
+            if progress is not None:
+                progress(start, len(values))
+            if not more:
+                return list(reply["seqs"])
+            batch = reply["batch"]
 
 
 def _send_here(

@@ -448,3 +448,72 @@ def test_an_error_the_server_replied_with_names_its_class_in_text_mode_too(
     result = runner.invoke(app, ["cells", "show", str(server.path), "demo/Nope@1", "a"])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: UnknownName: unknown reducer demo/Nope@1")
+
+
+def _events_file(path: Path, count: int, bad_at: int | None = None) -> Path:
+    lines = [
+        json.dumps({"key": "bad", "op": {"$tag": "Nope"}})
+        if n == bad_at
+        else json.dumps(add("z", 1))
+        for n in range(count)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_send_too_big_for_one_request_goes_in_parts_and_is_journaled_whole(
+    server: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control, "REQUEST_BYTES_MAX", 4096)  # ~100 events a request
+    calls: list[dict[str, Any]] = []
+    call = Client.call
+
+    def counted(client: Client, op: str, **args: Any) -> Any:
+        calls.append({"op": op, "values": len(args.get("values", ())), "more": args.get("more")})
+        return call(client, op, **args)
+
+    monkeypatch.setattr(Client, "call", counted)
+    events = _events_file(tmp_path / "events.jsonl", 2000)
+    result = runner.invoke(app, ["send", str(server.path), EVENT, "--file", str(events), "--json"])
+    assert result.exit_code == 0, result.stderr
+    seqs = json.loads(result.stdout)["seqs"]
+    assert seqs == list(range(seqs[0], seqs[0] + 2000))  # one batch, in order
+    sends = [c for c in calls if c["op"] == "send"]
+    assert len(sends) > 10
+    assert sum(c["values"] for c in sends) >= 2000  # a part refused locally is sent again smaller
+    assert [c["more"] for c in sends][-1] is False
+    with server.client() as client:
+        assert client.call("state", reducer=COUNTER, key="z")["state"]["events"] == 2000
+
+
+def test_a_bad_value_in_a_later_part_rejects_the_whole_file_by_its_line(
+    server: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control, "REQUEST_BYTES_MAX", 4096)
+    with server.client() as client:
+        before = client.call("info")["journal_seq_next"]
+    events = _events_file(tmp_path / "events.jsonl", 1000, bad_at=900)
+    result = runner.invoke(app, ["send", str(server.path), EVENT, "--file", str(events)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: EventRejected: {events}:901: ")
+    with server.client() as client:
+        assert client.call("info")["journal_seq_next"] == before  # nothing journaled
+        assert client.call("state", reducer=COUNTER, key="z")["state"] is None
+
+
+def test_a_staged_batch_is_named_by_its_token_and_the_oldest_is_dropped(server: Served) -> None:
+    with server.client() as client:
+        first = client.call("send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
+        later = [
+            client.call("send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
+            for _ in range(_served_ops.STAGED_BATCHES_MAX)
+        ]
+        with pytest.raises(ServedError) as dropped:
+            client.call("send", schema=EVENT, values=[add("y", 1)], batch=first)
+        assert dropped.value.error_class == "InvalidArgument"
+        with pytest.raises(ServedError) as other_schema:
+            client.call("send", schema="demo/Other@1", values=[1], batch=later[0])
+        assert other_schema.value.error_class == "InvalidArgument"
+        done = client.call("send", schema=EVENT, values=[add("y", 1)], batch=later[1])
+        assert len(done["seqs"]) == 2
+        assert client.call("state", reducer=COUNTER, key="y")["state"]["events"] == 2

@@ -1,7 +1,7 @@
 """What a served world answers (``world.serve``): each op's arguments, checks and result.
 
     op            args                                        result
-    send          schema, values                              {seqs}
+    send          schema, values, batch?, more?               {seqs} | {batch, staged}
     state         reducer, key?                               {state}
     info          -                                           World.info()
     snapshot      -                                           {snapshot}
@@ -10,6 +10,13 @@
     cells_export  reducer, out, all, key?                     {cells, notices}
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
+
+A ``send`` too big for one request (``REQUEST_BYTES_MAX``) is sent in parts: each part but the
+last has ``more: true`` and gets back a ``batch`` token that the next part names; the server only
+keeps the values of a batch (at most ``STAGED_EVENTS_MAX`` events, ``STAGED_BATCHES_MAX`` batches
+at a time, the oldest dropped) and the last part sends them all as one durable batch, normalised
+together, so a bad value anywhere rejects the whole file by its index, as a direct ``send --file``
+does, and a client that goes away leaves nothing journaled.
 
 Values are sugar JSON, as the CLI prints them (``state_cbor`` is canonical CBOR hex, for
 ``--raw``); ``records`` and ``entries`` are the objects ``world journal tail`` and ``world
@@ -41,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from air.errors import InvalidArgument
+from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord, SubjectPattern
 from world.control import encode
 from world.views import RecordView, cells_page
@@ -54,12 +61,18 @@ __all__ = [
     "PAGE_BYTES_MAX",
     "PAGE_ITEMS_MAX",
     "SCAN_RECORDS_MAX",
+    "STAGED_BATCHES_MAX",
+    "STAGED_EVENTS_MAX",
     "Deferred",
     "Ops",
     "arg",
     "plain_fields",
 ]
 
+STAGED_EVENTS_MAX: Final = 10_000_000
+"""Events one ``send`` batch may stage before its last part."""
+STAGED_BATCHES_MAX: Final = 8
+"""Batches staged at a time; a ninth drops the oldest (a client that went away)."""
 PAGE_ITEMS_MAX: Final = 1000
 """Items (records, history entries) in one page."""
 PAGE_BYTES_MAX: Final = 4 * 1024 * 1024
@@ -84,6 +97,8 @@ class Ops:
         self.world = world
         self.catch_up = catch_up
         self.view = RecordView(world.air)
+        self._staged: dict[int, tuple[str, list[Any]]] = {}  # batch token -> (schema, values)
+        self._tokens = 0
 
     def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
@@ -103,9 +118,30 @@ class Ops:
     def send(self, args: dict[str, Any]) -> Any:
         schema = arg(args, "schema", str)
         values = arg(args, "values", list)
+        more = args.get("more", False)
         if not values:
             raise InvalidArgument("values", 0, "send at least one event")
-        return {"seqs": self.world.send_many([(schema, v) for v in values])}
+        if type(more) is not bool:
+            raise InvalidArgument("more", repr(more), "must be bool")
+        events = values
+        if args.get("batch") is not None:
+            token = arg(args, "batch", int)
+            staged = self._staged.pop(token, None)
+            if staged is None:
+                raise InvalidArgument("batch", token, "no batch by that token is being staged")
+            if staged[0] != schema:
+                raise InvalidArgument("schema", schema, f"batch {token} is of {staged[0]}")
+            events = staged[1]
+            events.extend(values)
+        if len(events) > STAGED_EVENTS_MAX:
+            raise LimitExceeded("STAGED_EVENTS_MAX", STAGED_EVENTS_MAX, f"{len(events)} events")
+        if more:
+            self._tokens += 1
+            self._staged[self._tokens] = (schema, events)
+            while len(self._staged) > STAGED_BATCHES_MAX:
+                self._staged.pop(next(iter(self._staged)))
+            return {"batch": self._tokens, "staged": len(events)}
+        return {"seqs": self.world.send_many([(schema, v) for v in events])}
 
     def state(self, args: dict[str, Any]) -> Any:
         reducer = arg(args, "reducer", str)

@@ -10,14 +10,24 @@ nothing: ``world.sdk`` reads the checkout's folders next to the ``world`` packag
 Rejected: a committed copy inside ``world/`` (two copies to keep in step), symlinks (wheels do
 not carry them), and ``package_data`` (it only takes files inside a package folder). Everything
 else is in ``pyproject.toml``; the sdist carries the two folders through ``MANIFEST.in``.
+
+The native step path (``kernel/_native*.c``, see ``kernel/native.py``) is a C extension built
+here too. It is optional by design: where no compiler (or no Python headers) is found, the
+build prints one line, ``notice: native step path not built (...); using pure Python``, and
+installs the package without it; ``kernel.native.available()`` is then False and every native
+function runs its pure-Python reference. ``WORLD_NATIVE_CFLAGS`` adds compiler flags (the
+AddressSanitizer test builds with it); ``WORLD_NATIVE_BUILD=0`` skips the extension.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -42,4 +52,46 @@ class BuildPyWithBundle(build_py):
             )
 
 
-setup(cmdclass={"build_py": BuildPyWithBundle})
+NATIVE = Extension(
+    "kernel._native",
+    sources=[
+        "kernel/_native.c",
+        "kernel/_native_cbor.c",
+        "kernel/_native_abi.c",
+        "kernel/_native_wasm.c",
+        "kernel/_native_norm.c",
+    ],
+    depends=["kernel/_native.h"],
+    extra_compile_args=["-O2", "-std=c11", *os.environ.get("WORLD_NATIVE_CFLAGS", "").split()],
+    extra_link_args=os.environ.get("WORLD_NATIVE_CFLAGS", "").split(),
+    optional=True,
+)
+
+
+class OptionalBuildExt(build_ext):
+    """``build_ext`` that never fails the install: without a compiler it says so once."""
+
+    def run(self) -> None:
+        if os.environ.get("WORLD_NATIVE_BUILD", "1") == "0":
+            self._notice("WORLD_NATIVE_BUILD=0")
+            return
+        try:
+            super().run()
+        except Exception as exc:  # no compiler, no headers: CCompilerError, PlatformError, ...
+            self._notice(f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._notice(f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+    @staticmethod
+    def _notice(reason: str) -> None:
+        print(f"notice: native step path not built ({reason}); using pure Python", file=sys.stderr)
+
+
+setup(
+    cmdclass={"build_py": BuildPyWithBundle, "build_ext": OptionalBuildExt},
+    ext_modules=[NATIVE],
+)

@@ -37,6 +37,7 @@ __all__ = [
     "PINNED_BINDINGS_DIGEST",
     "PINNED_WASMTIME",
     "FastSession",
+    "bindings",
     "bindings_digest",
     "configure_pooling",
     "unavailable_reason",
@@ -76,6 +77,11 @@ def _bindings() -> Any:
     from wasmtime import _bindings  # private: imported only when probed
 
     return _bindings
+
+
+def bindings() -> Any:
+    """wasmtime-py's private ctypes bindings (for ``kernel.native``, which shares the pin)."""
+    return _bindings()
 
 
 def bindings_digest() -> str:
@@ -191,6 +197,16 @@ class FastSession:
         self._store: int | None = None
         self._ctx = 0
         self._kinds_checked = False
+
+    @property
+    def engine_address(self) -> int:
+        """The C ``wasm_engine_t*`` (for the native session, which makes the same calls)."""
+        return self._engine_ptr
+
+    @property
+    def pre_address(self) -> int:
+        """The C ``wasmtime_instance_pre_t*``; valid while this session lives."""
+        return self._pre_ptr
 
     def open(self, fuel: int) -> None:
         lib = self._lib

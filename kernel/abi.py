@@ -18,6 +18,10 @@ Why the common input case skips ``air.cbor.dumps``: the envelope's key order is 
 written in canonical order and encoded by cbor2 directly (~1 us instead of ~7 us per step);
 ``tests/test_host_abi.py`` holds it byte-equal to ``air.cbor.dumps`` of the same envelope.
 Extra ``ctx`` fields take the general path.
+
+With the native path on (``kernel.native``), ``encode_input`` and ``decode_output`` first ask the
+extension, which either gives the same result or declines; the code below is then the reference
+that decides, and the only place errors are made (``tests/test_native_fuzz.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import cbor2
 
 from air import cbor
 from air.errors import CborError, InvalidArgument, ValueMismatch, WorldError
+from kernel import native
 
 __all__ = [
     "ABI_VERSION",
@@ -142,6 +147,13 @@ def encode_input(
     extra_ctx: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The canonical CBOR input envelope for one step."""
+    extension = native.ext()
+    if extension is not None and not extra_ctx:
+        encoded: bytes | None = extension.encode_input(
+            state_cbor, event_schema, event_value_cbor, key_cbor, cell_mode
+        )
+        if encoded is not None:
+            return encoded
     _check_input_types(state_cbor, event_schema, event_value_cbor, key_cbor, cell_mode)
     ctx: dict[str, Any] = (
         {"cell_mode": cell_mode} if key_cbor is None else {"key": key_cbor, "cell_mode": cell_mode}
@@ -268,8 +280,28 @@ def _unzip(pairs: list[tuple[Any, Any]]) -> tuple[tuple[Any, ...], tuple[Any, ..
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
+def _from_native(found: tuple[Any, ...]) -> StepOutput:
+    """A ``StepOutput`` from what ``kernel._native.decode_output`` accepted."""
+    state_cbor, state, events, effects, ann_cbor, ann = found
+    if not events and not effects and ann_cbor is None:
+        return StepOutput(state_cbor, values=OutputValues(state))
+    values = OutputValues(state, tuple(e[3] for e in events), tuple(e[3] for e in effects), ann)
+    return StepOutput(
+        state_cbor,
+        tuple(DomainEventOut(e[0], e[1], e[2]) for e in events),
+        tuple(EffectOut(e[0], e[1], e[2]) for e in effects),
+        ann_cbor,
+        values,
+    )
+
+
 def decode_output(output_cbor: bytes, *, module: str = "") -> StepOutput:
     """Strictly decode a reducer's output bytes; raise ``StepRejected`` on anything off-contract."""
+    extension = native.ext()
+    if extension is not None and type(output_cbor) is bytes:
+        found = extension.decode_output(output_cbor)
+        if found is not None:
+            return found if type(found) is StepOutput else _from_native(found)
     d = _Decoder(module)
     top = d.keys(_loads_envelope(output_cbor, d), _OUTPUT_KEYS, ("state",), "")
     state_cbor = top["state"]
@@ -374,6 +406,8 @@ def validate_output(
     values = out.values if out.values is not None else _decode_values(out, module)
     if out.state_cbor is not None:
         _checked(module, check, state_schema, values.state, "/state")
+    if not out.domain_events and not out.effects and out.ann_cbor is None:
+        return  # the common output, state only: nothing below applies
     for i, event in enumerate(out.domain_events):
         if event_schemas is not None and event.schema not in event_schemas:
             detail = f"{event.schema!r} is not an event this reducer may emit"
@@ -387,3 +421,11 @@ def validate_output(
                 module, "ann_not_declared", "/ann", "module declares no annotations schema"
             )
         _checked(module, check, ann_schema, values.ann, "/ann")
+
+
+native.bind_types(
+    (StepOutput, ("state_cbor", "domain_events", "effects", "ann_cbor", "values")),
+    (OutputValues, ("state", "events", "params", "ann")),
+    (DomainEventOut, ("schema", "value_cbor", "key_cbor")),
+    (EffectOut, ("kind", "params_cbor", "cap_slot")),
+)

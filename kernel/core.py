@@ -20,6 +20,10 @@ is routed again, ``step``/``step.failed`` runs the next tick and compares the re
 have written with the one in the journal, raising ``ReplayDivergence`` at the first difference.
 Recovery (snapshot + journal tail) and ``world replay --verify`` (from genesis) both use it.
 
+Native path. Normalising sent events, canonical encoding of keys and replay comparisons go
+through ``kernel.native`` (C when built and enabled, the pure functions otherwise, the same bytes
+either way); one cell's step is the ``_stepping`` mixin.
+
 Semantics (SPEC §6): a keyed route takes the key from the normalised event's ``key_field``; the
 first event for a key steps the cell with ``state=null``; a reducer returning ``state=null``
 deletes its cell. Events a step emits are routed after the step, so they run no earlier than
@@ -40,9 +44,10 @@ from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, Wor
 from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
-from kernel import abi
+from kernel import abi, native
 from kernel._moves import MOVE_KINDS, apply_move
 from kernel._orchestration import Orchestration
+from kernel._stepping import Stepping
 from kernel.abi import StepRejected
 from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
 from kernel.divergence import ReplayDivergence, first_difference, show_value
@@ -71,6 +76,7 @@ __all__ = [
 EVENTS_PER_STEP_MAX: Final = 64
 STEPS_PER_RUN_MAX: Final = 1_000_000
 DEAD_LETTERS_KEPT: Final = 10_000
+_ENTITIES_CACHED_MAX: Final = 65_536
 
 
 class Runner(Protocol):
@@ -117,7 +123,7 @@ class _Route:
 
 
 @dataclass
-class Kernel(Orchestration):
+class Kernel(Stepping, Orchestration):
     air: LoadedAir
     journal: Journal
     cells: CellStore
@@ -141,6 +147,10 @@ class Kernel(Orchestration):
     _engine: PlanEngine = field(init=False)
     _triggers: dict[str, list[Any]] = field(default_factory=dict)
     _owed: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
+    _subjects: dict[tuple[str, bytes | None, str], str] = field(default_factory=dict)
+    _output_rules: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    _norm_programs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    _entities: dict[tuple[str, bytes | None], Entity] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for route in self.air.manifest.routing.events:
@@ -166,8 +176,15 @@ class Kernel(Orchestration):
             raise UnknownName("event schema", schema, sorted(self._routes))
         if schema not in self._routes and schema not in self._triggers:
             raise UnknownName("route for", schema, sorted(self._routes | self._triggers))
-        normalised = normalise(Ref(schema), value, self.air.schemas)
-        return cbor.dumps(normalised), normalised
+        program = self._norm_programs.get(schema)
+        if program is None:
+            program = self._norm_programs[schema] = native.norm_program(
+                Ref(schema), self.air.schemas
+            )
+        handled, normalised = native.normalise(program, value)
+        if not handled:
+            normalised = normalise(Ref(schema), value, self.air.schemas)
+        return native.dumps(normalised), normalised
 
     def ingest(self, schema: str, value_cbor: bytes, value: Any = None) -> int:
         """Journal an outside event and route it; return its seq. ``value`` is the decoded
@@ -189,14 +206,23 @@ class Kernel(Orchestration):
         if value is None and any(r.key_field for r in routes):
             value = cbor2.loads(value_cbor)
         for route in routes:
-            key_cbor = cbor.dumps(value[route.key_field]) if route.key_field else None
+            key_cbor = native.dumps(value[route.key_field]) if route.key_field else None
             self.scheduler.deliver(
-                Entity(route.reducer, key_cbor), Delivery(src_seq, index, schema, value_cbor)
+                self._entity(route.reducer, key_cbor), Delivery(src_seq, index, schema, value_cbor)
             )
             index += 1
         if schema in self._triggers or self.runs:
             index = self._observe(src_seq, index, schema, value_cbor, value)
         return index
+
+    def _entity(self, reducer: str, key_cbor: bytes | None) -> Entity:
+        """The entity of a cell, shared by its deliveries (an ``Entity`` hashes its key once)."""
+        entity = self._entities.get((reducer, key_cbor))
+        if entity is None:
+            if len(self._entities) >= _ENTITIES_CACHED_MAX:
+                self._entities.clear()  # bounded; equal entities are interchangeable
+            entity = self._entities[(reducer, key_cbor)] = Entity(reducer, key_cbor)
+        return entity
 
     # --- ticks ------------------------------------------------------------------------------
 
@@ -283,82 +309,19 @@ class Kernel(Orchestration):
             or any((r.waiting or {}).get("event") == schema for r in self.runs.values())
         )
 
-    def _entity_subject(self, entity: Entity, leaf: str) -> str:
-        if entity.key_cbor is None:
-            return make_subject("world", "reducer", entity.reducer, leaf)
-        return make_subject("world", "cell", entity.reducer, entity.store_key_hash.hex(), leaf)
-
     def _store_key(self, entity: Entity) -> tuple[str, bytes]:
         return self._module_hash[entity.reducer], entity.store_key_hash
 
     def _load_state(self, entity: Entity) -> tuple[CellEntry, bytes] | None:
         return self.cells.get(*self._store_key(entity))
 
-    def _step(
-        self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
-    ) -> tuple[str, dict[str, Any], abi.StepOutput]:
-        module = self._modules[entity.reducer]
-        cell_mode = module.key_schema is not None
-        state_cbor = current[1] if current else None
-        envelope = abi.encode_input(
-            state_cbor, delivery.schema, delivery.value_cbor, entity.key_cbor, cell_mode
-        )
-        raw = self.runner.run(entity.reducer, envelope)
-        out = abi.decode_output(raw, module=entity.reducer)
-        self._validate(entity, out)
-        body: dict[str, Any] = {
-            "reducer": entity.reducer,
-            "key": entity.key_cbor,
-            "src": delivery.src_seq,
-            "idx": delivery.index,
-            "out_hash": cbor.digest(raw),
-            "state_hash": None if out.state_cbor is None else cbor.digest(out.state_cbor),
-        }
-        # Empty lists are left out, so the common body is flat (the journal's fast encode path).
-        if out.domain_events:
-            body["events"] = [[e.schema, e.value_cbor] for e in out.domain_events]
-        if out.effects:
-            body["effects"] = [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects]
-        return "step", body, out
-
-    def _validate(self, entity: Entity, out: abi.StepOutput) -> None:
-        if len(out.domain_events) > self.limits.events_per_step_max:
-            raise LimitExceeded("events_per_step_max", self.limits.events_per_step_max)
-        reducer_abi = self._modules[entity.reducer].abi.reducer
-        abi.validate_output(
-            out,
-            check=self._check_schema,
-            state_schema=reducer_abi.state,
-            effects_emitted=frozenset(reducer_abi.effects_emitted),
-            reducer_effect_kinds=self._reducer_effects,
-            effect_params=self._reducer_effects,
-            ann_schema=reducer_abi.annotations,
-            cap_slots=frozenset(reducer_abi.cap_slots),
-            module=entity.reducer,
-        )
-
-    def _check_schema(self, name: str, obj: Any) -> None:
-        if name not in self.air.schemas:
-            raise ValueMismatch("/", "schema.unknown", f"unknown schema {name}")
-        self._checkers.check(name, obj)
-
-    def _failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
-        code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__
-        return {
-            "reducer": entity.reducer,
-            "key": entity.key_cbor,
-            "src": delivery.src_seq,
-            "idx": delivery.index,
-            "reason": {"code": str(code), "error": type(exc).__name__, "detail": str(exc)[:500]},
-        }
-
     def _record(
         self, kind: str, subject: str, body: dict[str, Any], expected: JournalRecord | None
     ) -> int:
         if expected is None:
             return self.journal.append(kind, subject, body)
-        actual = cbor.dumps({"kind": kind, "subject": subject, "body": body})
-        wanted = cbor.dumps(
+        actual = native.dumps({"kind": kind, "subject": subject, "body": body})
+        wanted = native.dumps(
             {"kind": expected.kind, "subject": expected.subject, "body": expected.body}
         )
         if actual != wanted:

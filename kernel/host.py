@@ -28,21 +28,26 @@ slot is the first 4-aligned address after the input, inside that allocation.
 
 Two backends give byte-identical outputs and the same errors: ``fast`` (ctypes over the C API,
 ``_fastcall``) and ``public`` (wasmtime-py's public API, ``_publiccall``). ``auto`` picks fast
-when its pinned internals are present. The host never mutates its inputs; every failure is a
-``ReducerError`` (or ``abi.StepRejected`` for bad output), and the caller's state is untouched.
+when its pinned internals are present. On the fast backend, with ``native`` on
+(``kernel.native``: the extension is built and enabled), a step is one call into C that makes
+the same C-API calls in the same order; its failures come back as tuples that
+``_native_failure`` turns into the same errors, so the ctypes session stays the reference and
+the fallback. The host never mutates its inputs; every failure is a ``ReducerError`` (or
+``abi.StepRejected`` for bad output), and the caller's state is untouched.
 Not thread-safe: one step at a time per ``Reducer``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import wasmtime
 
 from air.cbor import content_hash, digest
 from air.errors import HashMismatch, InvalidArgument, UnknownName, WorldError, WrongMode
 from kernel import _fastcall
+from kernel import native as native_path
 from kernel._engine import (
     POOL_MEMORY_BYTES_MAX,
     POOL_TABLE_ELEMENTS_MAX,
@@ -84,6 +89,7 @@ BackendChoice = Literal["auto", "fast", "public"]
 _PAGE_BYTES: Final = 65536
 _RETPTR_PAD: Final = 12
 _U32_MAX: Final = 0xFFFFFFFF
+_INPUT_MAX: Final = _U32_MAX - _RETPTR_PAD
 
 
 class ReducerError(WorldError):
@@ -170,15 +176,32 @@ class Reducer:
     """A loaded reducer module. ``call`` runs one step on a fresh instance."""
 
     def __init__(
-        self, module_hash: str, step_abi: StepAbi, session: Session, limits: HostLimits
+        self,
+        module_hash: str,
+        step_abi: StepAbi,
+        session: Session,
+        limits: HostLimits,
+        native_session: Any = None,
     ) -> None:
         self.module_hash = module_hash
         self.step_abi: StepAbi = step_abi
         self._session = session
         self._limits = limits
+        self._native = native_session
+
+    @property
+    def native(self) -> bool:
+        """Whether steps run through the native extension (``kernel.native``)."""
+        return self._native is not None
 
     def call(self, input_cbor: bytes) -> bytes:
         """Run one step on ``input_cbor``; return the raw output bytes (size-limited)."""
+        native = self._native
+        if native is not None and type(input_cbor) is bytes and len(input_cbor) <= _INPUT_MAX:
+            output = native.call(input_cbor)
+            if type(output) is bytes:
+                return output
+            raise self._native_failure(output)
         if not isinstance(input_cbor, bytes):
             raise InvalidArgument("input_cbor", type(input_cbor).__name__, "must be bytes")
         if len(input_cbor) + _RETPTR_PAD > _U32_MAX:
@@ -200,6 +223,12 @@ class Reducer:
 
     def probe(self) -> None:
         """Instantiate once and drop it: surfaces start-function traps and instantiation limits."""
+        if self._native is not None:
+            failure = self._native.probe()
+            if failure is not None:
+                error = self._native_failure(failure)
+                raise ReducerLoadError(self.module_hash, "instantiate", error.detail)
+            return
         try:
             self._session.open(self._limits.fuel_per_step)
         except WasmCallError as failure:
@@ -238,6 +267,31 @@ class Reducer:
         if pair is None:
             raise ReducerError(self.module_hash, "output_out_of_bounds", "result slot left memory")
         return int.from_bytes(pair[:4], "little"), int.from_bytes(pair[4:], "little")
+
+    def _native_failure(self, outcome: tuple[Any, ...]) -> ReducerError:
+        """The error the ctypes path raises for what the native step returned instead of bytes
+        (the tuples are listed in ``_native_wasm.c``)."""
+        kind, module = outcome[0], self.module_hash
+        if kind == "error":
+            _, opened, message, memory_bytes = outcome
+            return self._classify(WasmCallError(None, message), memory_bytes if opened else None)
+        if kind == "trap":
+            _, code, opened, memory_bytes = outcome
+            failure = WasmCallError(code, trap_name(code) if code is not None else "trap")
+            return self._classify(failure, memory_bytes if opened else None)
+        if kind == "kinds":
+            detail = f"ABI exports missing or of the wrong kinds {outcome[1]}"
+            return self._classify(WasmCallError(None, detail), None)
+        if kind == "alloc_oob":
+            return ReducerError(
+                module, "alloc_out_of_bounds", f"alloc({outcome[1]}) returned {outcome[2]}"
+            )
+        if kind == "slot_oob":
+            return ReducerError(module, "output_out_of_bounds", "result slot left memory")
+        if kind == "too_large":
+            return OutputTooLarge(module, outcome[1], self._limits.output_bytes_max)
+        detail = f"output [{outcome[1]}, +{outcome[2]}) is outside memory"
+        return ReducerError(module, "output_out_of_bounds", detail)
 
     def _classify(self, failure: WasmCallError, memory_bytes: int | None) -> ReducerError:
         if failure.trap_code is None:
@@ -281,6 +335,8 @@ class ReducerHost:
 
     ``backend``: ``auto`` (fast if available), ``fast`` (fail if unavailable) or ``public``.
     After construction ``self.backend`` is the one in use and ``self.backend_reason`` says why.
+    ``native``: run fast-backend steps through the extension (default: ``kernel.native.enabled()``);
+    ``self.native`` says whether it is in use.
     """
 
     def __init__(
@@ -289,9 +345,16 @@ class ReducerHost:
         *,
         cache: ModuleCache | None = None,
         backend: BackendChoice = "auto",
+        native: bool | None = None,
     ) -> None:
         self.limits = limits if limits is not None else HostLimits()
         self.backend, self.backend_reason = _resolve_backend(backend)
+        wanted = native_path.enabled() if native is None else native
+        self.native = (
+            wanted
+            and self.backend == "fast"
+            and native_path.wasm_unavailable_reason(_fastcall.bindings()) is None
+        )
         self._engine: EngineHandle = engine_for(self.backend)
         self.engine_fingerprint = self._engine.fingerprint
         self._cache = cache
@@ -317,15 +380,31 @@ class ReducerHost:
         session_type = _fastcall.FastSession if self.backend == "fast" else PublicSession
         if info.step_abi is None:  # inspect_wasm reports this as a problem; never trust that alone
             raise ReducerLoadError(module_hash, "export_missing", "no usable step export")
+        session = session_type(self._engine.engine, module, limits)
         reducer = Reducer(
-            module_hash,
-            info.step_abi,
-            session_type(self._engine.engine, module, limits),
-            self.limits,
+            module_hash, info.step_abi, session, self.limits, self._native_session(session, info)
         )
         reducer.probe()
         self._reducers[module_hash] = reducer
         return reducer
+
+    def _native_session(self, session: Session, info: WasmInfo) -> Any:
+        if not self.native or not isinstance(session, _fastcall.FastSession):
+            return None
+        bindings = _fastcall.bindings()
+        native_path.bind_wasmtime(bindings)
+        extension = native_path.built()
+        if extension is None:
+            return None
+        return extension.Session(
+            session.engine_address,
+            session.pre_address,
+            self.limits.memory_bytes_max,
+            self.limits.table_elements_max,
+            self.limits.fuel_per_step,
+            self.limits.output_bytes_max,
+            info.step_abi == "retptr",
+        )
 
     def _inspect(self, module_hash: str, wasm_bytes: bytes) -> WasmInfo:
         try:

@@ -1,15 +1,30 @@
 """The kernel's ``Runner`` over the WASM host: modules load lazily by name, compiled once and
-cached on disk under ``<world>/cache`` keyed by wasm hash and engine fingerprint."""
+cached on disk under ``<world>/cache`` keyed by wasm hash and engine fingerprint.
+
+It is also where the world layer reads ``WORLD_NATIVE`` (``kernel/`` reads no environment):
+``0`` (or ``off``, ``false``, ``no``) selects the pure-Python step path for the process, anything
+else (the default) the native one where it was built. Every world open, replay and time-travel
+makes a runner, so the variable is honoured before any kernel of theirs runs a step.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from air.loader import LoadedAir
+from kernel import native
 from kernel.host import HostLimits, Reducer, ReducerHost
 from world.modcache import FileModuleCache
 
-__all__ = ["HostRunner"]
+__all__ = ["HostRunner", "native_requested"]
+
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+def native_requested() -> bool:
+    """Whether ``WORLD_NATIVE`` leaves the native step path on (the default)."""
+    return os.environ.get("WORLD_NATIVE", "1").strip().lower() not in _OFF
 
 
 class HostRunner:
@@ -22,12 +37,18 @@ class HostRunner:
         readonly: bool = False,
     ) -> None:
         self._air = air
+        native.set_enabled(native_requested())
         self._host = ReducerHost(limits, cache=FileModuleCache(cache_dir, readonly=readonly))
         self._reducers: dict[str, Reducer] = {}
 
     @property
     def backend(self) -> str:
         return self._host.backend
+
+    @property
+    def native(self) -> bool:
+        """Whether steps run through the native extension."""
+        return self._host.native
 
     def reducer(self, name: str) -> Reducer:
         found = self._reducers.get(name)

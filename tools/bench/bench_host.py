@@ -1,13 +1,14 @@
-"""Benchmark the WASM reducer host: naive public-API path vs fast path, in the same run.
+"""Benchmark the WASM reducer host: naive public-API path, fast ctypes path and native path.
 
 Run by hand (never from tests):  python tools/bench/bench_host.py [--n 20000]
 
-For each module and backend it prints the median and p99, in microseconds, of
+All three run in the same process and the same run. For each module and path it prints the
+median and p99, in microseconds, of
 - ``call``: one step, input envelope bytes in, raw output bytes out (fresh store + instance,
   alloc, write, step, read: everything the host does on the wasm side), and
 - ``full``: ``abi.encode_input`` + ``call`` + ``abi.decode_output`` (strict) +
-  ``abi.validate_output`` against the real schema via ``air.values.check``: what the kernel
-  pays per step for a counter-like reducer.
+  ``abi.validate_output`` against the real schema through ``air.values.SchemaCheckers`` (the
+  compiled checkers the kernel uses): what the kernel pays per step for a counter-like reducer.
 Modules: a counter-like WAT floor (parses nothing, returns a fixed valid output) and, when
 built, ``reducers/counter/counter.wasm`` (the C counter from the SDK). It also times loading
 a module by compiling it vs deserializing it from the module cache.
@@ -29,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 import wasmtime  # noqa: E402
 
 from air import cbor  # noqa: E402
-from air.types import Ref, parse_type  # noqa: E402
-from air.values import check  # noqa: E402
-from kernel import abi  # noqa: E402
+from air.types import parse_type  # noqa: E402
+from air.values import SchemaCheckers  # noqa: E402
+from kernel import abi, native  # noqa: E402
 from kernel.host import Reducer, ReducerHost  # noqa: E402
 from kernel.modcache import InMemoryModuleCache  # noqa: E402
 
@@ -59,8 +60,11 @@ def floor_wat() -> bytes:
     )
 
 
+CHECKERS = SchemaCheckers(SCHEMAS)
+
+
 def _check(name: str, obj: Any) -> None:
-    check(Ref(name), obj, SCHEMAS)
+    CHECKERS.check(name, obj)  # the compiled checkers the kernel uses
 
 
 def full_step(reducer: Reducer) -> abi.StepOutput:
@@ -83,12 +87,22 @@ def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return statistics.median(samples) / 1000, samples[int(len(samples) * 0.99)] / 1000
 
 
+PATHS = (
+    ("public", False, "naive public"),
+    ("fast", False, "fast ctypes"),
+    ("fast", True, "native"),
+)
+
+
 def bench_steps(modules: dict[str, bytes], n: int) -> None:
     envelope = abi.encode_input(STATE, "demo/CounterEvent@1", EVENT, KEY, True)
     print(f"{'module':<10} {'path':<14} {'what':<6} {'median us':>10} {'p99 us':>10}")
     for name, wasm in modules.items():
-        for backend, label in (("public", "naive public"), ("fast", "fast")):
-            reducer = ReducerHost(backend=backend).load(wasm)  # type: ignore[arg-type]
+        for backend, with_native, label in PATHS:
+            if with_native and not native.available():
+                continue
+            native.set_enabled(with_native)  # encode/decode helpers follow the path measured
+            reducer = ReducerHost(backend=backend, native=with_native).load(wasm)  # type: ignore[arg-type]
             runs = n if backend == "fast" else max(n // 10, 500)
             for what, fn in (
                 ("call", lambda r=reducer: r.call(envelope)),
@@ -96,6 +110,7 @@ def bench_steps(modules: dict[str, bytes], n: int) -> None:
             ):
                 median, p99 = measure(fn, runs)
                 print(f"{name:<10} {label:<14} {what:<6} {median:>10.1f} {p99:>10.1f}")
+    native.set_enabled(native.available())
 
 
 def bench_load(wasm: bytes, name: str) -> None:

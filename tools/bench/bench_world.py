@@ -4,6 +4,10 @@ Workload (issue 4): keyed counter, N cells, E events sent in batches, run until 
 journal; then replay from genesis; then open time. Also events/s across cell counts.
 
     .venv/bin/python tools/bench/bench_world.py [--cells 10000] [--events 200000] [--batch 10000]
+    WORLD_NATIVE=0 .venv/bin/python tools/bench/bench_world.py ...   # the pure-Python path
+
+Compare the two paths pairwise in one window (the machine's speed drifts): native, pure, native,
+pure. The line printed names the path that ran.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from kernel import native  # noqa: E402
 from world.replay import verify_world  # noqa: E402
 from world.world import World  # noqa: E402
 
@@ -70,8 +75,9 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
     try:
         result = run(args.cells, args.events, args.batch, folder)
+        path = "native" if native.enabled() else "pure"
         print(
-            f"cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end "
+            f"path={path} cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end "
             f"(send {result['send_events_per_s']:,.0f}/s, steps {result['step_events_per_s']:,.0f}/s, "
             f"final checkpoint {result['checkpoint_s']:.2f} s), "
             f"replay {result['replay_events_per_s']:,.0f} events/s, open {result['open_s']:.3f} s, "

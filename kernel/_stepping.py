@@ -1,0 +1,135 @@
+"""One cell's step inside the kernel: the envelope in, the output checked, the record body out.
+
+A mixin of ``kernel.core.Kernel`` (like ``_orchestration``; the kernel's tables it uses are
+declared below for the type checker). ``_step`` runs a reducer on an entity's delivery and
+returns the ``step`` record's body with the decoded output; ``_validate`` holds the output to
+the reducer's declared schemas and effect rules (``abi.validate_output`` decides every error;
+the state-only output, the common one, takes one compiled check first); ``_failure_body`` is
+the body of ``step.failed``. ``_entity_subject`` caches each entity's record subjects.
+
+Nothing here changes kernel state other than its caches: the tick appends and applies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from air import cbor
+from air.errors import LimitExceeded, ValueMismatch
+from kernel import abi
+from kernel.journal import make_subject
+
+if TYPE_CHECKING:
+    from air.loader import LoadedAir
+    from air.values import SchemaCheckers
+    from kernel.cells import CellEntry
+    from kernel.core import KernelLimits, Runner
+    from kernel.scheduler import Delivery, Entity
+
+__all__ = ["Stepping"]
+
+_SUBJECTS_CACHED_MAX: Final = 65_536
+
+
+class Stepping:
+    if TYPE_CHECKING:
+        air: LoadedAir
+        runner: Runner
+        limits: KernelLimits
+        _modules: dict[str, Any]
+        _checkers: SchemaCheckers
+        _reducer_effects: dict[str, str]
+        _subjects: dict[tuple[str, bytes | None, str], str]
+        _output_rules: dict[str, tuple[Any, ...]]
+
+    def _entity_subject(self, entity: Entity, leaf: str) -> str:
+        cached = self._subjects.get((entity.reducer, entity.key_cbor, leaf))
+        if cached is not None:
+            return cached
+        if entity.key_cbor is None:
+            subject = make_subject("world", "reducer", entity.reducer, leaf)
+        else:
+            subject = make_subject(
+                "world", "cell", entity.reducer, entity.store_key_hash.hex(), leaf
+            )
+        if len(self._subjects) >= _SUBJECTS_CACHED_MAX:
+            self._subjects.clear()  # bounded; cheap to rebuild, and never changes a subject
+        self._subjects[(entity.reducer, entity.key_cbor, leaf)] = subject
+        return subject
+
+    def _step(
+        self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
+    ) -> tuple[str, dict[str, Any], abi.StepOutput]:
+        module = self._modules[entity.reducer]
+        cell_mode = module.key_schema is not None
+        state_cbor = current[1] if current else None
+        envelope = abi.encode_input(
+            state_cbor, delivery.schema, delivery.value_cbor, entity.key_cbor, cell_mode
+        )
+        raw = self.runner.run(entity.reducer, envelope)
+        out = abi.decode_output(raw, module=entity.reducer)
+        self._validate(entity, out)
+        body: dict[str, Any] = {
+            "reducer": entity.reducer,
+            "key": entity.key_cbor,
+            "src": delivery.src_seq,
+            "idx": delivery.index,
+            "out_hash": cbor.digest(raw),
+            "state_hash": None if out.state_cbor is None else cbor.digest(out.state_cbor),
+        }
+        # Empty lists are left out, so the common body is flat (the journal's fast encode path).
+        if out.domain_events:
+            body["events"] = [[e.schema, e.value_cbor] for e in out.domain_events]
+        if out.effects:
+            body["effects"] = [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects]
+        return "step", body, out
+
+    def _validate(self, entity: Entity, out: abi.StepOutput) -> None:
+        if len(out.domain_events) > self.limits.events_per_step_max:
+            raise LimitExceeded("events_per_step_max", self.limits.events_per_step_max)
+        rules = self._output_rules.get(entity.reducer)
+        if rules is None:
+            reducer_abi = self._modules[entity.reducer].abi.reducer
+            rules = self._output_rules[entity.reducer] = (
+                reducer_abi.state,
+                frozenset(reducer_abi.effects_emitted),
+                reducer_abi.annotations,
+                frozenset(reducer_abi.cap_slots),
+            )
+        state_schema, effects_emitted, ann_schema, cap_slots = rules
+        values = out.values
+        if not out.domain_events and not out.effects and out.ann_cbor is None and values:
+            # State only, the common output: one compiled check; anything it refuses is
+            # explained by validate_output below, the one place errors are made.
+            try:
+                if out.state_cbor is not None:
+                    self._checkers.check(state_schema, values.state)
+                return
+            except ValueMismatch:
+                pass
+        abi.validate_output(
+            out,
+            check=self._check_schema,
+            state_schema=state_schema,
+            effects_emitted=effects_emitted,
+            reducer_effect_kinds=self._reducer_effects,
+            effect_params=self._reducer_effects,
+            ann_schema=ann_schema,
+            cap_slots=cap_slots,
+            module=entity.reducer,
+        )
+
+    def _check_schema(self, name: str, obj: Any) -> None:
+        if name not in self.air.schemas:
+            raise ValueMismatch("/", "schema.unknown", f"unknown schema {name}")
+        self._checkers.check(name, obj)
+
+    def _failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
+        code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__
+        return {
+            "reducer": entity.reducer,
+            "key": entity.key_cbor,
+            "src": delivery.src_seq,
+            "idx": delivery.index,
+            "reason": {"code": str(code), "error": type(exc).__name__, "detail": str(exc)[:500]},
+        }

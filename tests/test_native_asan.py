@@ -1,0 +1,97 @@
+"""The native step path's tests, run once under AddressSanitizer.
+
+Builds ``kernel._native`` with ``-fsanitize=address`` (through ``setup.py build_ext``, with
+``WORLD_NATIVE_CFLAGS``) into a copy of the source tree in a temporary folder, then runs the
+parity and fuzz tests there in a subprocess with ``LD_PRELOAD`` of gcc's ``libasan`` (Python
+itself is not built with ASan, so the runtime must come first). Any invalid read or write in the
+C code aborts that run with an ASan report, which this test shows. Leak detection is off
+(CPython keeps its arenas to exit) and ASan leaves SIGSEGV to wasmtime, whose traps use it.
+Skipped, with the reason, only where gcc or its libasan is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("air", "kernel", "world", "cli", "tests", "tools", "manifests", "reducers", "setup.py")
+ASAN_OPTIONS = (
+    "detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0:allow_user_segv_handler=1:"
+    "abort_on_error=0:exitcode=86"
+)
+
+
+def _libasan() -> str | None:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return None
+    found = subprocess.run(
+        [gcc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return found if os.path.isabs(found) and os.path.exists(found) else None
+
+
+def _copy_tree(target: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", ".hypothesis", "corpus")
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=ignore)
+        else:
+            shutil.copy2(source, target / name)
+    shutil.copy2(ROOT / "pyproject.toml", target / "pyproject.toml")
+
+
+@pytest.mark.skipif(_libasan() is None, reason="gcc's libasan.so is not installed")
+def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    _copy_tree(tree)
+    env = {**os.environ, "WORLD_NATIVE_CFLAGS": "-fsanitize=address -fno-omit-frame-pointer -g"}
+    build = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    built = list((tree / "kernel").glob("_native*.so"))
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert built, build.stderr[-3000:]
+    assert b"__asan_report" in built[0].read_bytes(), "the extension was not built with ASan"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(_libasan()),
+        "ASAN_OPTIONS": ASAN_OPTIONS,
+        "PYTHONPATH": str(tree),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    where = subprocess.run(
+        [sys.executable, "-c", "import kernel._native as n; print(n.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert where.stdout.strip() == str(built[0]), where.stderr[-3000:]
+    tests = ["tests/test_native_parity.py", "tests/test_native_fuzz.py"]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    report = run.stdout[-4000:] + run.stderr[-6000:]
+    assert "AddressSanitizer" not in run.stderr, report
+    assert run.returncode == 0, report
+    assert " passed" in run.stdout, report

@@ -12,14 +12,14 @@ Layout (``<world>/cache/history/``)::
 
     ranges.cbor     the commit record: {format, genesis, ranges: [[seq_from, seq_to]],
                     sizes: [256 shard sizes]} (replaced by a rename)
-    <2 hex>.log     one shard per first byte of blake3(cell id): batches, each
+    <2 hex>.log     one of 64 shards (by blake3(cell id)): batches, each
                     header "<4sQQII": magic, seq_from, seq_to, payload length, crc32(payload)
-                    entries "<8sQI": cell id hash (8 bytes), seq, state length, state bytes
+                    payload: one group per cell, "<8sII": cell id hash (8 bytes), count,
+                    state length; then count seqs (u64 LE, ascending), then the state bytes
 
-A cell id is its subject without the leaf: ``/world/cell/<reducer>/<key hash hex>``. An entry
-with a state carries the cell's state CBOR right after the record at ``seq``, which is one of
-the cell's steps; a reader uses it only after checking it against the ``state_hash`` that step
-journaled.
+A cell id is its subject without the leaf: ``/world/cell/<reducer>/<key hash hex>``. A group
+with a state carries the cell's state CBOR right after its last seq, which is one of the cell's
+steps; a reader uses it only after checking it against the ``state_hash`` that step journaled.
 
 Writing (a writable world only). The world asks its journal to note every cell record it
 appends (``FileJournal.watch``). ``flush`` (at a checkpoint, at close, and every
@@ -83,10 +83,10 @@ STATE_BYTES_MAX: Final = 4096
 """Larger states are not stored (the reader re-executes from an earlier one)."""
 
 _FORMAT: Final = 1
-_SHARDS: Final = 256
-_MAGIC: Final = b"WHB1"
+_SHARDS: Final = 64
+_MAGIC: Final = b"WHB2"
 _BATCH: Final = struct.Struct("<4sQQII")
-_ENTRY: Final = struct.Struct("<8sQI")
+_GROUP: Final = struct.Struct("<8sII")
 _RANGES: Final = "ranges.cbor"
 
 
@@ -97,6 +97,10 @@ def cell_id(subject: str) -> str:
 
 def _cell_hash(cell: str) -> bytes:
     return blake3.blake3(cell.encode()).digest(8)
+
+
+def _shard_of(cell_hash: bytes) -> int:
+    return cell_hash[0] % _SHARDS
 
 
 def _shard_path(directory: Path, shard: int) -> Path:
@@ -154,14 +158,19 @@ def _batches(data: bytes) -> list[bytes] | None:
     return payloads if offset == len(data) else None
 
 
-def _entries(payload: bytes) -> Iterator[tuple[bytes, int, bytes | None]]:
+def _groups(payload: bytes) -> Iterator[tuple[bytes, int, int, int]]:
+    """``(cell hash, offset of its seqs, count, state length)`` of each group in ``payload``."""
     offset = 0
-    while offset + _ENTRY.size <= len(payload):
-        cell_hash, seq, length = _ENTRY.unpack_from(payload, offset)
-        offset += _ENTRY.size
-        state = payload[offset : offset + length] if length else None
-        offset += length
-        yield cell_hash, seq, state
+    while offset + _GROUP.size <= len(payload):
+        cell_hash, count, state_length = _GROUP.unpack_from(payload, offset)
+        offset += _GROUP.size
+        yield cell_hash, offset, count, state_length
+        offset += 8 * count + state_length
+
+
+def _group(cell_hash: bytes, seqs: list[int], state: bytes) -> bytes:
+    head = _GROUP.pack(cell_hash, len(seqs), len(state))
+    return head + struct.pack(f"<{len(seqs)}Q", *seqs) + state
 
 
 @dataclass(frozen=True)
@@ -190,7 +199,7 @@ def read_cell(
     if ranges.ranges and ranges.ranges[-1][1] > seq_next:
         return None
     wanted = _cell_hash(cell)
-    shard = wanted[0]
+    shard = _shard_of(wanted)
     try:
         with open(_shard_path(directory, shard), "rb") as file:
             data = file.read(ranges.sizes[shard])
@@ -206,12 +215,16 @@ def read_cell(
     state_seq: int | None = None
     state: bytes | None = None
     for payload in payloads:
-        for cell_hash, seq, stored in _entries(payload):
-            if cell_hash != wanted or seq >= seq_to:
+        for cell_hash, offset, count, state_length in _groups(payload):
+            if cell_hash != wanted:
                 continue
-            seqs.append(seq)
-            if stored is not None and (state_seq is None or seq > state_seq):
-                state_seq, state = seq, stored
+            found = struct.unpack_from(f"<{count}Q", payload, offset)
+            seqs.extend(seq for seq in found if seq < seq_to)
+            last = found[-1] if found else None
+            newer = last is not None and last < seq_to and (state_seq is None or last > state_seq)
+            if state_length and newer:
+                start = offset + 8 * count
+                state_seq, state = last, payload[start : start + state_length]
     gaps, start = [], 0
     for a, b in covered:
         if start < a:
@@ -269,24 +282,28 @@ class HistoryWriter:
     def _flush(self, kernel: Kernel, store: CellStore, seq_to: int) -> None:
         ranges = self._ranges
         assert ranges is not None
-        take = [entry for entry in self._noted if entry[0] < seq_to]
-        later = {cell_id(subject) for seq, subject in self._noted if seq >= seq_to}
+        by_subject: dict[str, list[int]] = {}
+        later: set[str] = set()
+        for seq, subject in self._noted:
+            if seq < seq_to:
+                by_subject.setdefault(subject, []).append(seq)
+            else:
+                later.add(cell_id(subject))
+        by_cell: dict[str, list[int]] = {}
+        for subject, seqs in by_subject.items():  # a cell's records of each leaf (step, ...)
+            by_cell.setdefault(cell_id(subject), []).extend(seqs)
         by_shard: dict[int, list[bytes]] = {}
-        last: dict[str, tuple[int, bytes]] = {}
-        for seq, subject in take:
-            cell = cell_id(subject)
+        for cell, seqs in by_cell.items():
+            seqs.sort()
             digest = _cell_hash(cell)
-            last[cell] = (seq, digest)
-            self._since_state[cell] = self._since_state.get(cell, 0) + 1
-            by_shard.setdefault(digest[0], []).append(_ENTRY.pack(digest, seq, 0))
-        for cell, (seq, digest) in last.items():
-            if self._since_state[cell] < STATE_EVERY or cell in later:
-                continue
-            state = _state(kernel, store, cell)
-            if state is None or len(state) > STATE_BYTES_MAX:
-                continue
-            by_shard[digest[0]].append(_ENTRY.pack(digest, seq, len(state)) + state)
-            self._since_state[cell] = 0
+            since = self._since_state.get(cell, 0) + len(seqs)
+            state = b""
+            if since >= STATE_EVERY and cell not in later:
+                state = _state(kernel, store, cell) or b""
+                if len(state) > STATE_BYTES_MAX:
+                    state = b""
+            self._since_state[cell] = 0 if state else since
+            by_shard.setdefault(_shard_of(digest), []).append(_group(digest, seqs, state))
         sizes = list(ranges.sizes)
         for shard, parts in by_shard.items():
             self._append(sizes, shard, parts, seq_to)

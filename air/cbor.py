@@ -140,6 +140,10 @@ def _show(obj: Any) -> str:
     return f"<{type(obj).__name__}>"
 
 
+_MODEL_BASES: Final = (str, bytes, int, list, tuple, dict)
+_MODEL_EXACT: Final = frozenset({str, bytes, int, bool, list, tuple, dict})
+
+
 def _key_in_model(key: Any) -> bool:
     kind = type(key)
     return kind is str or kind is bytes or (kind is int and _NINT_MIN <= key <= _UINT_MAX)
@@ -147,6 +151,9 @@ def _key_in_model(key: Any) -> bool:
 
 def _prepare(obj: Any, path: str, depth: int = 0) -> Any:
     """The slow walk, with JSON pointers: only run to explain a value ``_fast`` refused."""
+    if isinstance(obj, _MODEL_BASES) and type(obj) not in _MODEL_EXACT:
+        detail = f"cannot encode {type(obj).__name__}, a subclass (only exact value types)"
+        raise CborError(path or "/", "type.unsupported", detail)
     if isinstance(obj, str):
         try:
             obj.encode("utf-8")

@@ -40,7 +40,6 @@ Bad input from the Python API is a ``ValueMismatch`` too, never a bare Python er
 from __future__ import annotations
 
 import base64
-import binascii
 import itertools
 import re
 from collections.abc import Callable
@@ -269,7 +268,7 @@ def _norm_bytes(value: Any, pointer: str) -> bytes:
     if isinstance(value, str):
         try:
             return base64.b64decode(value, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or non-ASCII text
             raise _mismatch(pointer, "bytes.base64", "bytes must be base64") from exc
     raise _mismatch(pointer, "type", f"expected bytes, got {type(value).__name__}")
 

@@ -131,3 +131,17 @@ def test_loads_rejects_a_map_whose_keys_are_out_of_order(mapping: dict[object, N
     with pytest.raises(CborError) as info:
         cbor.loads(cbor2.dumps(dict(reversed(items))))
     assert info.value.code == "non_canonical"
+
+
+def test_a_subclass_of_a_value_type_is_refused_with_a_pointer() -> None:
+    class Text(str):
+        pass
+
+    for value, pointer in [
+        (Text("x"), "/"),
+        ({"a": [1, Text("y")]}, "/a/1"),
+        ({Text("k"): 1}, "/k"),
+    ]:
+        with pytest.raises(CborError) as refused:
+            cbor.dumps(value)
+        assert (refused.value.pointer, refused.value.code) == (pointer, "type.unsupported")

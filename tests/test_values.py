@@ -691,3 +691,9 @@ def test_a_variant_whose_tag_is_not_text_is_a_clean_mismatch(tag: Any) -> None:
     with pytest.raises(ValueMismatch) as info:
         check(node, {"$tag": tag, "$value": None}, {})
     assert info.value.code == "variant.tag"
+
+
+def test_non_ascii_text_for_bytes_is_a_value_mismatch() -> None:
+    with pytest.raises(ValueMismatch) as refused:
+        normalise(Prim("bytes"), "héllo", {})
+    assert refused.value.code == "bytes.base64"

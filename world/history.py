@@ -82,7 +82,7 @@ so a time-travel read re-executes at most about this many steps (or one flush's 
 STATE_BYTES_MAX: Final = 4096
 """Larger states are not stored (the reader re-executes from an earlier one)."""
 
-_FORMAT: Final = 1
+_FORMAT: Final = 2  # 2: per-cell groups (1: one entry per record)
 _SHARDS: Final = 64
 _MAGIC: Final = b"WHB2"
 _BATCH: Final = struct.Struct("<4sQQII")

@@ -10,12 +10,16 @@ A *cell* is one key's state of one keyed reducer (SPEC §6, seed 001). This modu
   that touched the cell: a logical clock, never wall time, so replay rebuilds it byte for byte.
   ``manifest_hash`` is the manifest era the cell pinned at creation (SPEC §6).
 * **The index format**, shared by every backend so that ``index_root`` is a function of content
-  alone. Entries are grouped into ``INDEX_SHARD_COUNT`` shards by the top ``INDEX_SHARD_BITS``
-  bits of the key hash. A shard is the canonical CBOR map ``{key_hash: {key, state_hash, size,
-  last_active, manifest_hash}}``; its root is the digest of those bytes. The index document is
-  ``{"format": 1, "shard_bits": 12, "shards": {prefix: [shard_root, count]}}`` over the non-empty
-  shards, and ``index_root`` is the digest of the document. Sharding lets a file backend open a
-  world of a million cells by reading the small document only, and rewrite only dirty shards.
+  alone (it is what ``world replay --verify`` compares). Entries are grouped into
+  ``INDEX_SHARD_COUNT`` shards by the top ``INDEX_SHARD_BITS`` bits of the key hash. A shard is
+  the canonical CBOR map ``{key_hash: {key, state_hash, size, last_active, manifest_hash}}``;
+  its *logical root* is the digest of those bytes. The index document is
+  ``{"format": 1, "shard_bits": 12, "shards": {prefix: [shard_root, count]}}`` over the
+  non-empty shards, and ``index_root`` is the digest of the document. The state hash is in
+  every entry, so the root is a Merkle root of every cell's state however a backend stores the
+  states (the file backend packs small ones into its shard objects: ``world.cellstore``).
+  ``encode_entry`` writes one entry's canonical bytes by hand (a test keeps it equal to
+  ``air.cbor.dumps``): a checkpoint encodes every dirty entry, and this is 2x cbor2's speed.
 * **Protocols** ``CellStore`` and ``Cas``, and the in-memory backends ``MemoryCellStore`` and
   ``MemoryCas``. The file backends live in ``world.cellstore`` and ``world.cas``.
 
@@ -29,19 +33,21 @@ This module does no I/O and reads no clock: durability is the file backend's bus
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from air import cbor
 from air.errors import CborError, HashMismatch, InvalidArgument, UsageError, WorldError
 
 __all__ = [
+    "CELL_INLINE_BYTES_MAX",
     "INDEX_SHARD_BITS",
     "INDEX_SHARD_COUNT",
     "NULL_KEY_CBOR",
     "NULL_KEY_HASH",
-    "SHARD_CACHE_ENTRIES_MAX",
+    "SHARD_CACHE_BYTES_MAX",
     "STATE_CACHE_BYTES_MAX",
     "Cas",
     "CellEntry",
@@ -54,11 +60,13 @@ __all__ = [
     "check_put",
     "decode_index",
     "decode_shard",
+    "encode_entry",
     "encode_index",
     "encode_shard",
     "index_from_obj",
     "index_root_of",
     "key_hash",
+    "logical_shard_bytes",
     "shard_from_obj",
     "shard_of",
 ]
@@ -67,11 +75,15 @@ HASH_BYTES: Final = 32
 INDEX_FORMAT: Final = 1
 INDEX_SHARD_BITS: Final = 12
 INDEX_SHARD_COUNT: Final = 1 << INDEX_SHARD_BITS
-# Limits for backends that load lazily: index entries kept decoded in clean shards (~300 bytes
-# each in CPython), and bytes of clean cell state kept in memory. Dirty (unflushed) cells are
-# not bounded here: they are the kernel's checkpoint debt, visible through ``dirty_count``.
-SHARD_CACHE_ENTRIES_MAX: Final = 200_000
+# Limits for backends that load lazily: bytes of clean shards kept in memory (packed, ~195 bytes
+# a small cell), and bytes of clean out-of-shard cell state. Dirty (unflushed) cells are not
+# bounded here: they are the kernel's checkpoint debt, visible through ``dirty_count``.
+SHARD_CACHE_BYTES_MAX: Final = 128 << 20
 STATE_CACHE_BYTES_MAX: Final = 64 << 20
+CELL_INLINE_BYTES_MAX: Final = 1024
+"""A state of at most this many bytes is stored inside its index shard; a larger one is an
+object of its own. A store setting, not part of the logical format: the index root does not
+depend on it, and a reader finds each state where the writer put it, whatever its own limit."""
 
 NULL_KEY_CBOR: Final = b"\xf6"
 
@@ -181,9 +193,63 @@ def check_put(key_hash: bytes, entry: CellEntry, state_cbor: bytes) -> None:
         )
 
 
+def _head(major: int, n: int) -> bytes:
+    """A canonical CBOR head: major type ``major`` (shifted, e.g. 0x40 for bytes), argument n."""
+    if n < 24:
+        return bytes((major | n,))
+    if n < 0x100:
+        return bytes((major | 24, n))
+    if n < 0x10000:
+        return bytes((major | 25,)) + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return bytes((major | 26,)) + n.to_bytes(4, "big")
+    return bytes((major | 27,)) + n.to_bytes(8, "big")
+
+
+_SMALL_UINT: Final = tuple(_head(0, n) for n in range(256))
+_SMALL_BSTR: Final = tuple(_head(0x40, n) for n in range(256))
+
+
+def encode_entry(entry: CellEntry) -> bytes:
+    """``air.cbor.dumps(entry.to_cbor_obj())``, written by hand: text keys in canonical order
+    (length, then bytes): key, size, state_hash, last_active, manifest_hash."""
+    key_cbor, size = entry.key_cbor, entry.size
+    return b"".join(
+        (
+            b"\xa5\x63key",
+            _SMALL_BSTR[len(key_cbor)] if len(key_cbor) < 256 else _head(0x40, len(key_cbor)),
+            key_cbor,
+            b"\x64size",
+            _SMALL_UINT[size] if size < 256 else _head(0, size),
+            b"\x6astate_hash\x58\x20",
+            entry.state_hash,
+            b"\x6blast_active",
+            _head(0, entry.last_active),
+            b"\x6dmanifest_hash\x58\x20",
+            entry.manifest_hash,
+        )
+    )
+
+
+_HASH_HEAD: Final = b"\x58\x20"
+
+
+def logical_shard_bytes(key_hashes: Sequence[bytes], entry_cbors: Sequence[bytes]) -> bytes:
+    """The canonical shard map from ascending 32-byte key hashes and their encoded entries.
+
+    Canonical order of 32-byte byte-string keys is the order of the hashes themselves (same
+    head), so the map is a head and a concatenation: no re-encoding of entries a backend kept.
+    """
+    if len(key_hashes) != len(entry_cbors):
+        raise InvalidArgument("entry_cbors", len(entry_cbors), "one per key hash")
+    parts = chain.from_iterable(zip(repeat(_HASH_HEAD), key_hashes, entry_cbors))
+    return _head(0xA0, len(key_hashes)) + b"".join(parts)
+
+
 def encode_shard(entries: Mapping[bytes, CellEntry]) -> bytes:
     """Canonical CBOR of one index shard: ``{key_hash: entry}``."""
-    return cbor.dumps({kh: entry.to_cbor_obj() for kh, entry in entries.items()})
+    order = sorted(entries)
+    return logical_shard_bytes(order, [encode_entry(entries[kh]) for kh in order])
 
 
 def shard_from_obj(obj: Any, prefix: int) -> dict[bytes, CellEntry]:
@@ -279,6 +345,10 @@ class Lru(Generic[_K, _V]):
         old = self._items.pop(key, None)
         if old is not None:
             self.weight -= self._weigh(old)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.weight = 0
 
 
 class CellStore(Protocol):

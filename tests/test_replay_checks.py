@@ -210,7 +210,16 @@ def test_verify_reports_a_missing_cell_state_instead_of_identical(tmp_path: Path
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         world.send(EVENT, add("a", 3))
         world.run_until_idle()
-    [cell_file] = (tmp_path / "w" / "state" / "reducers").glob("*/cells/*/*.cbor")
+    # The state is small, so it lives in its shard: the one shard object of the store.
+    checkpoint = cbor.loads(
+        (tmp_path / "w" / "state" / "reducers" / "checkpoint.cbor").read_bytes()
+    )
+    (index_raw,) = checkpoint["modules"].values()
+    index = cbor.loads(
+        (tmp_path / "w" / "cas" / index_raw.hex()[:2] / index_raw.hex()[2:]).read_bytes()
+    )
+    ((_root, _count, shard_raw),) = index["shards"].values()
+    cell_file = tmp_path / "w" / "cas" / shard_raw.hex()[:2] / shard_raw.hex()[2:]
     cell_file.unlink()
     report = verify_world(tmp_path / "w")
     assert not report.ok

@@ -42,7 +42,8 @@ def test_replay_from_genesis_reproduces_journal_cell_files_and_index_bytes(tmp_p
     assert a_journal == b_journal
     a_state, b_state = _files(tmp_path / "a" / "state"), _files(tmp_path / "b" / "state")
     assert a_state == b_state
-    assert any(name.endswith("index.cbor") for name in a_state)
+    assert "reducers/checkpoint.cbor" in a_state
+    assert _files(tmp_path / "a" / "cas") == _files(tmp_path / "b" / "cas")  # shards, index
 
 
 def test_replay_verify_passes_on_an_honest_world(tmp_path: Path) -> None:

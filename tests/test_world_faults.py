@@ -470,9 +470,24 @@ def _checkpointed_world(path: Path) -> None:
         world.run_until_idle()
 
 
-def _module_dir(path: Path) -> Path:
-    (found,) = (p for p in (path / "state" / "reducers").iterdir() if p.is_dir())
-    return found
+def _module_hash(path: Path) -> str:
+    """The hex hash of the one reducer the checkpoint holds cells of."""
+    data = (path / "state" / "reducers" / "checkpoint.cbor").read_bytes()
+    (found,) = cbor.loads(data)["modules"]
+    return str(found)
+
+
+def _object(path: Path, raw: bytes) -> Path:
+    return path / "cas" / raw.hex()[:2] / raw.hex()[2:]
+
+
+def _store_objects(path: Path, key_hash: str) -> tuple[Path, Path]:
+    """The reducer's index object and the packed shard holding ``key_hash`` (in the CAS)."""
+    data = (path / "state" / "reducers" / "checkpoint.cbor").read_bytes()
+    index = _object(path, cbor.loads(data)["modules"][_module_hash(path)])
+    prefix = int(key_hash[:3], 16)  # the top 12 bits of the key hash
+    shard = _object(path, cbor.loads(index.read_bytes())["shards"][prefix][2])
+    return index, shard
 
 
 def _checkpoint_offset(path: Path, field: str) -> int:
@@ -482,7 +497,7 @@ def _checkpoint_offset(path: Path, field: str) -> int:
     data = (path / "state" / "reducers" / "checkpoint.cbor").read_bytes()
     if field == "header":
         return 0
-    module_hash = _module_dir(path).name
+    module_hash = _module_hash(path)
     if field == "module_name":
         return data.index(module_hash.encode()) + len(module_hash) // 2
     if field == "index_root":
@@ -503,16 +518,15 @@ def _damage(path: Path, what: str) -> Path:
     """Damage one derived file of a checkpointed world; return the damaged path."""
     with World.open(path, readonly=True) as world:
         key_hash = next(v.key_hash for v in world.cells(COUNTER) if v.key == "a")
-    module_dir = _module_dir(path)
-    if what == "cell_file":
-        (target,) = (module_dir / "cells").rglob(f"{key_hash}.*")
+    index, shard = _store_objects(path, key_hash)
+    if what in ("shard_object", "index_object"):
+        target = shard if what == "shard_object" else index
         target.unlink()
-    elif what == "index_file":
-        target = module_dir / "index.cbor"
-        target.unlink()
-    elif what == "shard_folder":
-        target = module_dir / "index"
-        shutil.rmtree(target)
+    elif what == "shard_object_byte":
+        target = shard
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        target.write_bytes(bytes(data))
     else:
         target = path / "state" / "reducers" / "checkpoint.cbor"
         offset = _checkpoint_offset(path, what.removeprefix("checkpoint_"))
@@ -523,9 +537,9 @@ def _damage(path: Path, what: str) -> Path:
 
 
 DAMAGE = [
-    "cell_file",
-    "index_file",
-    "shard_folder",
+    "shard_object",
+    "shard_object_byte",
+    "index_object",
     "checkpoint_header",
     "checkpoint_module_name",
     "checkpoint_index_root",

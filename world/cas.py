@@ -9,7 +9,11 @@ Invariants:
 * ``get`` verifies: bytes whose blake3 differs from their address raise ``HashMismatch``; an
   absent object raises ``ObjectMissing``.
 
-Not here: garbage collection and pinning (snapshots decide what is live).
+Not here: garbage collection. The cell store (``world.cellstore``) writes its index objects,
+shards and large states here in bulk (unsynced, then one sync) and unlinks the ones it owns once
+no committed checkpoint reaches them (``world._cellstore_flush`` says which it may delete). An
+object the CAS held before a cell took the same bytes is never collected; one ``put`` later
+with the bytes of a large state a cell holds shares that cell's object and, today, goes with it.
 """
 
 from __future__ import annotations

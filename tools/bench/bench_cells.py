@@ -1,16 +1,19 @@
-"""Benchmark the file cell store: put and flush throughput, then open time and memory.
+"""Benchmark the file cell store: put and flush throughput, footprint, then cold reads.
 
 Run by hand (not in CI)::
 
     python tools/bench/bench_cells.py --cells 10000
     python tools/bench/bench_cells.py --cells 1000000 --dir /var/tmp/cells-1m --keep
 
-For N cells with small states (``{"count": n}``, 12-20 bytes) it measures, in one process:
-``put`` of N new cells, ``flush`` of them, ``put`` of N changed states and their ``flush``
-(which also unlinks the N superseded files). Then, in a fresh child process so that memory is
-honest, it measures opening the store, ``count``, the first ``get``, and ``get`` of 10,000
-random cells, with the RSS after each; and in another child, the put and flush of 1,000 random
-changed cells (a small checkpoint in a big world). Results print as one JSON object.
+For N cells with small states (``{"count": n}``, 2-6 bytes of CBOR; keys ``"order-<n>"``) it
+measures, in one process: ``put`` of N new cells and their ``flush``; ``put`` of N changed
+states and their ``flush`` (which collects the N superseded shards), with the store's disk
+footprint (``state/`` and ``cas/``, in allocated blocks) after the first flush, just before the
+second one's collection, and after it. Then, in a fresh child process so that memory and caches
+are honest, it opens the store, counts, and makes 10,000 random ``get``s, timing each one (the
+median of those that had to read their shard is the cold-read figure) with the RSS after each
+step; and in another child, the put and flush of 1,000 random changed cells (a small checkpoint
+in a big world). Results print as one JSON object.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +57,15 @@ def rss_mib(field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def footprint_mib(world: Path) -> float:
+    """Allocated bytes of the store's files (``state/`` and ``cas/``), in MiB."""
+    total = 0
+    for top in ("state", "cas"):
+        for dirpath, _dirs, files in os.walk(world / top):
+            total += sum(os.stat(os.path.join(dirpath, name)).st_blocks * 512 for name in files)
+    return total / (1 << 20)
+
+
 def key_of(n: int) -> bytes:
     return cbor.dumps(f"order-{n}")
 
@@ -67,9 +80,9 @@ def put_all(store: FileCellStore, cells: int, generation: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_flush(store: FileCellStore) -> float:
+def timed_flush(store: FileCellStore, seq: int) -> float:
     started = time.perf_counter()
-    store.flush(cbor.dumps({"seq": 1}))
+    store.flush(cbor.dumps({"seq": seq}))
     return time.perf_counter() - started
 
 
@@ -77,9 +90,19 @@ def write_phase(world: Path, cells: int) -> dict[str, Any]:
     store = FileCellStore(world)
     out: dict[str, Any] = {"cells": cells}
     out["put_new_s"] = put_all(store, cells, 0)
-    out["flush_new_s"] = timed_flush(store)
+    out["flush_new_s"] = timed_flush(store, 1)
+    out["footprint_mib"] = footprint_mib(world)
+    out["footprint_bytes_per_cell"] = out["footprint_mib"] * (1 << 20) / cells
     out["put_changed_s"] = put_all(store, cells, 1)
-    out["flush_changed_s"] = timed_flush(store)
+    collect = store._disk.collect  # measure the peak: new objects written, old not yet gone
+
+    def measured_collect(*args: Any, **kwargs: Any) -> None:
+        out["footprint_before_collection_mib"] = footprint_mib(world)
+        collect(*args, **kwargs)
+
+    store._disk.collect = measured_collect  # type: ignore[method-assign]
+    out["flush_changed_s"] = timed_flush(store, 2)
+    out["footprint_after_second_mib"] = footprint_mib(world)
     for phase in ("new", "changed"):
         out[f"put_{phase}_per_s"] = cells / out[f"put_{phase}_s"]
         out[f"flush_{phase}_cells_per_s"] = cells / out[f"flush_{phase}_s"]
@@ -88,7 +111,7 @@ def write_phase(world: Path, cells: int) -> dict[str, Any]:
 
 
 def open_phase(world: Path, cells: int) -> dict[str, Any]:
-    """Runs in a fresh process: open, count, first get, then TOUCH random gets."""
+    """Runs in a fresh process: open, count, then TOUCH random gets, each timed."""
     out: dict[str, Any] = {"baseline_rss_mib": rss_mib()}
     started = time.perf_counter()
     store = FileCellStore(world)
@@ -96,17 +119,26 @@ def open_phase(world: Path, cells: int) -> dict[str, Any]:
     out["open_and_count_s"] = time.perf_counter() - started
     out["rss_after_open_mib"] = rss_mib()
     assert count == cells, (count, cells)
-    started = time.perf_counter()
-    assert store.get(MODULE, key_hash(key_of(0))) is not None
-    out["first_get_s"] = time.perf_counter() - started
     rng = random.Random(1)
+    cold: list[float] = []
+    warm: list[float] = []
     started = time.perf_counter()
     for _ in range(TOUCH):
-        assert store.get(MODULE, key_hash(key_of(rng.randrange(cells)))) is not None
+        loads = store.stats.shard_loads
+        kh = key_hash(key_of(rng.randrange(cells)))
+        t0 = time.perf_counter()
+        found = store.get(MODULE, kh)
+        took = time.perf_counter() - t0
+        assert found is not None
+        (cold if store.stats.shard_loads > loads else warm).append(took)
     out["random_gets"] = TOUCH
     out["random_get_per_s"] = TOUCH / (time.perf_counter() - started)
+    out["cold_get_median_ms"] = statistics.median(cold) * 1000 if cold else None
+    out["cold_gets"] = len(cold)
+    out["warm_get_median_ms"] = statistics.median(warm) * 1000 if warm else None
     out["rss_after_random_gets_mib"] = rss_mib()
     out["shard_loads"] = store.stats.shard_loads
+    out["entries_decoded"] = store.stats.entries_decoded
     return out
 
 
@@ -121,12 +153,7 @@ def sparse_phase(world: Path, cells: int) -> dict[str, Any]:
         entry = CellEntry.of(key_cbor, state_cbor, last_active=n, manifest_hash=MANIFEST)
         store.put(MODULE, key_hash(key_cbor), entry, state_cbor)
     put_s = time.perf_counter() - started
-    return {"sparse_cells": SPARSE, "sparse_put_s": put_s, "sparse_flush_s": timed_flush(store)}
-
-
-def disk_usage(world: Path) -> dict[str, Any]:
-    done = subprocess.run(["du", "-sm", str(world)], capture_output=True, text=True, check=True)
-    return {"disk_mib": int(done.stdout.split()[0])}
+    return {"sparse_cells": SPARSE, "sparse_put_s": put_s, "sparse_flush_s": timed_flush(store, 3)}
 
 
 def main() -> None:
@@ -148,7 +175,7 @@ def main() -> None:
             command = [sys.executable, __file__, "--cells", str(args.cells), "--dir", str(world)]
             child = subprocess.run([*command, mode], capture_output=True, text=True, check=True)
             result.update(json.loads(child.stdout))
-        result.update(disk_usage(world))
+        result["footprint_after_sparse_mib"] = footprint_mib(world)
         print(
             json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()})
         )

@@ -1,0 +1,128 @@
+"""The file cell store's files: where each lives, and every durable operation on them, in the
+order the flush protocol of ``world.cellstore`` needs (write the plan and the objects, sync
+them, commit, collect) and its recovery. Writes go through ``world.fileio`` (fault hooks).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Final
+
+from air import cbor
+from air.errors import CborError, StoreDamaged
+from world import fileio
+from world._cellstore_format import (
+    EMPTY_CHECKPOINT,
+    FORMAT,
+    Checkpoint,
+    FlushPlan,
+    decode_checkpoint,
+    decode_plan,
+    encode_plan,
+)
+from world._cellstore_legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
+from world.cas import CAS_DIR
+from world.fsutil import TMP_SUFFIX, StrPath, atomic_write, sync_paths, write_unsynced
+
+__all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
+
+REDUCERS_DIR: Final = ("state", "reducers")
+CHECKPOINT_NAME: Final = "checkpoint.cbor"
+PLAN_NAME: Final = "flush-plan.cbor"
+
+
+def read_or_none(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+class StoreDisk:
+    """Paths and durable operations of one world's cell store."""
+
+    def __init__(self, world_dir: StrPath) -> None:
+        self.world = os.fspath(world_dir)
+        self.root = os.path.join(self.world, *REDUCERS_DIR)
+        self.cas = os.path.join(self.world, CAS_DIR)
+        self.checkpoint = os.path.join(self.root, CHECKPOINT_NAME)
+        self.plan = os.path.join(self.root, PLAN_NAME)
+        self._known_dirs: set[str] = set()
+
+    def object_path(self, raw: bytes) -> str:
+        hex_digest = raw.hex()
+        return os.path.join(self.cas, hex_digest[:2], hex_digest[2:])
+
+    def read_checkpoint(self) -> Checkpoint:
+        data = read_or_none(self.checkpoint)
+        if data is None:
+            return EMPTY_CHECKPOINT
+        try:
+            return decode_checkpoint(data)
+        except CborError as exc:
+            raise StoreDamaged(self.checkpoint, f"not a cell checkpoint: {exc}") from exc
+
+    def holds(self, raw: bytes, data: bytes) -> bool:
+        """Whether the CAS already holds ``data`` under ``raw`` (a damaged copy does not)."""
+        path = self.object_path(raw)
+        try:
+            if os.stat(path).st_size != len(data):
+                return False
+            with open(path, "rb") as handle:
+                return handle.read() == data
+        except FileNotFoundError:
+            return False
+
+    def write(self, plan: FlushPlan, objects: Iterable[tuple[bytes, bytes]]) -> None:
+        """Steps 2 of the flush: the plan, then the objects, then one batch sync of the objects
+        (the plan is not synced: see ``world.cellstore``)."""
+        write_unsynced(self.plan, encode_plan(plan))
+        written: list[str] = []
+        dirs: set[str] = set()
+        for raw, data in objects:
+            path = self.object_path(raw)
+            parent = os.path.dirname(path)
+            if parent not in self._known_dirs:
+                if not os.path.isdir(parent):
+                    fileio.mkdir(parent, parents=True, exist_ok=True)
+                    dirs.update((self.cas, self.world))  # a new folder's entry is its parent's
+                self._known_dirs.add(parent)
+            write_unsynced(path, data)
+            written.append(path)
+            dirs.add(parent)
+        sync_paths(written, dirs)
+
+    def commit(self, checkpoint_cbor: bytes) -> None:
+        """Step 3: the commit point."""
+        atomic_write(self.checkpoint, checkpoint_cbor)
+
+    def collect(self, garbage: Iterable[bytes], *, legacy: bool) -> None:
+        """Step 4: unlink what the committed checkpoint no longer reaches, then the plan."""
+        for raw in garbage:
+            fileio.unlink(self.object_path(raw), missing_ok=True)
+        if legacy:
+            remove_tree(self.root)
+        fileio.unlink(self.plan, missing_ok=True)
+
+    def recover(self) -> None:
+        """Finish or undo a flush that a crash interrupted (see ``world.cellstore``)."""
+        for name in os.listdir(self.root):
+            if name.endswith(TMP_SUFFIX):
+                fileio.unlink(os.path.join(self.root, name), missing_ok=True)
+        data = read_or_none(self.plan)
+        if data is not None:
+            try:
+                plan: FlushPlan | None = decode_plan(data)
+            except CborError:  # torn by a power cut: at worst some objects stay unreferenced
+                plan = None
+            if plan is not None:
+                committed = cbor.digest(read_or_none(self.checkpoint) or b"") == plan.next
+                for raw in plan.garbage if committed else plan.created:
+                    fileio.unlink(self.object_path(raw), missing_ok=True)
+            fileio.unlink(self.plan, missing_ok=True)
+        if self.read_checkpoint().format == FORMAT and (
+            legacy_dirs(self.root) or os.path.exists(os.path.join(self.root, LEGACY_INTENT_NAME))
+        ):
+            remove_tree(self.root)  # a conversion committed, and died removing the old tree

@@ -1,0 +1,292 @@
+"""Planning one flush of the file cell store: merged shards packed into groups, out-of-line
+states, index objects, the new checkpoint record, and what becomes garbage once it is committed. No I/O except through
+the ``holds`` callback (does the CAS already hold this object with these bytes?).
+
+Merging a dirty shard keeps every clean record's bytes as they are (entry and inline state are
+slices of the old object) and encodes only the dirty entries, so a flush costs ~1.5 µs per dirty
+cell plus a copy of its shards' bytes, and the logical root is one digest of a concatenation.
+
+Who may delete what (the collector's invariant). Objects are shared by content with the rest
+of the world's CAS (AIR, wasm, blobs, receipts), so the store deletes only what it can prove
+is its own and unused:
+
+* A shard group or index object names its reducer, and a group is rewritten whole when any of
+  its shards is (``Planner.groups``), so each is used by one checkpoint whole or not at all:
+  superseded, it is garbage.
+* The snapshot object a checkpoint names (``_cellstore_format.snapshot_of``) is garbage when a
+  newer checkpoint names another.
+* An out-of-line state is garbage when its last reference goes. A state the flush writes anew
+  has one reference (the cell's) and is not in ``shared``. One that a second cell takes, or that
+  the CAS already held when a cell took it, goes into ``shared`` with a count: 2 (the new
+  reference, plus one for whoever holds it already) or +1 if already there; each reference
+  dropped takes one off, and at 0 the object is garbage. If the object was there for another
+  reason (a blob with the same bytes, an orphan of a discarded store) the count is one too high
+  and it is never collected: a leak, never a loss. Additions are counted before removals, so a
+  state handed from one cell to another in one flush stays.
+
+Rejected: a full mark-and-sweep of the CAS. The store cannot see the other roots (the journal
+names blobs and receipts), and marking would read every shard of a million-cell world per
+checkpoint. Rejected too: reference counts for every out-of-line state (a second sharded index
+the size of the first, rewritten at every checkpoint) when nearly all have one reference.
+
+Not here: the order of the writes and the recovery (``world.cellstore``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from air import cbor
+from kernel.cells import CellEntry, encode_entry, logical_shard_bytes
+from world._cellstore_format import (
+    GROUP_BYTES_TARGET,
+    Checkpoint,
+    FlushPlan,
+    PackedShard,
+    ShardRef,
+    encode_checkpoint,
+    encode_index_object,
+    entry_from_cbor,
+    pack_group,
+    snapshot_of,
+)
+
+__all__ = ["Cell", "Merged", "ModulePlan", "Planner", "merge", "merged_count"]
+
+Cell = tuple[CellEntry, bytes]
+
+
+@dataclass
+class Merged:
+    """A dirty shard merged with its base, in key order, and the out-of-line states it adds
+    (hash, bytes) and drops (hash)."""
+
+    keys: list[bytes]
+    entry_cbors: list[bytes]
+    states: list[bytes]
+    adds: list[tuple[bytes, bytes]] = field(default_factory=list)
+    drops: list[bytes] = field(default_factory=list)
+
+    def logical_root(self) -> bytes:
+        return cbor.digest(logical_shard_bytes(self.keys, self.entry_cbors))
+
+
+def _out_of_line(record: tuple[bytes, bytes] | None) -> bytes | None:
+    """The state hash of a stored record whose state is a CAS object, else None."""
+    if record is None or record[1]:
+        return None
+    entry = entry_from_cbor(record[0])
+    return entry.state_hash if entry.size else None
+
+
+def merge(
+    base: Iterable[tuple[bytes, bytes, bytes]],
+    overlay: Mapping[bytes, Cell | None],
+    inline_bytes_max: int,
+) -> Merged:
+    """``base`` records (key hash, entry bytes, state slice) with ``overlay`` applied (None
+    deletes); states above ``inline_bytes_max`` bytes go out of line. Runs once per dirty cell
+    of a checkpoint, so the common case (a small state replacing a small state) is kept short."""
+    merged = {kh: (entry_cbor, state) for kh, entry_cbor, state in base}
+    adds: list[tuple[bytes, bytes]] = []
+    drops: list[bytes] = []
+    get = merged.get
+    for kh, cell in overlay.items():
+        old = get(kh)
+        if old is not None and not old[1]:  # an empty state slice: maybe out of line
+            old_out = _out_of_line(old)
+            if old_out is not None and cell is not None and cell[0].state_hash == old_out:
+                merged[kh] = (encode_entry(cell[0]), b"")  # the same state, still out of line
+                continue
+            if old_out is not None:
+                drops.append(old_out)
+        if cell is None:
+            if old is not None:
+                del merged[kh]
+        elif len(cell[1]) <= inline_bytes_max:
+            merged[kh] = (encode_entry(cell[0]), cell[1])
+        else:
+            merged[kh] = (encode_entry(cell[0]), b"")
+            adds.append((cell[0].state_hash, cell[1]))
+    keys = sorted(merged)
+    records = [merged[kh] for kh in keys]
+    return Merged(keys, [r[0] for r in records], [r[1] for r in records], adds, drops)
+
+
+def merged_count(
+    base_count: int, contains: Callable[[bytes], bool], overlay: Mapping[bytes, Cell | None]
+) -> int:
+    """How many cells a base of ``base_count`` (``contains`` its keys) holds with ``overlay``
+    applied: no encoding, no decoding."""
+    for kh, cell in overlay.items():
+        base_count += (cell is not None) - contains(kh)
+    return base_count
+
+
+@dataclass
+class ModulePlan:
+    """One reducer's part of a flush."""
+
+    changed: dict[int, ShardRef | None]  # rewritten prefixes: new ref, None if now empty
+    groups: dict[bytes, dict[int, PackedShard]]  # the new group objects
+    replaced: set[bytes]  # the group objects they replace
+    committed: dict[int, ShardRef] = field(default_factory=dict)  # the reducer's new index
+
+
+Loader = Callable[[int], tuple[PackedShard | None, dict[bytes, Cell | None]]]
+"""A prefix's committed shard, and the cells to place anew (a format-1 shard's, converted)."""
+
+
+class Planner:
+    """Collects one flush: objects to write, objects it creates (deleted if the flush never
+    commits), garbage (deleted once it has), and the new ``shared`` counts."""
+
+    def __init__(
+        self,
+        previous: Checkpoint,
+        inline_bytes_max: int,
+        holds: Callable[[bytes, bytes], bool],
+    ) -> None:
+        self.previous = previous
+        self.inline_bytes_max = inline_bytes_max
+        self.shared = dict(previous.shared)
+        self.writes: list[tuple[bytes, bytes]] = []
+        self._holds = holds
+        self._created: dict[bytes, None] = {}
+        self._garbage: dict[bytes, None] = {}
+        self._fresh: set[bytes] = set()
+        self._drops: list[bytes] = []
+
+    def _write(self, raw: bytes, data: bytes) -> None:
+        self.writes.append((raw, data))
+        self._created[raw] = None
+
+    def _add_state(self, state_hash: bytes, state_cbor: bytes) -> None:
+        if state_hash in self.shared:
+            self.shared[state_hash] += 1
+        elif state_hash in self._fresh or self._holds(state_hash, state_cbor):
+            self.shared[state_hash] = 2
+        else:
+            self._write(state_hash, state_cbor)
+            self._fresh.add(state_hash)
+
+    def shard(
+        self, base: PackedShard | None, overlay: Mapping[bytes, Cell | None]
+    ) -> tuple[PackedShard, bytes] | None:
+        """Merge one shard to rewrite; its new view and logical root (None once it is empty)."""
+        merged = merge(() if base is None else base.records(), overlay, self.inline_bytes_max)
+        for state_hash, state_cbor in merged.adds:
+            self._add_state(state_hash, state_cbor)
+        self._drops.extend(merged.drops)
+        if not merged.keys:
+            return None
+        view = PackedShard.build(merged.keys, merged.entry_cbors, merged.states)
+        return view, merged.logical_root()
+
+    def module(
+        self,
+        module_raw: bytes,
+        committed: Mapping[int, ShardRef],
+        dirty: Mapping[int, Mapping[bytes, Cell | None]],
+        load: Loader,
+        *,
+        convert: bool,
+    ) -> ModulePlan:
+        """Rewrite the dirty shards and every shard that shares a group object with one (all
+        of them when converting format 1), regrouped."""
+        if convert:
+            replaced: set[bytes] = set()
+            rewrite = dirty.keys() | committed.keys()
+        else:
+            replaced = {committed[p][2] for p in dirty if p in committed}
+            rewrite = dirty.keys() | {p for p, ref in committed.items() if ref[2] in replaced}
+        shards = []
+        for prefix in sorted(rewrite):
+            base, placed = load(prefix)
+            merged = self.shard(base, {**placed, **dirty.get(prefix, {})})
+            if merged is not None:
+                shards.append((prefix, *merged))
+        refs, groups = self.groups(module_raw, shards, replaced)
+        changed: dict[int, ShardRef | None] = dict.fromkeys(rewrite)
+        changed.update(refs)
+        return ModulePlan(changed, groups, replaced)
+
+    def groups(
+        self,
+        module_raw: bytes,
+        shards: Sequence[tuple[int, PackedShard, bytes]],
+        replaced: set[bytes],
+    ) -> tuple[dict[int, ShardRef], dict[bytes, dict[int, PackedShard]]]:
+        """Pack the rewritten (prefix, view, root) shards, in prefix order, into groups of up
+        to ``GROUP_BYTES_TARGET``; the ``replaced`` group objects become garbage unless a group
+        comes out the same. Returns the new refs and the new groups by object hash."""
+        refs: dict[int, ShardRef] = {}
+        roots: dict[int, bytes] = {}
+        out: dict[bytes, dict[int, PackedShard]] = {}
+        group: dict[int, PackedShard] = {}
+        size = 0
+        for prefix, view, root in [*shards, (-1, None, b"")]:
+            weight = 0 if view is None else view.weight
+            if group and (view is None or size + weight > GROUP_BYTES_TARGET):
+                data = pack_group(module_raw, group)
+                raw = cbor.digest(data)
+                if raw not in replaced:
+                    self._write(raw, data)
+                out[raw] = group
+                for member, shard in group.items():
+                    refs[member] = (roots[member], shard.count, raw)
+                group, size = {}, 0
+            if view is not None:
+                group[prefix] = view
+                size += weight
+                roots[prefix] = root
+        for raw in replaced - out.keys():
+            self._garbage[raw] = None
+        return refs, out
+
+    def index(
+        self,
+        module_raw: bytes,
+        committed: Mapping[int, ShardRef],
+        changed: Mapping[int, ShardRef | None],
+        old_index: bytes | None,
+    ) -> tuple[bytes, dict[int, ShardRef]]:
+        """The reducer's new index object (written if it differs) and its shard refs."""
+        refs = dict(committed)
+        for prefix, ref in changed.items():
+            if ref is None:
+                refs.pop(prefix, None)
+            else:
+                refs[prefix] = ref
+        data = encode_index_object(module_raw, refs)
+        raw = cbor.digest(data)
+        if raw != old_index:
+            self._write(raw, data)
+            if old_index is not None:
+                self._garbage[old_index] = None
+        return raw, refs
+
+    def finish(self, meta: bytes, roots: Mapping[str, bytes]) -> tuple[bytes, FlushPlan]:
+        """The new checkpoint record and the plan; call after every shard and index."""
+        for state_hash in self._drops:
+            left = self.shared.get(state_hash, 1) - 1
+            if left:
+                self.shared[state_hash] = left
+            else:
+                self.shared.pop(state_hash, None)
+                self._garbage[state_hash] = None
+        old_snapshot, new_snapshot = snapshot_of(self.previous.meta), snapshot_of(meta)
+        if old_snapshot != new_snapshot:
+            if new_snapshot is not None:  # World.snapshot put it for this checkpoint only
+                self._created[new_snapshot] = None
+            if old_snapshot is not None:
+                self._garbage[old_snapshot] = None
+        data = encode_checkpoint(meta, roots, self.shared)
+        plan = FlushPlan(
+            cbor.digest(self.previous.data),
+            cbor.digest(data),
+            list(self._created),
+            list(self._garbage),
+        )
+        return data, plan

@@ -5,14 +5,17 @@ Layout (SPEC §7)::
     <world>/air/sources.json        the AIR documents as authored (file name + text), and
                                     the wasm path -> hash map; the binaries live in the CAS
     <world>/air/manifest.cbor       the canonical manifest (its hash is in the genesis record)
-    <world>/cas/                    content-addressed store (wasm, AIR defs, snapshots)
+    <world>/cas/                    content-addressed store (wasm, AIR defs, snapshots, and
+                                    the cell store's index and shard-group objects and
+                                    states too large to inline: ``world.cellstore``)
     <world>/journal/                the journal segments: the source of truth
-    <world>/state/reducers/...      cell files and index: a checkpoint of the journal
+    <world>/state/reducers/checkpoint.cbor   the cell store's commit record: a checkpoint
     <world>/snapshots/latest        the hash of the newest snapshot object in the CAS
-    <world>/cache/                  compiled modules, keyed by wasm hash and engine fingerprint
+    <world>/cache/                  compiled modules, keyed by wasm hash and engine
+                                    fingerprint; ``history/``, the cell history index
 
 Durability: every public call that changes the world commits the journal before returning
-(one group commit per call). Cell files and the index are written only at a snapshot, together
+(one group commit per call). Cell states and the index are written only at a snapshot, together
 with the snapshot object (the kernel's scheduler, mailboxes and dead letters) in one atomic
 checkpoint; the store is never ahead of the durable journal, because the journal is committed
 first. Opening = load the checkpoint, then re-execute the journal records after it, checking

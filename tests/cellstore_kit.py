@@ -76,7 +76,9 @@ def store_files(world: Path) -> dict[str, str]:
 
 
 def cas_objects(world: Path) -> list[Path]:
-    return sorted(p for p in (world / "cas").glob("*/*") if p.is_file())
+    return sorted(
+        p for p in (world / "cas").glob("*/*") if p.is_file() and not p.name.endswith(".pin")
+    )
 
 
 def disk_bytes(world: Path) -> int:

@@ -211,6 +211,24 @@ def test_a_large_state_handed_from_one_cell_to_another_in_one_flush_stays(tmp_pa
     assert moved not in object_names(tmp_path)
 
 
+def test_a_blob_put_later_with_a_cells_large_state_pins_it_against_collection(
+    tmp_path: Path,
+) -> None:
+    """The other order: the cell's state is there first, then a blob ``put`` of the same bytes
+    (an effect's ``blob.put``) shares the object: it must outlive the cell's use of it."""
+    from world.cas import FileCas
+
+    state = cbor.dumps({"pad": bytes(4000)})
+    store = FileCellStore(tmp_path)
+    held = share(store, 1, state)
+    store.flush()
+    assert FileCas(tmp_path).put(state) == cbor.raw_to_hash(held)
+    put(store, 1, value=1)  # the cell lets go of the state; the store would collect it
+    store.flush()
+    assert held in object_names(tmp_path)
+    assert FileCas(tmp_path, readonly=True).get(cbor.raw_to_hash(held)) == state
+
+
 def test_an_object_the_cas_held_before_a_cell_took_it_is_never_collected(tmp_path: Path) -> None:
     """A blob with the same bytes as a cell's state is the same object: the store keeps it."""
     state = cbor.dumps({"pad": bytes(4000)})

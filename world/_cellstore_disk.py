@@ -22,7 +22,7 @@ from world._cellstore_format import (
     encode_plan,
 )
 from world._cellstore_legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
-from world.cas import CAS_DIR
+from world.cas import CAS_DIR, pinned
 from world.fsutil import TMP_SUFFIX, StrPath, atomic_write, sync_paths, write_unsynced
 
 __all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
@@ -54,6 +54,12 @@ class StoreDisk:
     def object_path(self, raw: bytes) -> str:
         hex_digest = raw.hex()
         return os.path.join(self.cas, hex_digest[:2], hex_digest[2:])
+
+    def _unlink_object(self, raw: bytes) -> None:
+        """Unlink one of the store's objects, unless a ``put`` from outside shares it."""
+        path = self.object_path(raw)
+        if not pinned(path):
+            fileio.unlink(path, missing_ok=True)
 
     def read_checkpoint(self) -> Checkpoint:
         data = read_or_none(self.checkpoint)
@@ -101,7 +107,7 @@ class StoreDisk:
     def collect(self, garbage: Iterable[bytes], *, legacy: bool) -> None:
         """Step 4: unlink what the committed checkpoint no longer reaches, then the plan."""
         for raw in garbage:
-            fileio.unlink(self.object_path(raw), missing_ok=True)
+            self._unlink_object(raw)
         if legacy:
             remove_tree(self.root)
         fileio.unlink(self.plan, missing_ok=True)
@@ -120,7 +126,7 @@ class StoreDisk:
             if plan is not None:
                 committed = cbor.digest(read_or_none(self.checkpoint) or b"") == plan.next
                 for raw in plan.garbage if committed else plan.created:
-                    fileio.unlink(self.object_path(raw), missing_ok=True)
+                    self._unlink_object(raw)
             fileio.unlink(self.plan, missing_ok=True)
         if self.read_checkpoint().format == FORMAT and (
             legacy_dirs(self.root) or os.path.exists(os.path.join(self.root, LEGACY_INTENT_NAME))

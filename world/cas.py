@@ -12,8 +12,11 @@ Invariants:
 Not here: garbage collection. The cell store (``world.cellstore``) writes its index objects,
 shards and large states here in bulk (unsynced, then one sync) and unlinks the ones it owns once
 no committed checkpoint reaches them (``world._cellstore_flush`` says which it may delete). An
-object the CAS held before a cell took the same bytes is never collected; one ``put`` later
-with the bytes of a large state a cell holds shares that cell's object and, today, goes with it.
+object the CAS held before a cell took the same bytes is never collected. The other way round
+(a blob ``put`` of bytes that a cell's large state, a shard group or a snapshot already holds)
+``put`` finds the object there and **pins** it: an empty ``<62 hex>.pin`` beside it, durable
+before ``put`` returns, and the cell store never unlinks a pinned object (``pinned``). So a
+shared object can leak, never be lost.
 """
 
 from __future__ import annotations
@@ -28,10 +31,20 @@ from kernel.cells import ObjectMissing
 from world import fileio
 from world.fsutil import atomic_write, fsync_dir
 
-__all__ = ["CAS_DIR", "FileCas"]
+__all__ = ["CAS_DIR", "PIN_SUFFIX", "FileCas", "pin_path", "pinned"]
 
 CAS_DIR: Final = "cas"
+PIN_SUFFIX: Final = ".pin"
 _TMP_DIR: Final = ".tmp"
+
+
+def pin_path(object_path: str) -> str:
+    return object_path + PIN_SUFFIX
+
+
+def pinned(object_path: str) -> bool:
+    """Whether a ``put`` from outside the cell store shares the object at ``object_path``."""
+    return os.path.exists(pin_path(object_path))
 
 
 class FileCas:
@@ -64,6 +77,7 @@ class FileCas:
         path = self.path_of(address)
         try:
             if path.stat().st_size == len(data):
+                self._pin(path)
                 return address
         except FileNotFoundError:
             pass
@@ -72,6 +86,12 @@ class FileCas:
             fsync_dir(self.root)
         atomic_write(path, data, tmp_dir=self._tmp)
         return address
+
+    def _pin(self, path: Path) -> None:
+        """Mark an object that a second ``put`` shares (see the module docstring)."""
+        pin = Path(pin_path(str(path)))
+        if not pin.exists():
+            atomic_write(pin, b"", tmp_dir=self._tmp)
 
     def get(self, address: str) -> bytes:
         path = self.path_of(address)

@@ -161,7 +161,7 @@ def test_cli_export_and_import_round_trip(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "tree"
     result = runner.invoke(app, ["cells", "export", str(source), COUNTER, "--all", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    one = tmp_path / "c.cbor"
+    one = tmp_path / "new" / "folder" / "c.cbor"  # its folder is made, as --all makes its tree
     result = runner.invoke(app, ["cells", "export", str(source), COUNTER, "c", "-o", str(one)])
     assert result.exit_code == 0, result.output
     World.create(tmp_path / "t", COUNTER_AIR).close()

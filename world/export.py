@@ -148,12 +148,14 @@ def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[Cell
 
 
 def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
-    """Write the cell of ``key`` (sugar JSON) of ``reducer`` to the file ``out``."""
+    """Write the cell of ``key`` (sugar JSON) of ``reducer`` to the file ``out``, creating its
+    folder if needed (as ``--all`` creates its tree)."""
     key_cbor = world.key_cbor(reducer, key)
     cells = _cell_files(world, reducer, key_cbor)
     if not cells:
         raise InvalidArgument("key", key, f"{reducer} has no cell for it")
     with fileio.storage_errors("export"):
+        fileio.mkdir(Path(out).parent, parents=True, exist_ok=True)
         atomic_write(out, cells[0].to_bytes())
     return cells[0]
 

@@ -6,7 +6,8 @@ The checks are pure (bytes in, a verdict out); the file helpers each touch one s
 seal file, every durable operation through ``world.fileio``, and turn an ``OSError`` into a
 ``StorageError`` that names the operation and the path. Not here: the order of segments in a
 journal and the walk over them, the writer, and repair (``world.journal``,
-``world._journal_repair``).
+``world._journal_repair``); reading, writing and trusting seals (``world._seals``; their format
+and rules are below).
 
 Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then frames.
 
@@ -68,7 +69,6 @@ said, so damage that appears after open is reported by the first read that reach
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import re
 import struct
@@ -79,9 +79,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Final
 
-import blake3
-
-from air import cbor
 from air.errors import CborError, StorageError
 from kernel.journal import (
     JournalCorrupt,
@@ -113,21 +110,6 @@ _ZERO_CHUNK_MIN: Final = 8
 _TORN_ALWAYS: Final = frozenset({"short_header", "short_payload"})
 TORN_REASONS: Final = frozenset({"short_header", "short_payload", "zero_fill", "partial_write"})
 SEAL_SUFFIX: Final = ".seal"
-_SEAL_FORMAT: Final = 2
-_SEAL_KEYS: Final = frozenset(
-    {
-        "format",
-        "first_seq",
-        "record_count",
-        "size_bytes",
-        "last_frame_offset",
-        "index_stride",
-        "index_offsets",
-        "blake3",
-        "crc32",
-    }
-)
-_SEAL_BYTES_MAX: Final = 64 * 1024 * 1024  # a seal is ~8 bytes per 256 records; refuse absurd ones
 _TEMP_SUFFIX: Final = ".new.tmp"
 
 
@@ -444,111 +426,7 @@ def read_file(path: Path, start: int = 0) -> bytes:
         return file.read()
 
 
-# --- seals -----------------------------------------------------------------------------------
-
-
-def _digest(file: BinaryIO, size: int) -> bytes:
-    """blake3 of the first ``size`` bytes of ``file``, without copying them. On one thread: a
-    multi-threaded blake3 would start rayon's global pool, which lives as long as the process
-    and does not survive a ``fork``."""
-    with mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as view:
-        return blake3.blake3(view).digest()
-
-
-def _encode_seal(segment: _Segment, digest: bytes) -> bytes:
-    fields = {
-        "format": _SEAL_FORMAT,
-        "first_seq": segment.first_seq,
-        "record_count": segment.count,
-        "size_bytes": segment.size,
-        "last_frame_offset": segment.last_offset,
-        "index_stride": _INDEX_STRIDE,
-        "index_offsets": struct.pack(f"<{len(segment.index)}Q", *segment.index),
-        "blake3": digest,
-    }
-    return cbor.dumps({**fields, "crc32": zlib.crc32(cbor.dumps(fields))})
-
-
-def _decode_seal(data: bytes, name: str, first_seq: int) -> tuple[_Segment, bytes] | None:
-    """The segment a seal describes and its digest, or None if the seal is damaged, inconsistent
-    or of another format."""
-    try:
-        fields = cbor.loads(data)
-    except CborError:
-        return None
-    if type(fields) is not dict or fields.keys() != _SEAL_KEYS:
-        return None
-    crc, offsets_bytes, digest = fields.pop("crc32"), fields.pop("index_offsets"), fields["blake3"]
-    if type(offsets_bytes) is not bytes or type(digest) is not bytes or len(digest) != 32:
-        return None
-    if any(type(value) is not int for key, value in fields.items() if key != "blake3"):
-        return None
-    if crc != zlib.crc32(cbor.dumps({**fields, "index_offsets": offsets_bytes})):
-        return None
-    count, size, last = fields["record_count"], fields["size_bytes"], fields["last_frame_offset"]
-    strides = -(-count // _INDEX_STRIDE)
-    if (
-        (fields["format"], fields["index_stride"], fields["first_seq"])
-        != (_SEAL_FORMAT, _INDEX_STRIDE, first_seq)
-        or count < 1
-        or len(offsets_bytes) != 8 * strides
-    ):
-        return None
-    index = list(struct.unpack(f"<{strides}Q", offsets_bytes))
-    ordered = all(a < b for a, b in zip(index, [*index[1:], last + 1], strict=True))
-    if index[0] != SEGMENT_HEADER_BYTES or not ordered or last + FRAME_HEADER_BYTES >= size:
-        return None
-    return _Segment(name, first_seq, count, size, index, last), digest
-
-
-def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
-    """The segment as its seal describes it, if the seal is whole and agrees with the file:
-    same size, an intact header, and an intact last frame holding the last seq at the end.
-    None sends the segment to a scan.
-
-    The seal's blake3 is not compared here: that reads the whole segment, and opening must cost
-    what the command needs, not the journal's size (at 1,000,000 events, ~400 MB of sealed
-    segments took 0.31 s of digests on every open). Every read checks each frame's CRCs, and
-    ``stale_seal`` (run by ``verify``) compares the digest."""
-    try:
-        with open(directory / seal_name(name), "rb") as file:
-            data = file.read(_SEAL_BYTES_MAX + 1)
-    except OSError:  # no seal (or an unreadable one): the segment is scanned
-        return None
-    sealed = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
-    if sealed is None:
-        return None
-    segment, _digest_unchecked = sealed
-    with Io("read", directory / name), open(directory / name, "rb") as file:
-        if os.fstat(file.fileno()).st_size != segment.size:
-            return None
-        header = file.read(SEGMENT_HEADER_BYTES)
-        file.seek(segment.last_offset)
-        frame = file.read(segment.size - segment.last_offset)
-        if _check_segment_header(name, header, first_seq) is not None:
-            return None
-        last_seq = first_seq + segment.count - 1
-        if _check_frame(frame, memoryview(frame), 0, last_seq, strict=False) != len(frame):
-            return None
-    return segment
-
-
-def stale_seal(directory: Path, name: str, first_seq: int) -> bool:
-    """Whether ``name`` has a seal that decodes but whose blake3 is not that of the file (or
-    whose size is not the file's): a seal that no longer describes its segment."""
-    try:
-        with open(directory / seal_name(name), "rb") as file:
-            data = file.read(_SEAL_BYTES_MAX + 1)
-    except OSError:
-        return False
-    sealed = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
-    if sealed is None:
-        return False
-    segment, digest = sealed
-    with Io("read", directory / name), open(directory / name, "rb") as file:
-        if os.fstat(file.fileno()).st_size != segment.size:
-            return True
-        return _digest(file, segment.size) != digest
+# --- temp files ------------------------------------------------------------------------------
 
 
 def write_temp(directory: Path, name: str, data: bytes) -> Path:
@@ -565,12 +443,6 @@ def write_temp(directory: Path, name: str, data: bytes) -> Path:
     finally:
         os.close(fd)
     return temp
-
-
-def seal_bytes(directory: Path, segment: _Segment) -> bytes:
-    """The seal of ``segment``, with the digest of its file's bytes as they are now."""
-    with Io("read", directory / segment.name), open(directory / segment.name, "rb") as file:
-        return _encode_seal(segment, _digest(file, segment.size))
 
 
 # --- segment files ---------------------------------------------------------------------------

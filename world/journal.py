@@ -105,6 +105,7 @@ from kernel.journal import (
 )
 from world import fileio
 from world._journal_repair import RepairReport, VerifyReport, cut_after_last_good, salvage
+from world._seals import seal_bytes, stale_seal, trusted_seal
 from world._segments import (
     FRAME_HEADER_BYTES,
     FRAME_PAYLOAD_BYTES_MAX,
@@ -126,14 +127,11 @@ from world._segments import (
     list_segments,
     read_file,
     read_segment,
-    seal_bytes,
     seal_name,
     segment_header,
     segment_name,
-    stale_seal,
     storage_error,
     truncate,
-    trusted_seal,
     unlink,
     write_temp,
 )

@@ -103,6 +103,17 @@ def _decode_seal(data: bytes, name: str, first_seq: int) -> tuple[_Segment, byte
     return _Segment(name, first_seq, count, size, index, last), digest
 
 
+def _read_seal(directory: Path, name: str, first_seq: int) -> tuple[_Segment, bytes] | None:
+    """The segment and digest ``name``'s seal holds; None if there is no seal or it does not
+    read or decode strictly."""
+    try:
+        with open(directory / seal_name(name), "rb") as file:
+            data = file.read(_SEAL_BYTES_MAX + 1)
+    except OSError:
+        return None
+    return _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
+
+
 def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
     """The segment as its seal describes it, if the seal is whole and agrees with the file:
     same size, an intact header, and an intact last frame holding the last seq at the end.
@@ -112,13 +123,8 @@ def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
     what the command needs, not the journal's size (at 1,000,000 events, ~400 MB of sealed
     segments took 0.31 s of digests on every open). Every read checks each frame's CRCs, and
     ``stale_seal`` (run by ``verify``) compares the digest."""
-    try:
-        with open(directory / seal_name(name), "rb") as file:
-            data = file.read(_SEAL_BYTES_MAX + 1)
-    except OSError:  # no seal (or an unreadable one): the segment is scanned
-        return None
-    sealed = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
-    if sealed is None:
+    sealed = _read_seal(directory, name, first_seq)
+    if sealed is None:  # no seal, an unreadable or a damaged one: the segment is scanned
         return None
     segment, _digest_unchecked = sealed
     with Io("read", directory / name), open(directory / name, "rb") as file:
@@ -138,12 +144,7 @@ def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
 def stale_seal(directory: Path, name: str, first_seq: int) -> bool:
     """Whether ``name`` has a seal that decodes but whose blake3 is not that of the file (or
     whose size is not the file's): a seal that no longer describes its segment."""
-    try:
-        with open(directory / seal_name(name), "rb") as file:
-            data = file.read(_SEAL_BYTES_MAX + 1)
-    except OSError:
-        return False
-    sealed = _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
+    sealed = _read_seal(directory, name, first_seq)
     if sealed is None:
         return False
     segment, digest = sealed

@@ -365,7 +365,19 @@ def encode_record(seq: int, subject: str, kind: str, body: Any) -> bytes:
     if extension is not None:
         # Only with kind and subject already checked (cached), so that errors come in the
         # order the code below raises them (body first).
-        kind_cbor, subject_cbor = _kind_cache.get(kind), _subject_cache.get(subject)
+        # A subject or kind not seen yet is checked and cached here when it is valid (each new
+        # cell brings a new subject: with 200,000 cells stepping once each, none was cached and
+        # every step took the Python path, ~3x slower); an invalid one is left to the code
+        # below, which raises for the body first.
+        kind_cbor = _kind_cache.get(kind)
+        if kind_cbor is None and type(kind) is str and _KIND_RE.fullmatch(kind) is not None:
+            kind_cbor = _kind_cbor(kind)
+        subject_cbor = _subject_cache.get(subject)
+        if subject_cbor is None:
+            try:
+                subject_cbor = _subject_cbor(subject)
+            except UsageError:
+                subject_cbor = None
         if kind_cbor is not None and subject_cbor is not None:
             payload: bytes | None = extension.encode_record(seq, body, kind_cbor, subject_cbor)
             if payload is not None:

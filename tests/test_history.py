@@ -285,3 +285,12 @@ def _journal_id(path: Path) -> tuple[bytes, int]:
     with FileJournal(path / "journal", readonly=True) as journal:
         first = next(iter(journal.read(0)))
         return history.genesis_digest(first), journal.seq_next
+
+
+def test_a_cell_is_named_by_its_key_hash_and_an_odd_id_by_a_digest() -> None:
+    key_hash = bytes(range(32))
+    cell = history.cell_id(f"/world/cell/demo/Counter@1/{key_hash.hex()}/step")
+    assert history._cell_hash(cell) == key_hash[:8]
+    odd = history._cell_hash("/world/cell/x/zz")
+    assert len(odd) == 8
+    assert odd == history._cell_hash("/world/cell/x/zz")

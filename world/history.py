@@ -12,9 +12,9 @@ Layout (``<world>/cache/history/``)::
 
     ranges.cbor     the commit record: {format, genesis, ranges: [[seq_from, seq_to]],
                     sizes: [256 shard sizes]} (replaced by a rename)
-    <2 hex>.log     one of 64 shards (by blake3(cell id)): batches, each
+    <2 hex>.log     one of 64 shards (by the cell's key hash): batches, each
                     header "<4sQQII": magic, seq_from, seq_to, payload length, crc32(payload)
-                    payload: one group per cell, "<8sII": cell id hash (8 bytes), count,
+                    payload: one group per cell, "<8sII": key hash (first 8 bytes), count,
                     state length; then count seqs (u64 LE, ascending), then the state bytes
 
 A cell id is its subject without the leaf: ``/world/cell/<reducer>/<key hash hex>``. A group
@@ -82,7 +82,7 @@ so a time-travel read re-executes at most about this many steps (or one flush's 
 STATE_BYTES_MAX: Final = 4096
 """Larger states are not stored (the reader re-executes from an earlier one)."""
 
-_FORMAT: Final = 2  # 2: per-cell groups (1: one entry per record)
+_FORMAT: Final = 3  # 3: cells named by their key hash (2: by a blake3 of the id; 1: flat)
 _SHARDS: Final = 64
 _MAGIC: Final = b"WHB2"
 _BATCH: Final = struct.Struct("<4sQQII")
@@ -96,7 +96,15 @@ def cell_id(subject: str) -> str:
 
 
 def _cell_hash(cell: str) -> bytes:
-    return blake3.blake3(cell.encode()).digest(8)
+    """8 bytes naming a cell in its shard: the first 8 of its key hash, which the cell id ends
+    with (64 hex digits). Cells of two reducers with one key share them; readers keep only
+    records whose subject is the cell's, so a shared name costs a read, never an answer. An id
+    that does not end so (none the kernel writes) is named by a blake3 of it instead."""
+    try:
+        named = bytes.fromhex(cell[-64:-48])
+    except ValueError:
+        named = b""
+    return named if len(named) == 8 else blake3.blake3(cell.encode()).digest(8)
 
 
 def _shard_of(cell_hash: bytes) -> int:
@@ -282,16 +290,17 @@ class HistoryWriter:
     def _flush(self, kernel: Kernel, store: CellStore, seq_to: int) -> None:
         ranges = self._ranges
         assert ranges is not None
-        by_subject: dict[str, list[int]] = {}
+        by_cell: dict[str, list[int]] = {}
         later: set[str] = set()
         for seq, subject in self._noted:
+            cell = subject[: subject.rindex("/")]  # cell_id, inlined: once per noted record
             if seq < seq_to:
-                by_subject.setdefault(subject, []).append(seq)
+                if cell in by_cell:
+                    by_cell[cell].append(seq)
+                else:
+                    by_cell[cell] = [seq]
             else:
-                later.add(cell_id(subject))
-        by_cell: dict[str, list[int]] = {}
-        for subject, seqs in by_subject.items():  # a cell's records of each leaf (step, ...)
-            by_cell.setdefault(cell_id(subject), []).extend(seqs)
+                later.add(cell)
         by_shard: dict[int, list[bytes]] = {}
         for cell, seqs in by_cell.items():
             seqs.sort()

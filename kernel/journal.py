@@ -207,8 +207,13 @@ def check_kind(kind: str) -> str:
 
 
 def make_subject(*parts: str) -> str:
-    """Join ``parts`` (each one or more segments) into a checked subject: ``/world/event/a/b@1``."""
-    return check_subject("/" + "/".join(parts))
+    """Join ``parts`` (each one or more segments) into a checked subject: ``/world/event/a/b@1``.
+
+    The check is the one ``encode_record`` needs, so its result goes into the same cache: a
+    new cell's subject is checked once, not again when its step is journaled."""
+    subject = "/" + "/".join(parts)
+    _subject_cbor(subject)
+    return subject
 
 
 def event_subject(schema: str) -> str:

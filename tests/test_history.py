@@ -294,3 +294,21 @@ def test_a_cell_is_named_by_its_key_hash_and_an_odd_id_by_a_digest() -> None:
     odd = history._cell_hash("/world/cell/x/zz")
     assert len(odd) == 8
     assert odd == history._cell_hash("/world/cell/x/zz")
+
+
+def test_the_writer_counts_steps_for_a_bounded_number_of_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history, "SINCE_STATE_CELLS_MAX", 3)
+    monkeypatch.setattr(history, "STATE_EVERY", 2)
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        for round_ in range(4):  # six new cells a round: without the bound, 6, 12, 18, 24
+            world.send_many((EVENT, add(f"c{round_}-{n}", 1)) for n in range(6) for _ in range(2))
+            world.run_until_idle()
+            world.snapshot()
+            writer = world._history
+            assert writer is not None
+            assert len(writer._since_state) <= 3 + 6  # cleared once past the bound
+        expected, last = world.state(COUNTER, "c3-5"), world.journal.seq_next - 1
+    assert timetravel.cell_at(path, COUNTER, "c3-5", last).state == expected

@@ -64,6 +64,7 @@ from world.journal import FileJournal
 __all__ = [
     "CELL_PREFIX",
     "FLUSH_ENTRIES",
+    "SINCE_STATE_CELLS_MAX",
     "STATE_BYTES_MAX",
     "STATE_EVERY",
     "CellRecords",
@@ -81,6 +82,10 @@ STATE_EVERY: Final = 64
 so a time-travel read re-executes at most about this many steps (or one flush's worth)."""
 STATE_BYTES_MAX: Final = 4096
 """Larger states are not stored (the reader re-executes from an earlier one)."""
+SINCE_STATE_CELLS_MAX: Final = 262_144
+"""Cells whose steps since their last stored state a writer counts (~150 bytes each); past
+this the counts start again, so a world of more active cells stores their states later (each
+such cell steps rarely, so its re-execution stays short)."""
 
 _FORMAT: Final = 3  # 3: cells named by their key hash (2: by a blake3 of the id; 1: flat)
 _SHARDS: Final = 64
@@ -302,6 +307,8 @@ class HistoryWriter:
             else:
                 later.add(cell)
         by_shard: dict[int, list[bytes]] = {}
+        if len(self._since_state) > SINCE_STATE_CELLS_MAX:
+            self._since_state.clear()  # bounded memory; cells then store a state a bit later
         for cell, seqs in by_cell.items():
             seqs.sort()
             digest = _cell_hash(cell)

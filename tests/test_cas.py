@@ -105,3 +105,41 @@ def test_temp_files_left_by_a_crash_are_removed_on_open(tmp_path: Path) -> None:
     leftover.write_bytes(b"half an object")
     FileCas(tmp_path)
     assert not leftover.exists()
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_a_second_put_pins_its_object_or_fails_with_the_object_intact(
+    tmp_path: Path, code: int
+) -> None:
+    """The pin is durable before a second ``put`` returns; a pin that cannot be written fails
+    the put (nothing acknowledged) and leaves the object as it was."""
+    from world.cas import pinned
+
+    cas = FileCas(tmp_path)
+    address = cas.put(b"shared bytes")
+    path = str(cas.path_of(address))
+    assert not pinned(path)
+    ops: list[str] = []
+    with fileio.fault_hook(lambda op, _p: ops.append(op)):
+        assert cas.put(b"shared bytes") == address
+    assert pinned(path)
+    assert "fsync" in ops  # written like any durable file: temp, fsync, rename, fsync dir
+    for at in range(len(ops)):
+        other = tmp_path / f"w{at}"
+        fresh = FileCas(other)
+        fresh_address = fresh.put(b"shared bytes")
+        seen = 0
+
+        def fail(op: str, where: str, at: int = at) -> None:
+            nonlocal seen
+            seen += 1
+            if seen - 1 == at:
+                raise OSError(code, "injected", where)
+
+        with fileio.fault_hook(fail), pytest.raises(StorageError):
+            fresh.put(b"shared bytes")
+        assert fresh.get(fresh_address) == b"shared bytes"
+        fresh_path = str(fresh.path_of(fresh_address))
+        if not pinned(fresh_path):  # not acknowledged: the next put pins it
+            assert fresh.put(b"shared bytes") == fresh_address
+        assert pinned(fresh_path)

@@ -45,6 +45,7 @@ __all__ = [
     "CELL_INLINE_BYTES_MAX",
     "INDEX_SHARD_BITS",
     "INDEX_SHARD_COUNT",
+    "KEY_CACHE_BYTES_MAX",
     "NULL_KEY_CBOR",
     "NULL_KEY_HASH",
     "SHARD_CACHE_BYTES_MAX",
@@ -80,6 +81,10 @@ INDEX_SHARD_COUNT: Final = 1 << INDEX_SHARD_BITS
 # bounded here: they are the kernel's checkpoint debt, visible through ``dirty_count``.
 SHARD_CACHE_BYTES_MAX: Final = 128 << 20
 STATE_CACHE_BYTES_MAX: Final = 64 << 20
+KEY_CACHE_BYTES_MAX: Final = 64 << 20
+"""Bytes of shards' key lists (32 bytes a cell) kept to answer "not stored" without reading a
+shard: a new cell's first ``get`` in a world bigger than the shard cache. 64 MiB covers every
+shard of a world of two million cells."""
 CELL_INLINE_BYTES_MAX: Final = 1024
 """A state of at most this many bytes is stored inside its index shard; a larger one is an
 object of its own. A store setting, not part of the logical format: the index root does not

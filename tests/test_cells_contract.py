@@ -385,6 +385,55 @@ def test_reopen_reads_only_the_index_until_a_key_is_accessed(tmp_path: Path) -> 
     assert (stats.shard_loads, stats.entries_decoded, stats.state_reads) == (1, 2, 0)
 
 
+def _absent_in_shard_of(kh: bytes, start: int) -> int:
+    """A cell number from ``start`` on whose key falls in the shard of ``kh``."""
+    return next(n for n in itertools.count(start) if shard_of(cell(n)[0]) == shard_of(kh))
+
+
+def test_a_cell_the_store_never_held_costs_no_shard_read_once_its_keys_are_known(
+    tmp_path: Path,
+) -> None:
+    store = FileCellStore(tmp_path)
+    hashes = [put(store, n) for n in range(5000)]
+    store.flush()
+    reopened = FileCellStore(tmp_path, shard_cache_bytes_max=0)  # no group is kept
+    assert reopened.get(MODULE, hashes[0]) is not None
+    assert reopened.stats.shard_loads == 1
+    absent = _absent_in_shard_of(hashes[0], 5000)
+    assert reopened.get(MODULE, cell(absent)[0]) is None
+    assert reopened.get(MODULE, hashes[0]) is not None  # a held one is still read
+    assert reopened.stats.shard_loads == 2  # the absent key read nothing
+    other = next(kh for kh in hashes if shard_of(kh) != shard_of(hashes[0]))
+    elsewhere = _absent_in_shard_of(other, 5000)
+    assert reopened.get(MODULE, cell(elsewhere)[0]) is None  # that shard's keys are not known
+    assert reopened.stats.shard_loads == 3
+    # Without a key cache every lookup of the absent cell reads the group again.
+    bare = FileCellStore(tmp_path, shard_cache_bytes_max=0, key_cache_bytes_max=0)
+    for _ in range(3):
+        assert bare.get(MODULE, cell(absent)[0]) is None
+    assert bare.stats.shard_loads == 3
+
+
+def test_a_cell_added_after_its_shards_keys_were_cached_is_found(tmp_path: Path) -> None:
+    store = FileCellStore(tmp_path)
+    first = put(store, 0)
+    store.flush()
+    absent = _absent_in_shard_of(first, 1)
+    writer = FileCellStore(tmp_path, shard_cache_bytes_max=0)
+    assert writer.get(MODULE, first) is not None  # caches the shard's key list
+    assert writer.get(MODULE, cell(absent)[0]) is None
+    put(writer, absent, value=7)
+    writer.flush()
+    found = writer.get(MODULE, cell(absent)[0])
+    assert found is not None
+    assert found[1] == cell(absent, value=7)[2]
+    assert FileCellStore(tmp_path).get(MODULE, cell(absent)[0]) == found
+    writer.delete(MODULE, first)
+    writer.flush()
+    assert writer.get(MODULE, first) is None
+    assert writer.get(MODULE, cell(absent)[0]) == found
+
+
 def _singletons(count: int) -> list[int]:
     """Cell numbers (1000..1999: keys and states of one size) alone in their shards."""
     per_shard = collections.Counter(shard_of(cell(n)[0]) for n in range(1000, 2000))

@@ -34,7 +34,8 @@ Not here: the order of the writes and the recovery (``world.cellstore``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from air import cbor
@@ -72,46 +73,54 @@ class Merged:
         return cbor.digest(logical_shard_bytes(self.keys, self.entry_cbors))
 
 
-def _out_of_line(record: tuple[bytes, bytes] | None) -> bytes | None:
-    """The state hash of a stored record whose state is a CAS object, else None."""
-    if record is None or record[1]:
-        return None
-    entry = entry_from_cbor(record[0])
+def _out_of_line(entry_cbor: bytes) -> bytes | None:
+    """The state hash of a stored record with an empty state slice if its state is a CAS
+    object, else None (a 0-byte state is inline)."""
+    entry = entry_from_cbor(entry_cbor)
     return entry.state_hash if entry.size else None
 
 
 def merge(
-    base: Iterable[tuple[bytes, bytes, bytes]],
+    keys: list[bytes],
+    entry_cbors: list[bytes],
+    states: list[bytes],
     overlay: Mapping[bytes, Cell | None],
     inline_bytes_max: int,
 ) -> Merged:
-    """``base`` records (key hash, entry bytes, state slice) with ``overlay`` applied (None
-    deletes); states above ``inline_bytes_max`` bytes go out of line. Runs once per dirty cell
-    of a checkpoint, so the common case (a small state replacing a small state) is kept short."""
-    merged = {kh: (entry_cbor, state) for kh, entry_cbor, state in base}
+    """The base records (key hashes ascending, entry bytes, state slices: three lists, which it
+    takes over and changes) with ``overlay`` applied (None deletes); states above
+    ``inline_bytes_max`` bytes go out of line. Runs for every dirty shard of a checkpoint, where
+    a shard of a million-cell world holds ~250 cells and a batch of new cells adds ~50: each
+    overlay cell is placed by bisection and inserted, so a clean record costs only its slices
+    (before, a dict, a sort and a tuple per record: 1.9 -> ~1 s of a 200,000-new-cell
+    checkpoint of an 800,000-cell world)."""
     adds: list[tuple[bytes, bytes]] = []
     drops: list[bytes] = []
-    get = merged.get
     for kh, cell in overlay.items():
-        old = get(kh)
-        if old is not None and not old[1]:  # an empty state slice: maybe out of line
-            old_out = _out_of_line(old)
+        i = bisect_left(keys, kh)
+        found = i < len(keys) and keys[i] == kh
+        if found and not states[i]:  # an empty state slice: maybe out of line
+            old_out = _out_of_line(entry_cbors[i])
             if old_out is not None and cell is not None and cell[0].state_hash == old_out:
-                merged[kh] = (encode_entry(cell[0]), b"")  # the same state, still out of line
+                entry_cbors[i] = encode_entry(cell[0])  # the same state, still out of line
                 continue
             if old_out is not None:
                 drops.append(old_out)
         if cell is None:
-            if old is not None:
-                del merged[kh]
-        elif len(cell[1]) <= inline_bytes_max:
-            merged[kh] = (encode_entry(cell[0]), cell[1])
+            if found:
+                del keys[i], entry_cbors[i], states[i]
+            continue
+        entry, state = encode_entry(cell[0]), cell[1]
+        if len(state) > inline_bytes_max:
+            adds.append((cell[0].state_hash, state))
+            state = b""
+        if found:
+            entry_cbors[i], states[i] = entry, state
         else:
-            merged[kh] = (encode_entry(cell[0]), b"")
-            adds.append((cell[0].state_hash, cell[1]))
-    keys = sorted(merged)
-    records = [merged[kh] for kh in keys]
-    return Merged(keys, [r[0] for r in records], [r[1] for r in records], adds, drops)
+            keys.insert(i, kh)
+            entry_cbors.insert(i, entry)
+            states.insert(i, state)
+    return Merged(keys, entry_cbors, states, adds, drops)
 
 
 def merged_count(
@@ -175,7 +184,10 @@ class Planner:
         self, base: PackedShard | None, overlay: Mapping[bytes, Cell | None]
     ) -> tuple[PackedShard, bytes] | None:
         """Merge one shard to rewrite; its new view and logical root (None once it is empty)."""
-        merged = merge(() if base is None else base.records(), overlay, self.inline_bytes_max)
+        columns: tuple[list[bytes], list[bytes], list[bytes]] = (
+            ([], [], []) if base is None else base.columns()
+        )
+        merged = merge(*columns, overlay, self.inline_bytes_max)
         for state_hash, state_cbor in merged.adds:
             self._add_state(state_hash, state_cbor)
         self._drops.extend(merged.drops)

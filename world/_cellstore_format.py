@@ -12,10 +12,13 @@ Shard group object, a CAS object holding one or more non-empty shards of one red
      "states":     the inline states, concatenated
      "state_ends": n end offsets into "states", as "entry_ends"}
 
-A flush packs the shards it rewrites into groups of up to ``GROUP_BYTES_TARGET`` (64 KiB) in
+A flush packs the shards it rewrites into groups of up to ``GROUP_BYTES_TARGET`` (128 KiB) in
 prefix order, so a small world's checkpoint writes a few objects rather than one per shard
-(creating a file costs 100-600 µs on our disk), and a million-cell world's shards (~40 KB) are
-one to a group. A dirty shard's whole group is rewritten, so a group is used whole by one
+(creating a file costs 100-600 µs on our disk), and a million-cell world's shards (~45 KB) are
+two to a group. At 64 KiB (one shard a group at a million cells) a checkpoint of 200,000 new
+cells in a world of 600,000 took 3.9-4.5 s, 4,096 file creations being most of it; at 128 KiB
+2.4 s, at 256 KiB 1.8 s. A cold lookup reads and verifies its whole group, so the target stays
+where that is still a fraction of a millisecond (BENCHMARKS.md, "Cells at scale"). A dirty shard's whole group is rewritten, so a group is used whole by one
 checkpoint or not at all. A record's state is inline when its slice of ``states`` is ``size``
 bytes long; an empty slice of a non-empty state means the state is the CAS object named by its
 ``state_hash`` (the writer never puts a 0-byte state out of line, so the rule needs no flag).
@@ -47,7 +50,7 @@ it takes ~7 s and 187 MiB. Rejected: one object per shard whatever its size. A w
 with a 4 KiB block for 24 cells); grouped, ~300 files and 0.6 s. Rejected: one pack file per
 checkpoint holding every dirty shard. A pack stays live while any of its shards is, so it needs
 compaction and keeps dead shards meanwhile; a group is rewritten whole instead, which costs at
-most 64 KiB more per dirty shard. Rejected: one index document holding every entry (~120 MB at
+most 128 KiB more per dirty shard. Rejected: one index document holding every entry (~120 MB at
 a million cells, rewritten on every flush and read whole on open), and one index per reducer as
 the commit point (a crash between two reducers' commits would split the checkpoint).
 """
@@ -87,6 +90,7 @@ __all__ = [
     "encode_index_object",
     "encode_plan",
     "entry_from_cbor",
+    "find_key",
     "index_from_object",
     "pack_group",
     "snapshot_of",
@@ -101,7 +105,7 @@ _SHARD_FIELDS: Final = ("keys", "entries", "entry_ends", "states", "state_ends")
 
 ShardRef = tuple[bytes, int, bytes]
 """(logical root, count, group object hash); the object hash is empty for a format-1 shard."""
-GROUP_BYTES_TARGET: Final = 64 << 10
+GROUP_BYTES_TARGET: Final = 128 << 10
 """A flush adds shards to a group while it stays under this many bytes (one shard may be more)."""
 
 
@@ -129,6 +133,14 @@ def _pack_ends(lengths: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ends)}{_OFFSET_FORMATS[width]}", *ends)
 
 
+def find_key(keys: bytes, key_hash: bytes) -> int:
+    """The index of ``key_hash`` in ``keys`` (32-byte key hashes, concatenated), or -1."""
+    at = keys.find(key_hash)
+    while at > 0 and at % HASH_BYTES:  # a match straddling two keys is not a key
+        at = keys.find(key_hash, at + 1)
+    return at // HASH_BYTES if at >= 0 else -1
+
+
 class PackedShard:
     """A packed shard held as its few byte strings; entries are decoded one at a time."""
 
@@ -149,10 +161,7 @@ class PackedShard:
 
     def find(self, key_hash: bytes) -> int:
         """The record index of ``key_hash``, or -1."""
-        at = self.keys.find(key_hash)
-        while at > 0 and at % HASH_BYTES:  # a match straddling two keys is not a key
-            at = self.keys.find(key_hash, at + 1)
-        return at // HASH_BYTES if at >= 0 else -1
+        return find_key(self.keys, key_hash)
 
     def contains(self, key_hash: bytes) -> bool:
         return self.find(key_hash) >= 0
@@ -185,6 +194,14 @@ class PackedShard:
     def _slices(self, data: bytes, ends: bytes) -> list[bytes]:
         bounds = struct.unpack(f">{self.count}{_OFFSET_FORMATS[self.width]}", ends)
         return [data[a:b] for a, b in zip((0, *bounds), bounds, strict=False)]
+
+    def columns(self) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """The key hashes, entry bytes and state slices, in key order (new lists)."""
+        return (
+            self.key_list(),
+            self._slices(self.entries, self.entry_ends),
+            self._slices(self.states, self.state_ends),
+        )
 
     def records(self) -> Iterator[tuple[bytes, bytes, bytes]]:
         """Every (key hash, entry bytes, state slice), in key order, nothing decoded."""

@@ -11,19 +11,23 @@ Layout (formats in ``world._cellstore_format``)::
                                       shared-state counts, the kernel's bytes
     state/reducers/flush-plan.cbor    exists only while a flush runs, or after one died
     cas/<2 hex>/<62 hex>              index objects (one per reducer), shard groups (the packed
-                                      index shards of one reducer, ≤ 64 KiB a group), states
+                                      index shards of one reducer, ≤ 128 KiB a group), states
                                       above ``cell_inline_bytes_max`` (default 1 KiB), snapshots
 
 A shard (one 12-bit key-hash prefix) holds ~250 cells at a million cells, each as its entry's
 canonical bytes and, if small, its state. A checkpoint rewrites the dirty shards and the others
-of their groups, packed into new groups of up to 64 KiB: one object per dirty group, not one
+of their groups, packed into new groups of up to 128 KiB: one object per dirty group, not one
 per dirty cell (format 1) nor per dirty shard (4,096 files for any world of 100,000 cells, at
-100-600 µs a file here); at a million cells a group is one ~40 KB shard. A small cell costs
+100-600 µs a file here); at a million cells a group is two ~45 KB shards. A small cell costs
 ~195 bytes on disk (BENCHMARKS.md, "Cell store"). Opening reads ``checkpoint.cbor``; a
 reducer's index object (≤ 4,096 records) is read on first use, a group on first access to a key
 in it, and a lookup then decodes one entry (``PackedShard.lookup``). Clean groups and
 out-of-line states sit in LRUs bounded by ``shard_cache_bytes_max`` and
-``state_cache_bytes_max``, so memory follows the cells touched, not the world. Every read is
+``state_cache_bytes_max``, so memory follows the cells touched, not the world. The key list
+of every shard read or written (32 bytes a cell) sits in a third LRU (``key_cache_bytes_max``):
+a cell the store does not hold (every new cell's first ``get``) is answered from it without
+reading a group the group LRU has let go, which at a million new cells was ~16,000 group reads
+of ~40 KB and a tenth of the run (BENCHMARKS.md, "Cells at scale"). Every read is
 verified: each object against its name, and the checkpoint against its digest. A file that is
 missing, does not match or does not decode is ``StoreDamaged(path, reason)``: derived state,
 which the world rebuilds from the journal. ``readonly=True`` writes nothing (no recovery, no
@@ -74,6 +78,7 @@ from air import cbor
 from air.errors import CborError, InvalidArgument, StoreDamaged, WorldError, WrongMode
 from kernel.cells import (
     CELL_INLINE_BYTES_MAX,
+    KEY_CACHE_BYTES_MAX,
     SHARD_CACHE_BYTES_MAX,
     STATE_CACHE_BYTES_MAX,
     CellEntry,
@@ -95,6 +100,7 @@ from world._cellstore_format import (
     ShardGroup,
     ShardRef,
     entry_from_cbor,
+    find_key,
     index_from_object,
     snapshot_of,
     unpack_group,
@@ -107,7 +113,6 @@ __all__ = ["FileCellStore", "StoreFailed", "StoreStats"]
 _Dirty = dict[bytes, Cell | None]
 _Shard = PackedShard | LegacyShard
 _Group = ShardGroup | LegacyShard  # what one object read gives (format 1: a lone shard)
-_Record = tuple[bytes, bytes, bytes]
 _SCRATCH_GROUPS_MAX = 16
 
 
@@ -150,6 +155,7 @@ class FileCellStore:
         *,
         shard_cache_bytes_max: int = SHARD_CACHE_BYTES_MAX,
         state_cache_bytes_max: int = STATE_CACHE_BYTES_MAX,
+        key_cache_bytes_max: int = KEY_CACHE_BYTES_MAX,
         cell_inline_bytes_max: int = CELL_INLINE_BYTES_MAX,
         readonly: bool = False,
     ) -> None:
@@ -163,6 +169,10 @@ class FileCellStore:
             shard_cache_bytes_max, lambda group: group.weight
         )
         self._scratch: dict[tuple[str, bytes], _Group] = {}  # loaded for one pass, not kept
+        # (module, prefix) -> (group object, the shard's key hashes): "not stored" at no read
+        self._keys: Lru[tuple[str, int], tuple[bytes, bytes]] = Lru(
+            key_cache_bytes_max, lambda pair: len(pair[1])
+        )
         self._states: Lru[tuple[str, bytes], tuple[bytes, bytes]] = Lru(
             state_cache_bytes_max, lambda pair: len(pair[1])
         )
@@ -182,9 +192,19 @@ class FileCellStore:
         dirty = mod.dirty.get(prefix)
         if dirty is not None and key_hash in dirty:
             return dirty[key_hash]
+        ref = mod.committed.get(prefix)
+        if ref is None:
+            return None
+        keys = self._keys.get((module, prefix))
+        if keys is None or keys[0] != ref[2]:
+            keys = None
+        elif find_key(keys[1], key_hash) < 0:
+            return None  # a cell the shard does not hold: its group is not read
         shard = self._committed_shard(module, mod, prefix)
         if shard is None:
             return None
+        if keys is None and isinstance(shard, PackedShard) and ref[2]:
+            self._keys.put((module, prefix), (ref[2], shard.keys))
         try:
             found = shard.lookup(key_hash)
         except CborError as exc:
@@ -397,19 +417,25 @@ class FileCellStore:
         self.stats.entries_decoded += len(out)
         return out
 
-    def _base_records(self, module: str, mod: _Module, prefix: int) -> list[_Record]:
-        """The committed records of a dirty prefix, for its root (a format-1 shard's entries are
-        encoded; its states are not read, and a root does not need them)."""
+    def _base_columns(
+        self, module: str, mod: _Module, prefix: int
+    ) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """The committed records of a dirty prefix as ``merge`` takes them, for its root (a
+        format-1 shard's entries are encoded; its states are not read: a root needs none)."""
         shard = self._committed_shard(module, mod, prefix)
+        if shard is None:
+            return [], [], []
         if isinstance(shard, LegacyShard):
-            return [(kh, encode_entry(entry), b"") for kh, entry in shard.entries.items()]
-        return [] if shard is None else list(shard.records())
+            order = sorted(shard.entries)
+            entries = [encode_entry(shard.entries[kh]) for kh in order]
+            return order, entries, [b""] * len(order)
+        return shard.columns()
 
     def _dirty_root(self, module: str, mod: _Module, prefix: int) -> tuple[bytes, int]:
         pair = mod.roots.get(prefix)
         if pair is None:
-            records = self._base_records(module, mod, prefix)
-            merged = merge(records, mod.dirty[prefix], self.cell_inline_bytes_max)
+            columns = self._base_columns(module, mod, prefix)
+            merged = merge(*columns, mod.dirty[prefix], self.cell_inline_bytes_max)
             pair = (merged.logical_root(), len(merged.keys)) if merged.keys else (b"", 0)
             mod.roots[prefix] = pair
         return pair
@@ -488,6 +514,8 @@ class FileCellStore:
                 self._groups.pop((name, raw))
             for raw, group in plan.groups.items():
                 self._groups.put((name, raw), ShardGroup(group))
+                for prefix, shard in group.items():
+                    self._keys.put((name, prefix), (raw, shard.keys))
             for dirty in mod.dirty.values():
                 for kh, cell in dirty.items():
                     if cell is not None and len(cell[1]) > self.cell_inline_bytes_max:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from air import cbor
 from air.errors import LimitExceeded, ValueMismatch
 from kernel import abi
-from kernel.journal import make_subject
+from kernel.journal import cell_subject, make_subject
 
 if TYPE_CHECKING:
     from air.loader import LoadedAir
@@ -49,9 +49,7 @@ class Stepping:
         if entity.key_cbor is None:
             subject = make_subject("world", "reducer", entity.reducer, leaf)
         else:
-            subject = make_subject(
-                "world", "cell", entity.reducer, entity.store_key_hash.hex(), leaf
-            )
+            subject = cell_subject(entity.reducer, entity.store_key_hash, leaf)
         if len(self._subjects) >= _SUBJECTS_CACHED_MAX:
             self._subjects.clear()  # bounded; cheap to rebuild, and never changes a subject
         self._subjects[(entity.reducer, entity.key_cbor, leaf)] = subject

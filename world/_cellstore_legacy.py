@@ -31,7 +31,7 @@ import cbor2
 
 from air import cbor
 from air.errors import CborError, StoreDamaged
-from kernel.cells import INDEX_SHARD_BITS, CellEntry, index_from_obj, shard_from_obj
+from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import fileio
 from world._cellstore_format import ShardRef
 
@@ -86,6 +86,15 @@ class LegacyShard:
     def lookup(self, key_hash: bytes) -> tuple[CellEntry, bytes | None] | None:
         entry = self.entries.get(key_hash)
         return None if entry is None else (entry, None)
+
+    def contains(self, key_hash: bytes) -> bool:
+        return key_hash in self.entries
+
+    def columns(self) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """As ``PackedShard.columns``, with empty state slices: a format-1 shard's states are
+        files, not read for a root (which needs none)."""
+        order = sorted(self.entries)
+        return order, [encode_entry(self.entries[kh]) for kh in order], [b""] * len(order)
 
 
 class LegacyStore:

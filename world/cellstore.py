@@ -23,11 +23,10 @@ per dirty cell (format 1) nor per dirty shard (4,096 files for any world of 100,
 reducer's index object (≤ 4,096 records) is read on first use, a group on first access to a key
 in it, and a lookup then decodes one entry (``PackedShard.lookup``). Clean groups and
 out-of-line states sit in LRUs bounded by ``shard_cache_bytes_max`` and
-``state_cache_bytes_max``, so memory follows the cells touched, not the world. The key list
-of every shard read or written (32 bytes a cell) sits in a third LRU (``key_cache_bytes_max``):
-a cell the store does not hold (every new cell's first ``get``) is answered from it without
-reading a group the group LRU has let go, which at a million new cells was ~16,000 group reads
-of ~40 KB and a tenth of the run (BENCHMARKS.md, "Cells at scale"). Every read is
+``state_cache_bytes_max``, so memory follows the cells touched, not the world; a third
+(``key_cache_bytes_max``) keeps the key lists of shards read or written (32 bytes a cell), so a
+new cell's first ``get`` needs no group the group LRU let go (a million new cells made ~16,000
+such reads, a tenth of the run: BENCHMARKS.md, "New cells cheaper"). Every read is
 verified: each object against its name, and the checkpoint against its digest. A file that is
 missing, does not match or does not decode is ``StoreDamaged(path, reason)``: derived state,
 which the world rebuilds from the journal. ``readonly=True`` writes nothing (no recovery, no
@@ -60,18 +59,14 @@ old tree. A checkpoint in any other format is ``StoreDamaged``: never read as so
 
 Rejected alternatives, with numbers: ``world._cellstore_format``.
 
-Not here: the world lock (``world.fsutil.lock_world``, taken by whoever opens the world).
-Never collected, by design or for now: the objects of a store discarded as damaged
-(``world._worlddir.discard_store`` moves only ``state/reducers`` aside), the store objects a
-fork or migration copies along with the whole CAS, and the snapshot object of a checkpoint that
-died before its plan was written (``World.snapshot`` puts it before calling ``flush``).
-``reachable_objects`` names what a checkpoint uses, for tools that want to tell them apart.
+Not here: the world lock (``world.fsutil.lock_world``, taken by whoever opens the world), and
+what is never collected (``world._cellstore_flush``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from air import cbor
@@ -85,7 +80,6 @@ from kernel.cells import (
     Lru,
     check_module,
     check_put,
-    encode_entry,
     index_root_of,
     shard_of,
 )
@@ -417,24 +411,11 @@ class FileCellStore:
         self.stats.entries_decoded += len(out)
         return out
 
-    def _base_columns(
-        self, module: str, mod: _Module, prefix: int
-    ) -> tuple[list[bytes], list[bytes], list[bytes]]:
-        """The committed records of a dirty prefix as ``merge`` takes them, for its root (a
-        format-1 shard's entries are encoded; its states are not read: a root needs none)."""
-        shard = self._committed_shard(module, mod, prefix)
-        if shard is None:
-            return [], [], []
-        if isinstance(shard, LegacyShard):
-            order = sorted(shard.entries)
-            entries = [encode_entry(shard.entries[kh]) for kh in order]
-            return order, entries, [b""] * len(order)
-        return shard.columns()
-
     def _dirty_root(self, module: str, mod: _Module, prefix: int) -> tuple[bytes, int]:
         pair = mod.roots.get(prefix)
         if pair is None:
-            columns = self._base_columns(module, mod, prefix)
+            shard = self._committed_shard(module, mod, prefix)
+            columns = ([], [], []) if shard is None else shard.columns()
             merged = merge(*columns, mod.dirty[prefix], self.cell_inline_bytes_max)
             pair = (merged.logical_root(), len(merged.keys)) if merged.keys else (b"", 0)
             mod.roots[prefix] = pair
@@ -444,14 +425,8 @@ class FileCellStore:
         count = mod.counts.get(prefix)
         if count is None:
             shard = self._committed_shard(module, mod, prefix)
-            contains: Callable[[bytes], bool]
-            if shard is None:
-                contains = frozenset().__contains__
-            elif isinstance(shard, LegacyShard):
-                contains = shard.entries.__contains__
-            else:
-                contains = shard.contains
             base = 0 if shard is None else shard.count
+            contains = frozenset().__contains__ if shard is None else shard.contains
             count = mod.counts[prefix] = merged_count(base, contains, mod.dirty[prefix])
         return count
 

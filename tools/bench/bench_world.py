@@ -8,11 +8,15 @@ journal; then replay from genesis; then open time. Also events/s across cell cou
 
 Compare the two paths pairwise in one window (the machine's speed drifts): native, pure, native,
 pure. The line printed names the path that ran.
+
+``--collector cli`` runs the collector as the ``world`` CLI does (``cli.main.COLLECTOR_THRESHOLDS``);
+the default keeps Python's thresholds, as every figure before 2026-11-26 09:20 was measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import shutil
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from cli.main import COLLECTOR_THRESHOLDS  # noqa: E402
 from kernel import native  # noqa: E402
 from world.replay import verify_world  # noqa: E402
 from world.world import World  # noqa: E402
@@ -71,13 +76,17 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--sweep", action="store_true", help="events/s for 100 .. 1,000,000 cells")
+    parser.add_argument("--collector", choices=("default", "cli"), default="default")
     args = parser.parse_args()
+    if args.collector == "cli":
+        gc.set_threshold(*COLLECTOR_THRESHOLDS)
     folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
     try:
         result = run(args.cells, args.events, args.batch, folder)
         path = "native" if native.enabled() else "pure"
         print(
-            f"path={path} cells={args.cells} events={args.events}: {result['events_per_s']:,.0f} events/s end to end "
+            f"path={path} collector={args.collector} cells={args.cells} events={args.events}: "
+            f"{result['events_per_s']:,.0f} events/s end to end "
             f"(send {result['send_events_per_s']:,.0f}/s, steps {result['step_events_per_s']:,.0f}/s, "
             f"final checkpoint {result['checkpoint_s']:.2f} s), "
             f"replay {result['replay_events_per_s']:,.0f} events/s, open {result['open_s']:.3f} s, "

@@ -47,6 +47,7 @@ __all__ = [
     "digest",
     "dumps",
     "hash_to_raw",
+    "head",
     "loads",
     "raw_to_hash",
 ]
@@ -283,6 +284,20 @@ def _decode_error(exc: Exception) -> CborError:
     if isinstance(exc, RecursionError) or "nesting depth" in str(exc):
         return CborError("/", "too_deep", f"nested deeper than CBOR_DEPTH_MAX={CBOR_DEPTH_MAX}")
     return CborError("/", "malformed", str(exc))
+
+
+def head(major: int, value: int) -> bytes:
+    """The shortest CBOR head for ``value`` (0 .. 2**64-1) in major type ``major`` (0-7)."""
+    top = major << 5
+    if value < 24:
+        return bytes((top | value,))
+    if value < 0x100:
+        return bytes((top | 24, value))
+    if value < 0x10000:
+        return bytes((top | 25,)) + value.to_bytes(2, "big")
+    if value < 0x1_0000_0000:
+        return bytes((top | 26,)) + value.to_bytes(4, "big")
+    return bytes((top | 27,)) + value.to_bytes(8, "big")
 
 
 def digest(data: bytes) -> bytes:

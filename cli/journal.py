@@ -98,7 +98,8 @@ def tail(
 
     Read-only: works while another process runs the world. ``--from`` is the global sequence
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
-    from kernel.journal import SubjectPattern, check_read_args
+    from kernel.journal import check_read_args
+    from kernel.subjects import SubjectPattern
     from world import journal as file_journal
     from world._worlddir import load_world_air
     from world.errors import NotAWorld

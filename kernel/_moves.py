@@ -32,7 +32,8 @@ from air.types import Ref
 from air.values import normalise
 from kernel.cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, key_hash
 from kernel.divergence import ReplayDivergence
-from kernel.journal import JournalRecord, make_subject
+from kernel.journal import JournalRecord
+from kernel.subjects import make_subject
 
 if TYPE_CHECKING:  # kernel.core imports this module for its dispatch
     from kernel.core import Kernel

@@ -134,7 +134,7 @@ PyObject *native_py_encode_input(PyObject *self, PyObject *const *args, Py_ssize
 /* --- journal records -------------------------------------------------------------------- */
 
 /* encode_record(seq, body, kind_cbor, subject_cbor): the payload bytes, or None. kind_cbor and
- * subject_cbor are the checked, already encoded texts (kernel.journal caches them). */
+ * subject_cbor are the checked, already encoded texts (kernel.subjects caches them). */
 PyObject *native_py_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     (void)self;
     if (n != 4 || !PyLong_CheckExact(args[0]) || !PyBytes_CheckExact(args[2]) ||

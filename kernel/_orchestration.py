@@ -19,7 +19,7 @@ from air import cbor
 from kernel import abi
 from kernel.divergence import ReplayDivergence
 from kernel.effects import CapDenied, EffectManager, Intent, intent_hash
-from kernel.journal import JournalRecord, make_subject
+from kernel.journal import JournalRecord
 from kernel.plans import (
     CONTINUE,
     DENIED,
@@ -31,6 +31,7 @@ from kernel.plans import (
     input_hash,
 )
 from kernel.scheduler import Delivery, Entity, Scheduler
+from kernel.subjects import make_subject
 
 if TYPE_CHECKING:
     from air.loader import LoadedAir

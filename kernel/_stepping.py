@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from air import cbor
 from air.errors import LimitExceeded, ValueMismatch
 from kernel import abi
-from kernel.journal import cell_subject, make_subject
+from kernel.subjects import cell_subject, make_subject
 
 if TYPE_CHECKING:
     from air.loader import LoadedAir

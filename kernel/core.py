@@ -53,12 +53,13 @@ from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
 from kernel.divergence import ReplayDivergence, first_difference, show_value
 from kernel.effects import CapDenied, EffectManager, Intent
 from kernel.host import ReducerError, ReducerLoadError
-from kernel.journal import Journal, JournalRecord, make_subject
+from kernel.journal import Journal, JournalRecord
 from kernel.plans import (
     PlanEngine,
     Run,
 )
 from kernel.scheduler import Delivery, Entity, Scheduler
+from kernel.subjects import make_subject
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",

@@ -1,5 +1,4 @@
-"""Journal records, their canonical encoding, subjects, the ``Journal`` protocol, and an in-memory
-journal.
+"""Journal records, their canonical encoding, the ``Journal`` protocol, and an in-memory journal.
 
 A journal is the world's source of truth: an append-only sequence of ``JournalRecord`` values,
 each with a global sequence number ``seq`` (0, 1, 2, ... with no gaps: a cursor for every
@@ -13,11 +12,7 @@ scanner can check sequence continuity from those bytes without decoding the reco
 ``encode_record`` builds the same bytes without the generic encoder's map sorting (it is the
 append hot path); a test holds it equal to ``air.cbor.dumps`` of the record map.
 
-Subjects and patterns. A subject is ``/``-separated, starts with ``/``, has no empty segment, no
-``*``, ``>`` or whitespace. AIR names keep their own ``/``: ``demo/Counter@1`` contributes two
-segments. A pattern is a subject whose segments may also be ``*`` (exactly one segment) and, as
-the last segment only, ``**`` or its alias ``>`` (zero or more further segments; unlike NATS,
-``/a/>`` also matches ``/a``). Partial wildcards (``ord*``) are rejected, not taken literally.
+Subjects, kinds and subject patterns, and their cached encodings: ``kernel.subjects``.
 
 Durability contract (every backend). ``append`` validates, encodes and buffers a record and
 returns its seq; it is *not* durable. ``commit`` makes every record appended so far durable (one
@@ -37,10 +32,8 @@ cannot change the journal and reads return fresh values, as a file journal does.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final, Protocol, runtime_checkable
 
 import cbor2
@@ -48,6 +41,19 @@ import cbor2
 from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError, WorldError
 from kernel import native
+from kernel.subjects import (
+    SubjectPattern,
+    checked_kind_cbor,
+    checked_subject_cbor,
+    is_kind,
+    is_subject,
+    kind_cbor,
+    kind_encodings,
+    known_kind,
+    known_subject,
+    subject_cbor,
+    subject_encodings,
+)
 
 __all__ = [
     "PROBLEM_REASONS",
@@ -57,22 +63,14 @@ __all__ = [
     "JournalProblem",
     "JournalRecord",
     "MemoryJournal",
-    "SubjectPattern",
-    "cell_subject",
     "check_encoded",
-    "check_kind",
     "check_read_args",
-    "check_subject",
     "decode_record",
     "decode_record_fast",
-    "effect_subject",
     "encode_record",
-    "event_subject",
     "filter_records",
-    "make_subject",
     "prepare_payload",
     "record_prefix",
-    "subject_matches",
 ]
 
 RECORD_BYTES_MAX: Final = 16 * 1024 * 1024
@@ -85,13 +83,6 @@ _KEY_BODY: Final = b"\x64body"
 _KEY_KIND: Final = b"\x64kind"
 _KEY_SUBJECT: Final = b"\x67subject"
 _SEQ_MAX: Final = 2**64 - 1
-
-_SUBJECT_RE: Final = re.compile(r"(?:/[^/*>\s]+)+")
-_KIND_RE: Final = re.compile(r"[a-z][a-z0-9_.-]*")
-_ENCODED_CACHE_MAX: Final = 65_536
-"""Subjects (one per cell) and kinds whose checked encodings are kept: as many as the kernel
-keeps entities, so a world of 10,000 busy cells does not check every subject again (at 4,096
-it did: ~0.9 µs of pattern per record)."""
 
 
 PROBLEM_REASONS: Final = frozenset(
@@ -188,162 +179,7 @@ class JournalRecord:
         return {"seq": self.seq, "subject": self.subject, "kind": self.kind, "body": self.body}
 
 
-# --- subjects -------------------------------------------------------------------------------
-
-
-def check_subject(subject: str) -> str:
-    """Return ``subject`` if it is a valid concrete subject, else raise ``UsageError``."""
-    if not isinstance(subject, str) or _SUBJECT_RE.fullmatch(subject) is None:
-        raise UsageError(f"invalid journal subject {subject!r}")
-    try:
-        subject.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UsageError(f"journal subject {subject!r} is not valid Unicode") from exc
-    return subject
-
-
-def check_kind(kind: str) -> str:
-    """Return ``kind`` if it is a valid record kind (``[a-z][a-z0-9_.-]*``), else raise."""
-    if not isinstance(kind, str) or _KIND_RE.fullmatch(kind) is None:
-        raise UsageError(f"invalid journal record kind {kind!r}")
-    return kind
-
-
-def make_subject(*parts: str) -> str:
-    """Join ``parts`` (each one or more segments) into a checked subject: ``/world/event/a/b@1``.
-
-    The check is the one ``encode_record`` needs, so its result goes into the same cache: a
-    new cell's subject is checked once, not again when its step is journaled."""
-    subject = "/" + "/".join(parts)
-    _subject_cbor(subject)
-    return subject
-
-
-def event_subject(schema: str) -> str:
-    """Subject of an event entering the world: ``/world/event/<schema>``."""
-    return make_subject("world", "event", schema)
-
-
-# (reducer, leaf) -> the checked text before and after a cell's key hash in its subjects.
-_cell_templates: dict[tuple[str, str], tuple[str, str]] = {}
-
-
-def cell_subject(reducer: str, key_hash: bytes, leaf: str = "step") -> str:
-    """Subject of a cell-scoped record: ``/world/cell/<reducer>/<key hash hex>/<leaf>``.
-
-    The text around the hash is checked once per (reducer, leaf): a segment of hex digits
-    cannot make a valid subject invalid, so a new cell's subject skips the pattern (a million
-    new cells spent ~1 s in it) and goes straight into the encoder's cache."""
-    template = _cell_templates.get((reducer, leaf))
-    if template is None or not key_hash:
-        make_subject("world", "cell", reducer, key_hash.hex(), leaf)  # raises if bad
-        if len(_cell_templates) >= _ENCODED_CACHE_MAX:
-            _cell_templates.clear()
-        template = _cell_templates[(reducer, leaf)] = (f"/world/cell/{reducer}/", f"/{leaf}")
-    subject = template[0] + key_hash.hex() + template[1]
-    if subject not in _subject_cache:
-        _cache_subject(subject)
-    return subject
-
-
-def effect_subject(intent_hash: bytes, leaf: str) -> str:
-    """Subject of an effect record: ``/world/effect/<intent hash hex>/<leaf>`` (intent, receipt)."""
-    return make_subject("world", "effect", intent_hash.hex(), leaf)
-
-
-@dataclass(frozen=True, slots=True)
-class SubjectPattern:
-    """A compiled subject pattern; ``matches`` is one regex match per subject."""
-
-    pattern: str
-    _regex: re.Pattern[str]
-
-    @classmethod
-    def compile(cls, pattern: str) -> SubjectPattern:
-        return _compile_pattern(pattern)
-
-    def matches(self, subject: str) -> bool:
-        return self._regex.fullmatch(subject) is not None
-
-
-@lru_cache(maxsize=256)
-def _compile_pattern(pattern: str) -> SubjectPattern:
-    if not isinstance(pattern, str) or not pattern.startswith("/") or pattern == "/":
-        raise UsageError(f"invalid subject pattern {pattern!r}")
-    segments = pattern[1:].split("/")
-    parts: list[str] = []
-    for index, segment in enumerate(segments):
-        if segment in ("**", ">"):
-            if index != len(segments) - 1:
-                raise UsageError(f"'{segment}' must be the last segment of {pattern!r}")
-            parts.append("(?:/[^/]+)*")
-        elif segment == "*":
-            parts.append("/[^/]+")
-        elif _SUBJECT_RE.fullmatch("/" + segment) is None:
-            raise UsageError(f"invalid segment {segment!r} in subject pattern {pattern!r}")
-        else:
-            parts.append("/" + re.escape(segment))
-    return SubjectPattern(pattern, re.compile("".join(parts)))
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """True if ``subject`` matches ``pattern``: ``*`` is one segment, a trailing ``**`` the rest."""
-    return _compile_pattern(pattern).matches(subject)
-
-
 # --- encoding -------------------------------------------------------------------------------
-
-
-def _uint_head(major: int, value: int) -> bytes:
-    """The shortest CBOR head for ``value`` in major type ``major``."""
-    top = major << 5
-    if value < 24:
-        return bytes((top | value,))
-    if value < 0x100:
-        return bytes((top | 24, value))
-    if value < 0x10000:
-        return bytes((top | 25,)) + value.to_bytes(2, "big")
-    if value < 0x1_0000_0000:
-        return bytes((top | 26,)) + value.to_bytes(4, "big")
-    return bytes((top | 27,)) + value.to_bytes(8, "big")
-
-
-def _text_cbor(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return _uint_head(3, len(raw)) + raw
-
-
-# Subjects and kinds repeat (one subject per cell, a handful of kinds), so their checked
-# encodings are cached. Two caches, so that a string checked as a kind is never taken for a
-# checked subject. Bounded by clearing, which is cheap and cannot change any output.
-_subject_cache: dict[str, bytes] = {}
-_kind_cache: dict[str, bytes] = {}
-
-
-def _subject_cbor(subject: str) -> bytes:
-    encoded = _subject_cache.get(subject)
-    if encoded is None:
-        encoded = _cache_subject(check_subject(subject))
-    return encoded
-
-
-def _cache_subject(subject: str) -> bytes:
-    """Cache the encoding of a subject known to be valid; return it."""
-    encoded = _text_cbor(subject)
-    if len(_subject_cache) >= _ENCODED_CACHE_MAX:
-        _subject_cache.clear()
-    _subject_cache[subject] = encoded
-    return encoded
-
-
-def _kind_cbor(kind: str) -> bytes:
-    encoded = _kind_cache.get(kind)
-    if encoded is None:
-        encoded = _text_cbor(check_kind(kind))
-        if len(_kind_cache) >= _ENCODED_CACHE_MAX:
-            _kind_cache.clear()
-        _kind_cache[kind] = encoded
-    return encoded
 
 
 _FLAT_VALUE_TYPES: Final = frozenset({str, bytes, bool, type(None)})
@@ -381,7 +217,7 @@ def _body_cbor(body: Any) -> bytes:
 
 def record_prefix(seq: int) -> bytes:
     """The first bytes of every payload whose record has this ``seq`` (map head and seq field)."""
-    return _HEAD_SEQ + _uint_head(0, seq)
+    return _HEAD_SEQ + cbor.head(0, seq)
 
 
 def encode_record(seq: int, subject: str, kind: str, body: Any) -> bytes:
@@ -400,17 +236,10 @@ def encode_record(seq: int, subject: str, kind: str, body: Any) -> bytes:
         # cell brings a new subject: with 200,000 cells stepping once each, none was cached and
         # every step took the Python path, ~3x slower); an invalid one is left to the code
         # below, which raises for the body first.
-        kind_cbor = _kind_cache.get(kind)
-        if kind_cbor is None and type(kind) is str and _KIND_RE.fullmatch(kind) is not None:
-            kind_cbor = _kind_cbor(kind)
-        subject_cbor = _subject_cache.get(subject)
-        if subject_cbor is None:
-            try:
-                subject_cbor = _subject_cbor(subject)
-            except UsageError:
-                subject_cbor = None
-        if kind_cbor is not None and subject_cbor is not None:
-            payload: bytes | None = extension.encode_record(seq, body, kind_cbor, subject_cbor)
+        kind_enc = kind_encodings.get(kind) or checked_kind_cbor(kind)
+        subject_enc = subject_encodings.get(subject) or checked_subject_cbor(subject)
+        if kind_enc is not None and subject_enc is not None:
+            payload: bytes | None = extension.encode_record(seq, body, kind_enc, subject_enc)
             if payload is not None:
                 return payload
     return b"".join(
@@ -419,19 +248,11 @@ def encode_record(seq: int, subject: str, kind: str, body: Any) -> bytes:
             _KEY_BODY,
             _body_cbor(body),
             _KEY_KIND,
-            _kind_cbor(kind),
+            kind_cbor(kind),
             _KEY_SUBJECT,
-            _subject_cbor(subject),
+            subject_cbor(subject),
         )
     )
-
-
-def _known_subject(subject: str) -> bool:
-    return subject in _subject_cache or _SUBJECT_RE.fullmatch(subject) is not None
-
-
-def _known_kind(kind: str) -> bool:
-    return kind in _kind_cache or _KIND_RE.fullmatch(kind) is not None
 
 
 def _record_from_map(obj: Any) -> JournalRecord:
@@ -440,9 +261,9 @@ def _record_from_map(obj: Any) -> JournalRecord:
     seq, subject, kind = obj["seq"], obj["subject"], obj["kind"]
     if type(seq) is not int or seq < 0:
         raise CborError("/seq", "journal.record", "seq is not a nat")
-    if type(subject) is not str or _SUBJECT_RE.fullmatch(subject) is None:
+    if not is_subject(subject):
         raise CborError("/subject", "journal.record", "subject is not a valid subject")
-    if type(kind) is not str or _KIND_RE.fullmatch(kind) is None:
+    if not is_kind(kind):
         raise CborError("/kind", "journal.record", "kind is not a valid kind")
     return JournalRecord(seq, subject, kind, obj["body"])
 
@@ -463,7 +284,7 @@ def decode_record_fast(payload: bytes) -> JournalRecord:
     found = native.decode_record(payload)
     if found is not None:
         seq, subject, kind, body = found
-        if seq >= 0 and _known_subject(subject) and _known_kind(kind):
+        if seq >= 0 and known_subject(subject) and known_kind(kind):
             return JournalRecord(seq, subject, kind, body)
     try:
         obj = cbor2.loads(payload)
@@ -534,7 +355,7 @@ def check_read_args(from_seq: int, subject_pattern: str | None) -> SubjectPatter
     """Validate ``read`` arguments shared by every backend; return the compiled pattern."""
     if type(from_seq) is not int or from_seq < 0:
         raise UsageError(f"from_seq must be a nat, not {from_seq!r}")
-    return None if subject_pattern is None else _compile_pattern(subject_pattern)
+    return None if subject_pattern is None else SubjectPattern.compile(subject_pattern)
 
 
 def filter_records(

@@ -276,7 +276,7 @@ def test_flush_of_a_world_with_no_cells_writes_no_shard(tmp_path: Path) -> None:
 def _cell(key: str) -> str:
     from air import cbor
     from kernel.cells import key_hash
-    from kernel.journal import cell_subject
+    from kernel.subjects import cell_subject
 
     return history.cell_id(cell_subject(COUNTER, key_hash(cbor.dumps(key))))
 

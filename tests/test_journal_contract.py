@@ -17,15 +17,17 @@ from kernel.journal import (
     Journal,
     JournalRecord,
     MemoryJournal,
-    SubjectPattern,
-    cell_subject,
     decode_record,
     decode_record_fast,
-    effect_subject,
     encode_record,
+    record_prefix,
+)
+from kernel.subjects import (
+    SubjectPattern,
+    cell_subject,
+    effect_subject,
     event_subject,
     make_subject,
-    record_prefix,
     subject_matches,
 )
 from world.journal import FileJournal

@@ -10,7 +10,7 @@ import pytest
 
 import kernel._stepping
 import kernel.core
-import kernel.journal
+import kernel.subjects
 from world.replay import verify_world
 from world.world import World
 
@@ -27,7 +27,7 @@ def _run(path: Path) -> tuple[bytes, dict[str, int]]:
         sizes = {
             "entities": max(len(c) for c in world.kernel._entities.values()),
             "subjects": max(len(c) for c in world.kernel._subjects.values()),
-            "encoded": len(kernel.journal._subject_cache),
+            "encoded": len(kernel.subjects.subject_encodings),
         }
         world.snapshot()
         counts = {f"k{n}": world.state("demo/Counter@1", f"k{n}")["count"] for n in range(KEYS)}
@@ -42,9 +42,9 @@ def test_caches_at_their_limits_change_no_byte(
     wide, _sizes = _run(tmp_path / "wide")
     monkeypatch.setattr(kernel.core, "_ENTITIES_CACHED_MAX", 3)
     monkeypatch.setattr(kernel._stepping, "_SUBJECTS_CACHED_MAX", 3)
-    monkeypatch.setattr(kernel.journal, "_ENCODED_CACHE_MAX", 3)
-    kernel.journal._subject_cache.clear()
-    kernel.journal._cell_templates.clear()
+    monkeypatch.setattr(kernel.subjects, "_ENCODED_CACHE_MAX", 3)
+    kernel.subjects.subject_encodings.clear()
+    kernel.subjects._cell_templates.clear()
     narrow, sizes = _run(tmp_path / "narrow")
     assert sizes["entities"] <= 3
     assert sizes["subjects"] <= 3

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from air.errors import InvalidArgument, LimitExceeded
-from kernel.journal import JournalRecord, SubjectPattern
+from kernel.journal import JournalRecord
+from kernel.subjects import SubjectPattern
 from world.control import encode
 from world.views import RecordView, cells_page
 from world.world import World

@@ -11,7 +11,7 @@ from typing import Final
 from air import cbor
 from air.errors import StoreDamaged
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
-from kernel.journal import make_subject
+from kernel.subjects import make_subject
 from world import fileio
 from world.airfiles import read_world_sources
 from world.cas import FileCas

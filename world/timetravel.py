@@ -45,7 +45,8 @@ from air.values import normalise, to_sugar
 from kernel import abi
 from kernel.cells import MemoryCellStore, key_hash
 from kernel.core import OWED_KINDS, Kernel
-from kernel.journal import JournalRecord, MemoryJournal, cell_subject
+from kernel.journal import JournalRecord, MemoryJournal
+from kernel.subjects import cell_subject
 from world import fileio
 from world._worlddir import remove_tree
 from world.errors import WorldExists

@@ -414,6 +414,28 @@ def test_a_cell_the_store_never_held_costs_no_shard_read_once_its_keys_are_known
     assert bare.stats.shard_loads == 3
 
 
+def test_the_key_cache_limit_keeps_the_most_recent_shards_key_lists(tmp_path: Path) -> None:
+    store = FileCellStore(tmp_path)
+    hashes = [put(store, n) for n in range(5000)]
+    store.flush()
+    first = hashes[0]
+    other = next(kh for kh in hashes if shard_of(kh) != shard_of(first))
+    sizes = collections.Counter(shard_of(kh) for kh in hashes)
+    room = 32 * max(sizes[shard_of(first)], sizes[shard_of(other)])  # one shard's keys fit
+    reopened = FileCellStore(tmp_path, shard_cache_bytes_max=0, key_cache_bytes_max=room)
+    absent_first = cell(_absent_in_shard_of(first, 5000))[0]
+    absent_other = cell(_absent_in_shard_of(other, 5000))[0]
+    assert reopened.get(MODULE, first) is not None  # reads first's group, keeps its keys
+    assert reopened.get(MODULE, absent_first) is None
+    assert reopened.stats.shard_loads == 1
+    assert reopened.get(MODULE, absent_other) is None  # reads other's group; first's keys go
+    assert reopened.get(MODULE, absent_other) is None
+    assert reopened.stats.shard_loads == 2
+    assert reopened.get(MODULE, absent_first) is None  # evicted: read again
+    assert reopened.stats.shard_loads == 3
+    assert reopened._keys.weight <= room
+
+
 def test_a_cell_added_after_its_shards_keys_were_cached_is_found(tmp_path: Path) -> None:
     store = FileCellStore(tmp_path)
     first = put(store, 0)

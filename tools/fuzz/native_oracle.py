@@ -342,7 +342,7 @@ def check_normalise(node: Any, schemas: Any, value: Any) -> None:
     except ValueError:
         ours, handled = None, False
     # ValueError: the reference lets base64.b64decode's escape for non-ASCII text (a bug of
-    # air.values._norm_bytes, reported); the C code declines such text, so both paths agree.
+    # air._scalars._norm_bytes, reported); the C code declines such text, so both paths agree.
     ok, theirs = _reference(lambda: normalise(node, value, schemas), (WorldError, ValueError))
     if handled and (not ok or not same(ours, theirs)):
         raise Disagreement("normalise", (node, value), ours, theirs)

@@ -1,6 +1,24 @@
 """Journal seals: what a full segment's ``<segment>.seal`` holds, when opening trusts one, and
-when ``verify`` calls one stale (the format and the rules are in ``world._segments``'s
-docstring, "Seals").
+when ``verify`` calls one stale.
+
+When the writer rolls over, it writes ``<segment>.seal`` next to the full segment (temp,
+fsync, rename, fsync dir): the canonical CBOR map
+
+    format 2 | first_seq | record_count | size_bytes (the segment file's length)
+    | last_frame_offset | index_stride (256) | index_offsets (u64 LE offset of every 256th frame)
+    | blake3 (32 bytes: the digest of the segment file's bytes)
+    | crc32 (of the canonical CBOR of the map without this field)
+
+Every frame of the segment was synced by the commit that wrote it, before the roll, so a crash
+leaves either no seal (the segment is scanned, as before seals) or a whole one. Opening trusts a
+seal only if it decodes strictly, its CRC and fields agree, the file has ``size_bytes``, and its
+header and last frame are intact (``trusted_seal``); ``verify`` also compares the blake3 of the
+file with the seal's (``stale_seal``), and every read checks each frame's CRCs, so a flipped
+byte in a sealed segment is reported by the first command that reads it. A seal of format 1 (no
+digest) is not trusted: the segment is scanned, and a writable open seals it again. A writable
+open writes the missing seal of every earlier segment it scanned cleanly, after an fsync of that
+segment. Creating a segment first removes any stale seal of that name; ``repair`` backs up and
+removes the seals of the segments it cuts.
 
 Private to ``world.journal``; split from ``world._segments``, which it builds on (the segment
 record, the frame and header checks, ``Io``).

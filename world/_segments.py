@@ -6,8 +6,7 @@ The checks are pure (bytes in, a verdict out); the file helpers each touch one s
 seal file, every durable operation through ``world.fileio``, and turn an ``OSError`` into a
 ``StorageError`` that names the operation and the path. Not here: the order of segments in a
 journal and the walk over them, the writer, and repair (``world.journal``,
-``world._journal_repair``); reading, writing and trusting seals (``world._seals``; their format
-and rules are below).
+``world._journal_repair``); reading, writing and trusting seals (``world._seals``).
 
 Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then frames.
 
@@ -43,24 +42,8 @@ A ``kill -9`` always leaves a prefix of the last write, so it is always torn; a 
 persisted a later page of the final write but not an earlier one is reported as corruption, and
 ``repair`` cuts it (no such record was ever acknowledged, since ``commit`` had not returned).
 
-Seals. When the writer rolls over, it writes ``<segment>.seal`` next to the full segment (temp,
-fsync, rename, fsync dir): the canonical CBOR map
-
-    format 2 | first_seq | record_count | size_bytes (the segment file's length)
-    | last_frame_offset | index_stride (256) | index_offsets (u64 LE offset of every 256th frame)
-    | blake3 (32 bytes: the digest of the segment file's bytes)
-    | crc32 (of the canonical CBOR of the map without this field)
-
-Every frame of the segment was synced by the commit that wrote it, before the roll, so a crash
-leaves either no seal (the segment is scanned, as before seals) or a whole one. Opening trusts a
-seal only if it decodes strictly, its CRC and fields agree, the file has ``size_bytes``, and its
-header and last frame are intact (``trusted_seal``); ``verify`` also compares the blake3 of the
-file with the seal's (``stale_seal``), and every read checks each frame's CRCs, so a flipped
-byte in a sealed segment is reported by the first command that reads it. A seal of format 1 (no
-digest) is not trusted: the segment is scanned, and a writable open seals it again. A writable open writes the missing seal of every
-earlier segment it scanned cleanly, after an fsync of that segment. Creating a segment first
-removes any stale seal of that name; ``repair`` backs up and removes the seals of the segments it
-cuts.
+Seals (a full segment's ``<segment>.seal``, which lets opening skip the scan of that segment):
+``world._seals``.
 
 Reading (``read_segment``) checks both CRCs and the seq of every frame again, whatever a seal
 said, so damage that appears after open is reported by the first read that reaches it.

@@ -251,7 +251,13 @@ def _size(path: Path) -> int:
 
 
 def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> RepairReport:
-    """Carry out ``world.journal.repair`` on the journal in ``path``, which ``before`` verified."""
+    """Carry out ``world.journal.repair`` on the journal in ``path``, which ``before`` verified.
+
+    The segment holding the cut is copied to ``backup_dir`` and truncated there; later segments
+    (and a segment whose header is bad) are copied and then removed. The seals of all these
+    segments are copied and removed first, so that no seal outlives the bytes it describes. The
+    copies are synced before any original is touched. Afterwards ``verify`` is clean.
+    """
     cut = before.problem or before.torn_tail
     if cut is None:
         if not before.stale_seals:

@@ -2,7 +2,8 @@
 
 This module holds ``FileJournal`` (writing, opening, reading, refreshing), the walk over a
 journal's segments that opening and ``verify`` share, and the public surface. The on-disk format,
-the check of one segment, the torn-tail rule and seals are in ``world._segments``; the reports,
+the check of one segment and the torn-tail rule are in ``world._segments``, seals in
+``world._seals``, the undo of a failed commit in ``world._journal_files``; the reports,
 the cutting that ``repair`` does and ``salvage`` are in ``world._journal_repair``. Every public
 name is importable from here. Every durable operation (creating a segment or a seal, writing,
 ``fdatasync``, truncating, removing, directory syncs) goes through ``world.fileio``, and every
@@ -21,33 +22,11 @@ first chunk durable, and a rollback would have had to cut several files. The pri
 segments end depends on how records were grouped into commits, so a replay that commits
 differently reproduces a journal longer than one segment record for record, not byte for byte.
 
-Failure. A commit is all or nothing under I/O errors. If any step fails (an ``ENOSPC`` on a
-full disk, an ``EIO`` on ``fdatasync``, a short write), the journal truncates the segment it
-wrote to back to its size before the commit (``ftruncate`` + ``fsync``; cutting frees space, so
-this works on a full disk), removes the segment and the seal the commit's roll created, syncs
-the directory, drops the pending records and raises ``JournalWriteFailed(rolled_back=True)`` with
-the failing operation, path and errno: none of the batch is durable, the handle stays open, and
-the next commit works once the cause is gone. Only if the rollback fails too is it
-``rolled_back=False``: the handle then refuses writes until it is reopened, and what opening
-finds is decided by the torn-tail rule (whole frames of the batch that reached the file stay).
+Failure. A commit is all or nothing under I/O errors: a failed one is undone and raises
+``JournalWriteFailed`` (``world._journal_files``, "Failure", says how and what is left).
 
-Crash. After a crash, every commit that returned is whole. Of a batch whose ``commit`` had not
-returned, reopening finds a *prefix*: none, some or all of its records from the first, each
-whole (a torn last frame is dropped), never a later one without the earlier ones. Exactly:
-
-    process crash between two ``world.fileio`` operations (what the crash tests inject): all of
-        the batch if its ``write`` had completed (the page cache keeps it; ``fdatasync`` only
-        matters for power loss), none of it otherwise;
-    ``kill -9`` inside the ``write`` (Linux stops a multi-page write at a page boundary when a
-        fatal signal arrives), or power loss before ``fdatasync`` returned: any prefix;
-    power loss that kept a later page and lost an earlier one: reported as corruption, which
-        ``repair`` cuts; nothing is guessed around.
-
-None of these records was acknowledged. Rejected: making a batch one unit on disk (a bit in each
-frame saying "more of this commit follows", and a torn-tail rule that drops an unfinished batch
-whole). It would turn "a prefix" into "all or none" for crashes too, but it writes the commit
-grouping into every frame, so no replay that commits differently could reproduce even a small
-journal byte for byte (``world.replay.rebuild_world`` commits once, at the end).
+Crash. After a crash, every commit that returned is whole; of one that had not, reopening
+finds a prefix of its records, each whole (``world._journal_files``, "Crash", says exactly).
 
 What each path checks:
 
@@ -64,13 +43,8 @@ What each path checks:
             next writable open scans and seals that segment again).
 
 So opening costs the last segment and a few small reads per earlier one, not the journal's size.
-Rejected (it was this module's rule for a while): comparing every seal's blake3 at every open,
-so that bit rot in an old sealed segment was noticed by ``world info``, ``send`` and ``run``.
-It read the whole journal at every open: at 1,000,000 events (~400 MB in 6 sealed segments) the
-digests alone took 0.31 s, against issue 9's 0.4 s for a whole ``send``, and they grow with the
-journal. Damage in a segment no command reads is found by ``world journal verify`` and by the
-first replay or time-travel read that reaches it. The last segment is scanned at every open, so
-``SEGMENT_BYTES_MAX`` bounds that scan (``world._segments``).
+Comparing every seal's blake3 at every open was rejected (``world._seals``). The last segment
+is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world._segments``).
 
 Readers. ``readonly=True`` performs no operation through ``world.fileio`` at all (it works on a
 read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
@@ -84,13 +58,10 @@ segments, or deciding what the kernel journals.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, NoReturn
 
 from air.errors import JournalWriteFailed, StorageError, UsageError
 from kernel.journal import (
@@ -104,8 +75,9 @@ from kernel.journal import (
     record_prefix,
 )
 from world import fileio
+from world._journal_files import Commit, close_fd, prepare_directory, roll_back
 from world._journal_repair import RepairReport, VerifyReport, cut_after_last_good, salvage
-from world._seals import seal_bytes, stale_seal, trusted_seal
+from world._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
 from world._segments import (
     FRAME_HEADER_BYTES,
     FRAME_PAYLOAD_BYTES_MAX,
@@ -123,7 +95,6 @@ from world._segments import (
     decode_at,
     frame_batch,
     fsync_dir,
-    fsync_file,
     list_segments,
     read_file,
     read_segment,
@@ -216,77 +187,6 @@ def _scan_journal(
     return scan
 
 
-def _seal_scanned(directory: Path, segments: Iterable[_Segment]) -> None:
-    """Seal earlier segments that open had to scan, once their bytes are surely durable."""
-    sealed = False
-    for segment in segments:
-        fsync_file(directory / segment.name)
-        target = directory / seal_name(segment.name)
-        temp = write_temp(directory, target.name, seal_bytes(directory, segment))
-        with Io("replace", target):
-            fileio.replace(temp, target)
-        sealed = True
-    if sealed:
-        fsync_dir(directory)
-
-
-# --- files -----------------------------------------------------------------------------------
-
-# Temp names of a segment or a seal being written: ours (``.<name>.new.tmp``) and those of
-# ``world.fsutil.atomic_write``, which wrote them before.
-_TEMP_NAME_RE: Final = re.compile(r"\.\d{20}\.log(\.seal)?\..*\.tmp")
-
-
-def _prepare_directory(directory: Path) -> None:
-    """Create the journal directory durably if needed and remove temp files of a crashed roll."""
-    if not directory.is_dir():
-        with Io("mkdir", directory):
-            fileio.mkdir(directory, parents=True)
-        fsync_dir(directory.parent)
-    with Io("list", directory):
-        names = [entry.name for entry in os.scandir(directory)]
-    for name in names:
-        if _TEMP_NAME_RE.fullmatch(name):
-            unlink(directory / name)
-
-
-def _close(fd: int) -> None:
-    """Close a segment's fd. An error here is not worth raising: every byte that counts was
-    synced by the commit that wrote it, and what was not is cut by the next open."""
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
-@dataclass(slots=True)
-class _Commit:
-    """What one commit changed on disk so far, for its rollback."""
-
-    written: tuple[Path, int] | None = None  # the segment written to, and its size before
-    step: str = "commit"  # the operation under way on that segment (for the error)
-    temps: list[Path] = field(default_factory=list)  # temp files made for a roll
-    created: list[Path] = field(default_factory=list)  # a segment and a seal renamed into place
-    fd: int | None = None  # of the segment a roll created
-
-
-def _roll_back(directory: Path, commit: _Commit) -> None:
-    """Undo ``commit``: cut the segment it wrote to, remove what its roll created, sync."""
-    for temp in commit.temps:  # harmless if left: the next writable open removes them
-        if os.path.lexists(temp):
-            with contextlib.suppress(OSError, StorageError):
-                fileio.unlink(temp, missing_ok=True)
-    if commit.written is not None and commit.written[0] not in commit.created:
-        path, size = commit.written
-        with Io("stat", path):
-            grown = os.stat(path).st_size != size
-        if grown:
-            truncate(path, size)
-    removed = [path for path in reversed(commit.created) if os.path.lexists(path)]
-    for path in removed:
-        unlink(path)
-    if commit.created:
-        fsync_dir(directory)
-
-
 # --- the journal -----------------------------------------------------------------------------
 
 
@@ -325,14 +225,14 @@ class FileJournal:
         self._watch_prefix: str | None = None
         self._watched: list[tuple[int, str]] = []
         if not readonly:
-            _prepare_directory(self._dir)
+            prepare_directory(self._dir)
         scan = _scan_journal(self._dir, strict=check_reads, trust_seals=True)
         if scan.problem is not None:
             raise scan.problem.error()
         if not readonly:
             if scan.torn is not None:
                 truncate(self._dir / scan.torn.segment, scan.torn.offset)
-            _seal_scanned(self._dir, scan.unsealed)
+            seal_scanned(self._dir, scan.unsealed)
         self.dropped: TornTail | None = scan.torn
         self._segments = scan.segments
         self._seq_committed = scan.seq_next
@@ -453,7 +353,7 @@ class FileJournal:
 
     def _close_fd(self) -> None:
         if self._fd is not None:
-            _close(self._fd)
+            close_fd(self._fd)
             self._fd, self._fd_path = None, None
 
     def _plan(self, from_seq: int, end_seq: int) -> list[tuple[_Segment, int, int]]:
@@ -477,7 +377,7 @@ class FileJournal:
     # --- committing ----------------------------------------------------------------------------
 
     def _commit_batch(self, payloads: list[bytes]) -> None:
-        commit = _Commit()
+        commit = Commit()
         try:
             if self._check_writes:  # the write-side half of the seq check every read makes
                 self._check_seqs(payloads)
@@ -505,7 +405,7 @@ class FileJournal:
                     f"frame for seq {self._seq_committed + index} holds another seq"
                 )
 
-    def _segment_for(self, batch_bytes: int, commit: _Commit) -> tuple[_Segment, int, Path]:
+    def _segment_for(self, batch_bytes: int, commit: Commit) -> tuple[_Segment, int, Path]:
         """The segment the batch goes into (its fd, its path), rolling over if it does not fit."""
         last = self._segments[-1] if self._segments else None
         if last is not None and (
@@ -518,7 +418,7 @@ class FileJournal:
             return last, self._fd, self._fd_path
         return self._roll(last, commit)
 
-    def _roll(self, last: _Segment | None, commit: _Commit) -> tuple[_Segment, int, Path]:
+    def _roll(self, last: _Segment | None, commit: Commit) -> tuple[_Segment, int, Path]:
         """Create the next segment, and seal the full one; the commit undoes both if it fails.
         A stale seal of the new segment's name goes first, and is not put back."""
         segment = _Segment(segment_name(self._seq_committed), self._seq_committed)
@@ -541,20 +441,20 @@ class FileJournal:
             commit.fd = fileio.open_append(path)
         return segment, commit.fd, path
 
-    def _fail(self, commit: _Commit, exc: BaseException) -> NoReturn:
+    def _fail(self, commit: Commit, exc: BaseException) -> NoReturn:
         """Roll ``commit`` back and raise: ``JournalWriteFailed`` for an I/O error."""
         self._pending = []
         self._watched[:] = [noted for noted in self._watched if noted[0] < self._seq_committed]
         self._close_fd()
         undo_error: StorageError | None = None
         try:
-            _roll_back(self._dir, commit)
+            roll_back(self._dir, commit)
         except StorageError as error:
             undo_error = error
             self._state = "failed"
         finally:
             if commit.fd is not None:
-                _close(commit.fd)
+                close_fd(commit.fd)
         if isinstance(exc, OSError):  # from the write or the fdatasync of the batch
             path = self._dir if commit.written is None else commit.written[0]
             exc = storage_error(exc, commit.step, path)
@@ -590,10 +490,7 @@ def repair(directory: str | os.PathLike[str], backup_dir: str | os.PathLike[str]
     """Cut the journal after its last whole commit before the first problem or torn tail,
     backing up whatever is changed or removed (``salvage`` reads the backup).
 
-    The segment holding the cut is copied to ``backup_dir`` and truncated there; later segments
-    (and a segment whose header is bad) are copied and then removed. The seals of all these
-    segments are copied and removed first, so that no seal outlives the bytes it describes. The
-    copies are synced before any original is touched. Afterwards ``verify`` is clean.
+    What is copied, cut and removed: ``world._journal_repair.cut_after_last_good``.
     """
     path, backup_path = Path(directory), Path(backup_dir)
     return cut_after_last_good(path, backup_path, verify(path))

@@ -5,7 +5,7 @@ Pure: the caller (``world.airfiles``) reads the files and passes their text, and
 filesystem or wasmtime.
 
 Pipeline: parse JSON (``air.jsontext``) → shape-check each def (a plan's steps in an earlier
-shape first, ``air._plan_checks.old_step_shapes``; then pydantic) → names (format, duplicates,
+shape first, ``air._plan_old_shapes.old_step_shapes``; then pydantic) → names (format, duplicates,
 one manifest) → schema types, and no cycles among schemas → semantic validation
 (``air.validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
 errors raise one ``ManifestError`` at the end. Bad input of any kind, down to a binary file or
@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import pydantic
 
 from air import jsontext
-from air._plan_checks import old_step_shapes
+from air._plan_old_shapes import old_step_shapes
 from air.diagnostics import Diagnostics, escape_pointer
 from air.errors import JsonError, ValueMismatch
 from air.model import (

@@ -7,8 +7,10 @@ conversion tests.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from kernel.cells import (
     key_hash,
     shard_of,
 )
+from world import fileio
 
 MODULE = "ab" * 32
 OTHER = "cd" * 32
@@ -109,3 +112,21 @@ def write_format1(world: Path, modules: dict[str, Cells], meta: bytes) -> None:
     body = {"format": 1, "checkpoint": meta, "modules": roots}
     record = {**body, "digest": cbor.digest(cbor.dumps(body))}
     (root / "checkpoint.cbor").write_bytes(cbor.dumps(record))
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing after the crash point runs."""
+
+
+@contextlib.contextmanager
+def crash_at(n: int) -> Iterator[list[str]]:
+    """Raise ``Crash`` at the n-th durable operation (``-1``: never); yields the ops seen."""
+    seen: list[str] = []
+
+    def hook(op: str, path: str) -> None:
+        if len(seen) == n:
+            raise Crash(op, path)
+        seen.append(f"{op} {path}")
+
+    with fileio.fault_hook(hook):
+        yield seen

@@ -4,10 +4,9 @@ durability: reopen, crash recovery at every I/O step, tamper detection, lazy loa
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,10 @@ from cellstore_kit import (
     MANIFEST,
     MODULE,
     OTHER,
+    Crash,
     cas_objects,
     cell,
+    crash_at,
     key,
     put,
     snapshot,
@@ -39,7 +40,6 @@ from kernel.cells import (
     key_hash,
     shard_of,
 )
-from world import fileio
 from world.cas import FileCas
 from world.cellstore import FileCellStore, StoreFailed
 
@@ -509,24 +509,6 @@ def test_a_negative_inline_limit_is_refused(tmp_path: Path) -> None:
 
 
 # -- crashes -----------------------------------------------------------------------------------
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after the crash point runs."""
-
-
-@contextlib.contextmanager
-def crash_at(n: int) -> Iterator[list[str]]:
-    """Raise ``Crash`` at the n-th durable operation (``-1``: never); yields the ops seen."""
-    seen: list[str] = []
-
-    def hook(op: str, path: str) -> None:
-        if len(seen) == n:
-            raise Crash(op, path)
-        seen.append(f"{op} {path}")
-
-    with fileio.fault_hook(hook):
-        yield seen
 
 
 def snapshot_meta(world: Path, name: str) -> bytes:

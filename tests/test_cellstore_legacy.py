@@ -4,9 +4,7 @@ whole; a checkpoint of a format this code does not know is never read as somethi
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,10 @@ from cellstore_kit import (
     MODULE,
     OTHER,
     Cells,
+    Crash,
     cas_objects,
     cell,
+    crash_at,
     put,
     snapshot,
     store_files,
@@ -25,7 +25,6 @@ from cellstore_kit import (
 from air import cbor
 from air.errors import StoreDamaged
 from kernel.cells import MemoryCellStore, encode_index, index_root_of
-from world import fileio
 from world.cellstore import FileCellStore
 from world.replay import verify_world
 from world.world import World
@@ -117,23 +116,6 @@ def test_a_format_1_store_whose_last_flush_died_before_its_rename_reads_the_comm
     converted = FileCellStore(tmp_path)
     assert snapshot(converted, MODULE) == snapshot(memory, MODULE)
     assert not (tmp_path / "state" / "reducers" / "flush-intent.cbor").exists()
-
-
-class Crash(BaseException):
-    """Stands for the process dying."""
-
-
-@contextlib.contextmanager
-def crash_at(n: int) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def hook(op: str, path: str) -> None:
-        if len(seen) == n:
-            raise Crash(op, path)
-        seen.append(f"{op} {path}")
-
-    with fileio.fault_hook(hook):
-        yield seen
 
 
 def test_a_crash_at_any_io_step_of_a_conversion_leaves_the_old_or_the_new_store_whole(

@@ -105,6 +105,17 @@ def world(
     return done
 
 
+def spawn(*args: object) -> subprocess.Popen[str]:
+    """The installed ``world`` script running in the background, its output piped as text."""
+    return subprocess.Popen(
+        [str(WORLD_BIN), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+
+
 def world_json(*args: object, code: int = 0) -> dict[str, Any]:
     """``world ARGS --json``: its one JSON object."""
     data: dict[str, Any] = json.loads(world(*args, "--json", code=code).stdout)
@@ -356,13 +367,7 @@ def test_journal_tail_filters_by_subject_and_position(built: Built) -> None:
 
 def test_journal_tail_follow_prints_records_as_they_arrive(built: Built) -> None:
     w = copy_of(built, "follow")
-    proc = subprocess.Popen(
-        [str(WORLD_BIN), "journal", "tail", str(w), "--from", "8", "--follow"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    proc = spawn("journal", "tail", str(w), "--from", "8", "--follow")
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
@@ -471,13 +476,7 @@ def test_effects_ls_approve_and_deny(tmp_path: Path) -> None:
 
 def test_serve_takes_cli_commands_through_its_socket_and_stops(built: Built) -> None:
     w = copy_of(built, "served")
-    proc = subprocess.Popen(
-        [str(WORLD_BIN), "serve", str(w)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    proc = spawn("serve", str(w))
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:

@@ -40,6 +40,7 @@ from kernel.cells import (
     key_hash,
     shard_of,
 )
+from world import fsutil
 from world.cas import FileCas
 from world.cellstore import FileCellStore, StoreFailed
 
@@ -547,10 +548,15 @@ def describe(store: FileCellStore) -> tuple[Any, ...]:
     return (store.last_checkpoint(), snapshot(store, MODULE), snapshot(store, OTHER))
 
 
+@pytest.mark.parametrize("threads", [False, True], ids=["in-order", "writer-threads"])
 def test_a_crash_at_any_io_step_of_a_flush_recovers_to_the_old_or_the_new_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: bool
 ) -> None:
-    """And the files on disk are exactly those of a clean run ending there: nothing leaks."""
+    """And the files on disk are exactly those of a clean run ending there: nothing leaks.
+    ``writer-threads`` writes and collects the objects from threads as a big flush does (the
+    crash then stops one thread while the other may finish its file)."""
+    if threads:
+        monkeypatch.setattr(fsutil, "SYNC_EACH_MAX", 0)
     reference = build_world(tmp_path / "reference")
     old = describe(FileCellStore(tmp_path / "reference"))
     clean = {old[0]: store_files(tmp_path / "reference")}

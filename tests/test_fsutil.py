@@ -6,13 +6,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from air.errors import StorageError, WorldError
-from world import fsutil
-from world.fsutil import WorldLocked, atomic_write, lock_world, sync_paths, write_unsynced
+from world import fileio, fsutil
+from world.fsutil import (
+    WorldLocked,
+    atomic_write,
+    lock_world,
+    sync_paths,
+    write_many_unsynced,
+    write_unsynced,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,6 +104,53 @@ def test_sync_paths_fsyncs_a_few_paths_one_by_one_and_syncs_many_at_once(
     assert calls == {"fsync": 4, "sync": 0}
     sync_paths(paths * fsutil.SYNC_EACH_MAX, [tmp_path])
     assert calls == {"fsync": 4, "sync": 1}
+
+
+@pytest.mark.parametrize("count", [3, fsutil.SYNC_EACH_MAX + 1, 200])
+def test_write_many_unsynced_writes_every_file_whole(tmp_path: Path, count: int) -> None:
+    """A few files in order, a batch past ``SYNC_EACH_MAX`` from the writer threads."""
+    writers: set[str] = set()
+
+    def note_thread(op: str, _path: str) -> None:
+        if op == "write":
+            writers.add(threading.current_thread().name)
+
+    files = [(tmp_path / f"{n}.bin", bytes([n % 256]) * (n * 97 % 5000)) for n in range(count)]
+    with fileio.fault_hook(note_thread):
+        written = write_many_unsynced(files)
+    assert written == [path for path, _ in files]
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == {
+        path.name: data for path, data in files
+    }
+    threaded = count > fsutil.SYNC_EACH_MAX
+    assert (threading.current_thread().name in writers) is not threaded
+    assert all(name.startswith("world-writer") for name in writers) is threaded
+
+
+class Boom(BaseException):
+    """Stands for a crash inside one writer thread."""
+
+
+def test_a_failure_in_a_writer_thread_is_raised_and_stops_the_writes_not_started(
+    tmp_path: Path,
+) -> None:
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def fail_the_tenth(op: str, path: str) -> None:
+        if op != "create":
+            return
+        with lock:
+            started.append(path)
+            if len(started) == 10:
+                raise Boom(path)
+
+    files = [(tmp_path / f"{n}.bin", b"x" * 1000) for n in range(500)]
+    with pytest.raises(Boom), fileio.fault_hook(fail_the_tenth):
+        write_many_unsynced(files)
+    # each other writer may finish the file it had begun, and none starts another
+    assert 10 <= len(started) <= 10 + fsutil.WRITER_THREADS - 1
+    assert len(list(tmp_path.iterdir())) < len(started)
 
 
 def test_the_lock_refuses_a_second_writer_in_another_process(tmp_path: Path) -> None:

@@ -23,7 +23,15 @@ from world._cellstore_format import (
 )
 from world._cellstore_legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
 from world.cas import CAS_DIR, pinned
-from world.fsutil import TMP_SUFFIX, StrPath, atomic_write, sync_paths, write_unsynced
+from world.fsutil import (
+    TMP_SUFFIX,
+    StrPath,
+    atomic_write,
+    in_threads,
+    sync_paths,
+    write_many_unsynced,
+    write_unsynced,
+)
 
 __all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
 
@@ -57,7 +65,10 @@ class StoreDisk:
 
     def _unlink_object(self, raw: bytes) -> None:
         """Unlink one of the store's objects, unless a ``put`` from outside shares it."""
-        path = self.object_path(raw)
+        self._unlink_path(self.object_path(raw))
+
+    @staticmethod
+    def _unlink_path(path: str) -> None:
         if not pinned(path):
             fileio.unlink(path, missing_ok=True)
 
@@ -85,7 +96,7 @@ class StoreDisk:
         """Steps 2 of the flush: the plan, then the objects, then one batch sync of the objects
         (the plan is not synced: see ``world.cellstore``)."""
         write_unsynced(self.plan, encode_plan(plan))
-        written: list[str] = []
+        files: list[tuple[str, bytes]] = []
         dirs: set[str] = set()
         for raw, data in objects:
             path = self.object_path(raw)
@@ -95,10 +106,9 @@ class StoreDisk:
                     fileio.mkdir(parent, parents=True, exist_ok=True)
                     dirs.update((self.cas, self.world))  # a new folder's entry is its parent's
                 self._known_dirs.add(parent)
-            write_unsynced(path, data)
-            written.append(path)
+            files.append((path, data))
             dirs.add(parent)
-        sync_paths(written, dirs)
+        sync_paths(write_many_unsynced(files), dirs)
 
     def commit(self, checkpoint_cbor: bytes) -> None:
         """Step 3: the commit point."""
@@ -106,8 +116,7 @@ class StoreDisk:
 
     def collect(self, garbage: Iterable[bytes], *, legacy: bool) -> None:
         """Step 4: unlink what the committed checkpoint no longer reaches, then the plan."""
-        for raw in garbage:
-            self._unlink_object(raw)
+        in_threads(self._unlink_path, [self.object_path(raw) for raw in garbage])
         if legacy:
             remove_tree(self.root)
         fileio.unlink(self.plan, missing_ok=True)

@@ -10,7 +10,10 @@
   ext4 here, one fsync costs 70-200 µs, so 50,000 files take 3-7 s one by one (3.4 s even from 32
   threads) against 0.05-0.35 s for one ``sync()``. The price of ``sync()`` is that it also
   flushes other processes' dirty pages; ``syncfs(2)`` would scope it to one file system but is
-  not in ``os`` and was not worth a ctypes binding yet.
+  not in ``os`` and was not worth a ctypes binding yet. ``write_many_unsynced`` writes a big
+  batch from ``WRITER_THREADS`` threads: creating a file costs 0.3-1 ms of kernel CPU here
+  (ext4; not I/O wait: CPU time equals wall time), which the threads spread over the cores
+  (2,000 files of 100 KB: 1.5-1.9 s from one thread, 0.83-0.91 s from two, 0.85-0.93 from four).
 * ``lock_world`` takes OS locks (``flock``) on directories, never on a lock file that a
   ``rm`` could take away from under a running writer. Three modes, as SQLite's readers and
   writer in WAL mode:
@@ -36,9 +39,11 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Collection
+import threading
+from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, TypeVar
 
 from air.errors import WorldError
 from world import fileio
@@ -46,19 +51,26 @@ from world.fileio import StrPath, fsync_dir
 
 __all__ = [
     "SYNC_EACH_MAX",
+    "WRITER_THREADS",
     "LockMode",
     "StrPath",
     "WorldLock",
     "WorldLocked",
     "atomic_write",
     "fsync_dir",
+    "in_threads",
     "lock_world",
     "sync_paths",
+    "write_many_unsynced",
     "write_unsynced",
 ]
 
+_T = TypeVar("_T")
+
 # Above this many files, one os.sync() is cheaper than an fsync per file and directory.
 SYNC_EACH_MAX: Final = 32
+# Threads that write a batch of more than SYNC_EACH_MAX files (the module docstring says why).
+WRITER_THREADS: Final = 2
 TMP_SUFFIX: Final = ".tmp"
 
 
@@ -103,6 +115,40 @@ def write_unsynced(path: StrPath, data: bytes) -> None:
         fileio.write(fd, data, path)
     finally:
         os.close(fd)
+
+
+def in_threads(work: Callable[[_T], None], paths: Sequence[_T]) -> None:
+    """``work(path)`` for each path: in order, or from ``WRITER_THREADS`` threads when there
+    are more than ``SYNC_EACH_MAX``. After the first exception (any ``BaseException``, as a
+    fault hook's simulated crash) no call starts; it is raised once the running ones end (at
+    most one per other thread), so which of the others ran is unknown, as after a crash."""
+    if len(paths) <= SYNC_EACH_MAX:
+        for path in paths:
+            work(path)
+        return
+    failed = threading.Event()
+
+    def guarded(path: _T) -> None:
+        if failed.is_set():
+            return
+        try:
+            work(path)
+        except BaseException:
+            failed.set()
+            raise
+
+    with ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="world-writer") as pool:
+        futures = [pool.submit(guarded, path) for path in paths]
+        for future in futures:
+            future.result()
+
+
+def write_many_unsynced(files: Iterable[tuple[StrPath, bytes]]) -> list[StrPath]:
+    """``write_unsynced`` for each (path, data), from threads for a big batch (``in_threads``);
+    returns the paths. The parents must exist."""
+    contents = dict(files)
+    in_threads(lambda path: write_unsynced(path, contents[path]), list(contents))
+    return list(contents)
 
 
 def sync_paths(

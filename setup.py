@@ -60,6 +60,7 @@ NATIVE = Extension(
         "kernel/_native_abi.c",
         "kernel/_native_wasm.c",
         "kernel/_native_norm.c",
+        "kernel/_native_shard.c",
     ],
     depends=["kernel/_native.h"],
     extra_compile_args=["-O2", "-std=c11", *os.environ.get("WORLD_NATIVE_CFLAGS", "").split()],

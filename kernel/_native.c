@@ -16,6 +16,9 @@ static PyMethodDef native_methods[] = {
     {"normalise", (PyCFunction)(void (*)(void))native_py_normalise, METH_FASTCALL,
      "air.values.normalise by a compiled program (kernel.native.norm_program); ValueError if "
      "not mine."},
+    {"shard_splice", (PyCFunction)(void (*)(void))native_py_shard_splice, METH_FASTCALL,
+     "A packed index shard merged with sorted ops, its logical bytes and the replaced entries "
+     "whose state slot was empty; or None."},
     {"bind", native_py_bind, METH_O, "Set the wasmtime C-API function addresses."},
     {"bind_types", native_py_bind_types, METH_O,
      "The kernel.abi result classes decode_output builds, with their fields."},

@@ -42,7 +42,8 @@ int native_is_canonical(const uint8_t *data, size_t len);
 /* cbor2.CBORTag, set at module init (needed for dec128 values). */
 extern PyObject *native_tag_type;
 
-/* Python entry points defined in _native_cbor.c / _native_abi.c / _native_wasm.c. */
+/* Python entry points defined in _native_cbor.c / _native_abi.c / _native_wasm.c /
+ * _native_norm.c / _native_shard.c. */
 PyObject *native_py_dumps(PyObject *self, PyObject *obj);
 PyObject *native_py_loads(PyObject *self, PyObject *arg);
 PyObject *native_py_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t n);
@@ -52,6 +53,7 @@ PyObject *native_py_decode_output(PyObject *self, PyObject *arg);
 PyObject *native_py_bind(PyObject *self, PyObject *arg);
 PyObject *native_py_bind_types(PyObject *self, PyObject *arg);
 PyObject *native_py_normalise(PyObject *self, PyObject *const *args, Py_ssize_t n);
+PyObject *native_py_shard_splice(PyObject *self, PyObject *const *args, Py_ssize_t n);
 int native_encode_input(nbuf_t *b, PyObject *state, PyObject *schema, PyObject *value,
                         PyObject *key, PyObject *cell_mode);
 extern PyTypeObject NativeSessionType;

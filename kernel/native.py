@@ -6,8 +6,10 @@ input envelope encoded straight into a buffer, new store, limiter, fuel, instanc
 lookups, ``alloc``, write, ``step``, read, store deleted) instead of ~8 ctypes crossings
 (``_fastcall``); the strict decode of a step's output (``decode_output``); canonical CBOR both
 ways (``dumps``, ``loads``); the journal payload join (``encode_record``) and a record's decode
-(``decode_record``). Everything else (routing, the scheduler, schema checks, the stores) stays
-Python: measured, the C call boundary is not where what is left of the step goes (BENCHMARKS.md).
+(``decode_record``); and, for the file cell store's checkpoints, the merge of a packed index
+shard with its dirty cells (``shard_splice``). Everything else (routing, the scheduler, schema
+checks, the stores) stays Python: measured, the C call boundary is not where what is left of the
+step goes (BENCHMARKS.md).
 
 The contract, one-sided by construction. Each native function either returns exactly what its
 Python reference returns, or answers "not mine" (``None``, or ``ValueError`` for ``loads``) and
@@ -68,6 +70,7 @@ __all__ = [
     "norm_program",
     "normalise",
     "set_enabled",
+    "shard_splice",
     "wasm_unavailable_reason",
 ]
 
@@ -142,6 +145,19 @@ def decode_record(payload: bytes) -> tuple[int, str, str, Any] | None:
     if _state["enabled"] and _ext is not None and type(payload) is bytes:
         found: tuple[int, str, str, Any] | None = _ext.decode_record(payload)
         return found
+    return None
+
+
+def shard_splice(
+    fields: tuple[bytes, bytes, bytes, bytes, bytes], ops: list[tuple[bytes, bytes | None, bytes]]
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, list[bytes | None]] | None:
+    """A packed shard's five fields merged with sorted ops (``world._cellstore_flush.splice``
+    says what goes in and comes out); None when not enabled or not the C code's input, and the
+    caller runs the Python merge."""
+    if _state["enabled"] and _ext is not None:
+        out: tuple[bytes, bytes, bytes, bytes, bytes, bytes, list[bytes | None]] | None
+        out = _ext.shard_splice(*fields, ops)
+        return out
     return None
 
 

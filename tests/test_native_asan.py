@@ -81,7 +81,11 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         check=False,
     )
     assert where.stdout.strip() == str(built[0]), where.stderr[-3000:]
-    tests = ["tests/test_native_parity.py", "tests/test_native_fuzz.py"]
+    tests = [
+        "tests/test_native_parity.py",
+        "tests/test_native_fuzz.py",
+        "tests/test_native_shard.py",
+    ]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests],
         cwd=tree,

@@ -44,8 +44,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from air import cbor
+from kernel import native
 from kernel.cells import CellEntry, encode_entry, logical_shard_bytes
 from world._cellstore_format import (
     GROUP_BYTES_TARGET,
@@ -60,7 +62,7 @@ from world._cellstore_format import (
     snapshot_of,
 )
 
-__all__ = ["Cell", "Merged", "ModulePlan", "Planner", "merge", "merged_count"]
+__all__ = ["Cell", "Merged", "ModulePlan", "Planner", "merge", "merged_count", "splice"]
 
 Cell = tuple[CellEntry, bytes]
 
@@ -130,6 +132,53 @@ def merge(
     return Merged(keys, entry_cbors, states, adds, drops)
 
 
+def splice(
+    base: PackedShard | None, overlay: Mapping[bytes, Cell | None], inline_bytes_max: int
+) -> tuple[PackedShard | None, bytes, Merged] | None:
+    """``merge`` in C (``kernel.native.shard_splice``), straight from the packed fields to the
+    new ones and the logical shard bytes, so a clean record costs a copy of its bytes instead of
+    ~0.7 µs of Python (slices, inserts, joins, offsets): a 200,000-new-cell checkpoint of an
+    800,000-cell world planned in ~1.1 s, ~0.6 of it that. Returns the new shard (None once
+    empty), its logical root, and the adds and drops (in a ``Merged`` without columns); None
+    when the native path is off or declines, and the caller merges in Python. Also None in the
+    one case the C code does not decide: a cell put again with the same state, stored out of
+    line, that would now be inline (``inline_bytes_max`` raised since): ``merge`` keeps it out
+    of line."""
+    cells = sorted(overlay.items())
+    ops: list[tuple[bytes, bytes | None, bytes]] = []
+    for kh, cell in cells:
+        if cell is None:
+            ops.append((kh, None, b""))
+        else:
+            state = cell[1]
+            slot = state if len(state) <= inline_bytes_max else b""
+            ops.append((kh, encode_entry(cell[0]), slot))
+    fields = _EMPTY_FIELDS if base is None else base.packed()
+    out = native.shard_splice(fields, ops)
+    if out is None:
+        return None
+    keys, entries, entry_ends, states, state_ends, logical, olds = out
+    old_entries = {kh: old for (kh, _), old in zip(cells, olds, strict=True) if old is not None}
+    adds: list[tuple[bytes, bytes]] = []
+    drops: list[bytes] = []
+    for kh, cell in overlay.items():  # in the order merge takes them
+        old = old_entries.get(kh)
+        old_out = None if old is None else _out_of_line(old)
+        if old_out is not None and cell is not None and cell[0].state_hash == old_out:
+            if len(cell[1]) <= inline_bytes_max:
+                return None
+            continue
+        if old_out is not None:
+            drops.append(old_out)
+        if cell is not None and len(cell[1]) > inline_bytes_max:
+            adds.append((cell[0].state_hash, cell[1]))
+    shard = PackedShard(keys, entries, entry_ends, states, state_ends) if keys else None
+    return shard, cbor.digest(logical), Merged([], [], [], adds, drops)
+
+
+_EMPTY_FIELDS: Final = (b"", b"", b"", b"", b"")
+
+
 def merged_count(
     base_count: int, contains: Callable[[bytes], bool], overlay: Mapping[bytes, Cell | None]
 ) -> int:
@@ -187,17 +236,25 @@ class Planner:
             self._write(state_hash, state_cbor)
             self._fresh.add(state_hash)
 
+    def _account(self, merged: Merged) -> None:
+        for state_hash, state_cbor in merged.adds:
+            self._add_state(state_hash, state_cbor)
+        self._drops.extend(merged.drops)
+
     def shard(
         self, base: PackedShard | None, overlay: Mapping[bytes, Cell | None]
     ) -> tuple[PackedShard, bytes] | None:
         """Merge one shard to rewrite; its new view and logical root (None once it is empty)."""
+        spliced = splice(base, overlay, self.inline_bytes_max)
+        if spliced is not None:
+            view, root, changes = spliced
+            self._account(changes)
+            return None if view is None else (view, root)
         columns: tuple[list[bytes], list[bytes], list[bytes]] = (
             ([], [], []) if base is None else base.columns()
         )
         merged = merge(*columns, overlay, self.inline_bytes_max)
-        for state_hash, state_cbor in merged.adds:
-            self._add_state(state_hash, state_cbor)
-        self._drops.extend(merged.drops)
+        self._account(merged)
         if not merged.keys:
             return None
         view = PackedShard.build(merged.keys, merged.entry_cbors, merged.states)

@@ -232,6 +232,10 @@ class PackedShard:
             _pack_ends(list(map(len, states))),
         )
 
+    def packed(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """The five fields: keys, entries, entry_ends, states, state_ends."""
+        return self.keys, self.entries, self.entry_ends, self.states, self.state_ends
+
     def fields(self) -> dict[str, bytes]:
         return {name: getattr(self, name) for name in _SHARD_FIELDS}
 

@@ -5,6 +5,8 @@ the ``holds`` callback (does the CAS already hold this object with these bytes?)
 Merging a dirty shard keeps every clean record's bytes as they are (entry and inline state are
 slices of the old object) and encodes only the dirty entries, so a flush costs ~1.5 µs per dirty
 cell plus a copy of its shards' bytes, and the logical root is one digest of a concatenation.
+With the native path the merge is ``splice`` (C copies the clean records' bytes); ``merge`` is
+its reference and the fallback (``tests/test_native_shard.py`` holds one to the other).
 
 Who may delete what (the collector's invariant). Objects are shared by content with the rest
 of the world's CAS (AIR, wasm, blobs, receipts), so the store deletes only what it can prove

@@ -18,6 +18,7 @@ from air import cbor
 from kernel.cells import (
     CellEntry,
     CellStore,
+    encode_entry,
     encode_index,
     encode_shard,
     index_root_of,
@@ -25,6 +26,8 @@ from kernel.cells import (
     shard_of,
 )
 from world import fileio
+from world._cellstore_flush import Cell, MergedShard
+from world._cellstore_format import PackedShard
 
 MODULE = "ab" * 32
 OTHER = "cd" * 32
@@ -46,6 +49,32 @@ def cell(n: int, value: int = 0, seq: int = 1, pad: int = 0) -> tuple[bytes, Cel
     state_cbor = cbor.dumps(fields)
     entry = CellEntry.of(key_cbor, state_cbor, last_active=seq, manifest_hash=MANIFEST)
     return key_hash(key_cbor), entry, state_cbor
+
+
+def sized_cell(n: int, size: int, seq: int = 1) -> Cell:
+    """Cell ``n`` (key ``n``) with a state of ``size`` zero bytes in CBOR (0: an empty state)."""
+    state = cbor.dumps(bytes(size)) if size else b""
+    entry = CellEntry(cbor.dumps(n), cbor.digest(state), len(state), seq, MANIFEST)
+    return entry, state
+
+
+def packed_shard(cells: dict[bytes, Cell], inline_max: int) -> PackedShard | None:
+    """The shard a flush with this inline limit stores for ``cells`` (None if there are none)."""
+    if not cells:
+        return None
+    order = sorted(cells)
+    states = [cells[kh][1] for kh in order]
+    return PackedShard.build(
+        order,
+        [encode_entry(cells[kh][0]) for kh in order],
+        [state if len(state) <= inline_max else b"" for state in states],
+    )
+
+
+def merged_summary(merged: MergedShard) -> tuple[Any, ...]:
+    """A merge's result as plain values: the new fields (None once empty), root, adds, drops."""
+    fields = None if merged.view is None else merged.view.packed()
+    return fields, merged.root, merged.adds, merged.drops
 
 
 def put(

@@ -85,6 +85,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         "tests/test_native_parity.py",
         "tests/test_native_fuzz.py",
         "tests/test_native_shard.py",
+        "tests/test_cellstore_merge.py",
     ]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests],

@@ -64,7 +64,17 @@ from world._cellstore_format import (
     snapshot_of,
 )
 
-__all__ = ["Cell", "Merged", "ModulePlan", "Planner", "merge", "merged_count", "splice"]
+__all__ = [
+    "Cell",
+    "Merged",
+    "MergedShard",
+    "ModulePlan",
+    "Planner",
+    "merge",
+    "merge_shard",
+    "merged_count",
+    "splice",
+]
 
 Cell = tuple[CellEntry, bytes]
 
@@ -134,18 +144,47 @@ def merge(
     return Merged(keys, entry_cbors, states, adds, drops)
 
 
+@dataclass
+class MergedShard:
+    """One dirty shard merged with its base: the new view (None once empty), its logical root,
+    and the out-of-line states it adds (hash, bytes) and drops (hash)."""
+
+    view: PackedShard | None
+    root: bytes
+    adds: list[tuple[bytes, bytes]]
+    drops: list[bytes]
+
+
+def merge_shard(
+    base: PackedShard | None, overlay: Mapping[bytes, Cell | None], inline_bytes_max: int
+) -> MergedShard:
+    """``base`` with ``overlay`` applied: by ``splice`` where the native path takes it, else by
+    ``merge``; the same result either way."""
+    spliced = splice(base, overlay, inline_bytes_max)
+    if spliced is not None:
+        return spliced
+    merged = merge(
+        *(base.columns() if base is not None else ([], [], [])), overlay, inline_bytes_max
+    )
+    if not merged.keys:
+        return MergedShard(None, b"", merged.adds, merged.drops)
+    view = PackedShard.build(merged.keys, merged.entry_cbors, merged.states)
+    return MergedShard(view, merged.logical_root(), merged.adds, merged.drops)
+
+
+_EMPTY_FIELDS: Final = (b"", b"", b"", b"", b"")
+
+
 def splice(
     base: PackedShard | None, overlay: Mapping[bytes, Cell | None], inline_bytes_max: int
-) -> tuple[PackedShard | None, bytes, Merged] | None:
+) -> MergedShard | None:
     """``merge`` in C (``kernel.native.shard_splice``), straight from the packed fields to the
     new ones and the logical shard bytes, so a clean record costs a copy of its bytes instead of
     ~0.7 µs of Python (slices, inserts, joins, offsets): a 200,000-new-cell checkpoint of an
-    800,000-cell world planned in ~1.1 s, ~0.6 of it that. Returns the new shard (None once
-    empty), its logical root, and the adds and drops (in a ``Merged`` without columns); None
-    when the native path is off or declines, and the caller merges in Python. Also None in the
-    one case the C code does not decide: a cell put again with the same state, stored out of
-    line, that would now be inline (``inline_bytes_max`` raised since): ``merge`` keeps it out
-    of line."""
+    800,000-cell world planned in ~1.1 s, ~0.6 of it that. None when the native path is off or
+    declines, and the caller merges in Python. Also None in the one case the C code does not
+    decide: a cell put again with the same state, stored out of line, that would now be inline
+    (``inline_bytes_max`` raised since): ``merge`` keeps it out of line."""
     cells = sorted(overlay.items())
     ops: list[tuple[bytes, bytes | None, bytes]] = []
     for kh, cell in cells:
@@ -155,8 +194,7 @@ def splice(
             state = cell[1]
             slot = state if len(state) <= inline_bytes_max else b""
             ops.append((kh, encode_entry(cell[0]), slot))
-    fields = _EMPTY_FIELDS if base is None else base.packed()
-    out = native.shard_splice(fields, ops)
+    out = native.shard_splice(_EMPTY_FIELDS if base is None else base.packed(), ops)
     if out is None:
         return None
     keys, entries, entry_ends, states, state_ends, logical, olds = out
@@ -174,11 +212,10 @@ def splice(
             drops.append(old_out)
         if cell is not None and len(cell[1]) > inline_bytes_max:
             adds.append((cell[0].state_hash, cell[1]))
-    shard = PackedShard(keys, entries, entry_ends, states, state_ends) if keys else None
-    return shard, cbor.digest(logical), Merged([], [], [], adds, drops)
-
-
-_EMPTY_FIELDS: Final = (b"", b"", b"", b"", b"")
+    if not keys:
+        return MergedShard(None, b"", adds, drops)
+    view = PackedShard(keys, entries, entry_ends, states, state_ends)
+    return MergedShard(view, cbor.digest(logical), adds, drops)
 
 
 def merged_count(
@@ -238,29 +275,15 @@ class Planner:
             self._write(state_hash, state_cbor)
             self._fresh.add(state_hash)
 
-    def _account(self, merged: Merged) -> None:
-        for state_hash, state_cbor in merged.adds:
-            self._add_state(state_hash, state_cbor)
-        self._drops.extend(merged.drops)
-
     def shard(
         self, base: PackedShard | None, overlay: Mapping[bytes, Cell | None]
     ) -> tuple[PackedShard, bytes] | None:
         """Merge one shard to rewrite; its new view and logical root (None once it is empty)."""
-        spliced = splice(base, overlay, self.inline_bytes_max)
-        if spliced is not None:
-            view, root, changes = spliced
-            self._account(changes)
-            return None if view is None else (view, root)
-        columns: tuple[list[bytes], list[bytes], list[bytes]] = (
-            ([], [], []) if base is None else base.columns()
-        )
-        merged = merge(*columns, overlay, self.inline_bytes_max)
-        self._account(merged)
-        if not merged.keys:
-            return None
-        view = PackedShard.build(merged.keys, merged.entry_cbors, merged.states)
-        return view, merged.logical_root()
+        merged = merge_shard(base, overlay, self.inline_bytes_max)
+        for state_hash, state_cbor in merged.adds:
+            self._add_state(state_hash, state_cbor)
+        self._drops.extend(merged.drops)
+        return None if merged.view is None else (merged.view, merged.root)
 
     def module(
         self,

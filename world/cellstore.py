@@ -85,7 +85,7 @@ from kernel.cells import (
 )
 from world import fileio
 from world._cellstore_disk import StoreDisk, read_or_none
-from world._cellstore_flush import Cell, ModulePlan, Planner, merge, merged_count
+from world._cellstore_flush import Cell, ModulePlan, Planner, merge_shard, merged_count
 from world._cellstore_format import (
     FORMAT,
     LEGACY_FORMAT,
@@ -415,9 +415,10 @@ class FileCellStore:
         pair = mod.roots.get(prefix)
         if pair is None:
             shard = self._committed_shard(module, mod, prefix)
-            columns = ([], [], []) if shard is None else shard.columns()
-            merged = merge(*columns, mod.dirty[prefix], self.cell_inline_bytes_max)
-            pair = (merged.logical_root(), len(merged.keys)) if merged.keys else (b"", 0)
+            if isinstance(shard, LegacyShard):
+                shard = PackedShard.build(*shard.columns())
+            merged = merge_shard(shard, mod.dirty[prefix], self.cell_inline_bytes_max)
+            pair = (b"", 0) if merged.view is None else (merged.root, merged.view.count)
             mod.roots[prefix] = pair
         return pair
 

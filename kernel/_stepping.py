@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Stepping"]
 
-_SUBJECTS_CACHED_MAX: Final = 65_536
+_SUBJECTS_CACHED_MAX: Final = 65_536  # per record kind (leaf)
 
 
 class Stepping:

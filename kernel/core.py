@@ -77,7 +77,7 @@ __all__ = [
 EVENTS_PER_STEP_MAX: Final = 64
 STEPS_PER_RUN_MAX: Final = 1_000_000
 DEAD_LETTERS_KEPT: Final = 10_000
-_ENTITIES_CACHED_MAX: Final = 65_536
+_ENTITIES_CACHED_MAX: Final = 65_536  # per reducer
 
 
 class Runner(Protocol):

@@ -230,8 +230,6 @@ def encode_record(seq: int, subject: str, kind: str, body: Any) -> bytes:
         raise UsageError(f"journal seq {seq!r} is not a u64")
     extension = native.ext()
     if extension is not None:
-        # Only with kind and subject already checked (cached), so that errors come in the
-        # order the code below raises them (body first).
         # A subject or kind not seen yet is checked and cached here when it is valid (each new
         # cell brings a new subject: with 200,000 cells stepping once each, none was cached and
         # every step took the Python path, ~3x slower); an invalid one is left to the code

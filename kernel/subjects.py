@@ -59,6 +59,7 @@ kind_encodings: dict[str, bytes] = {}
 
 # (reducer, leaf) -> the checked text before and after a cell's key hash in its subjects.
 _cell_templates: dict[tuple[str, str], tuple[str, str]] = {}
+_TEMPLATES_CACHED_MAX: Final = 4_096  # (reducer, leaf) pairs: a few per reducer
 
 
 def check_subject(subject: str) -> str:
@@ -121,7 +122,7 @@ def cell_subject(reducer: str, key_hash: bytes, leaf: str = "step") -> str:
     template = _cell_templates.get((reducer, leaf))
     if template is None or not key_hash:
         make_subject("world", "cell", reducer, key_hash.hex(), leaf)  # raises if bad
-        if len(_cell_templates) >= _ENCODED_CACHE_MAX:
+        if len(_cell_templates) >= _TEMPLATES_CACHED_MAX:
             _cell_templates.clear()
         template = _cell_templates[(reducer, leaf)] = (f"/world/cell/{reducer}/", f"/{leaf}")
     subject = template[0] + key_hash.hex() + template[1]
@@ -191,23 +192,24 @@ def subject_cbor(subject: str) -> bytes:
     return encoded
 
 
-def _cache_subject(subject: str) -> bytes:
-    """Cache the encoding of a subject known to be valid; return it."""
-    encoded = _text_cbor(subject)
-    if len(subject_encodings) >= _ENCODED_CACHE_MAX:
-        subject_encodings.clear()
-    subject_encodings[subject] = encoded
+def _cache(table: dict[str, bytes], text: str) -> bytes:
+    """Cache the encoding of a subject or kind known to be valid in ``table``; return it."""
+    encoded = _text_cbor(text)
+    if len(table) >= _ENCODED_CACHE_MAX:
+        table.clear()
+    table[text] = encoded
     return encoded
+
+
+def _cache_subject(subject: str) -> bytes:
+    return _cache(subject_encodings, subject)
 
 
 def kind_cbor(kind: str) -> bytes:
     """The CBOR encoding of a kind, checked (``UsageError``) and cached."""
     encoded = kind_encodings.get(kind)
     if encoded is None:
-        encoded = _text_cbor(check_kind(kind))
-        if len(kind_encodings) >= _ENCODED_CACHE_MAX:
-            kind_encodings.clear()
-        kind_encodings[kind] = encoded
+        encoded = _cache(kind_encodings, check_kind(kind))
     return encoded
 
 
@@ -220,5 +222,8 @@ def checked_subject_cbor(subject: str) -> bytes | None:
 
 
 def checked_kind_cbor(kind: str) -> bytes | None:
-    """``kind_cbor``, or None for an invalid kind."""
-    return kind_cbor(kind) if is_kind(kind) else None
+    """``kind_cbor``, or None for an invalid kind (checked once, not again by ``kind_cbor``)."""
+    encoded = kind_encodings.get(kind)
+    if encoded is None and is_kind(kind):
+        encoded = _cache(kind_encodings, kind)
+    return encoded

@@ -1,6 +1,7 @@
 """The kernel's and the journal encoder's bounded caches (entities, record subjects, checked
-subject encodings, cell subject templates): at their limits they are cleared, and a world that
-crosses every limit many times writes exactly the journal and cells it writes without limits."""
+subject and kind encodings, cell subject templates): at their limits they are cleared, and a
+world that crosses the limits many times writes exactly the journal and cells it writes without
+limits. Also ``Entity``'s hand-written equality and hash, which the mailboxes rely on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 import kernel._stepping
 import kernel.core
 import kernel.subjects
+from air import cbor
+from kernel.scheduler import Entity
+from kernel.subjects import cell_subject, checked_kind_cbor, kind_cbor, make_subject
 from world.replay import verify_world
 from world.world import World
 
@@ -28,6 +32,7 @@ def _run(path: Path) -> tuple[bytes, dict[str, int]]:
             "entities": max(len(c) for c in world.kernel._entities.values()),
             "subjects": max(len(c) for c in world.kernel._subjects.values()),
             "encoded": len(kernel.subjects.subject_encodings),
+            "kinds": len(kernel.subjects.kind_encodings),
         }
         world.snapshot()
         counts = {f"k{n}": world.state("demo/Counter@1", f"k{n}")["count"] for n in range(KEYS)}
@@ -44,10 +49,59 @@ def test_caches_at_their_limits_change_no_byte(
     monkeypatch.setattr(kernel._stepping, "_SUBJECTS_CACHED_MAX", 3)
     monkeypatch.setattr(kernel.subjects, "_ENCODED_CACHE_MAX", 3)
     kernel.subjects.subject_encodings.clear()
+    kernel.subjects.kind_encodings.clear()
     kernel.subjects._cell_templates.clear()
+    clears = []
+
+    def counting(table: dict[str, bytes], text: str) -> bytes:
+        if len(table) >= 3 and table is kernel.subjects.subject_encodings:
+            clears.append(text)
+        return cache(table, text)
+
+    cache = kernel.subjects._cache
+    monkeypatch.setattr(kernel.subjects, "_cache", counting)
     narrow, sizes = _run(tmp_path / "narrow")
     assert sizes["entities"] <= 3
     assert sizes["subjects"] <= 3
     assert sizes["encoded"] <= 3
+    assert sizes["kinds"] <= 3
+    assert len(clears) > 10
     assert narrow == wide
     assert verify_world(tmp_path / "narrow").ok
+
+
+def test_templates_and_kinds_at_their_limits_give_the_checked_encodings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The counter world has one (reducer, leaf) and few kinds: these limits are crossed here."""
+    monkeypatch.setattr(kernel.subjects, "_TEMPLATES_CACHED_MAX", 2)
+    monkeypatch.setattr(kernel.subjects, "_ENCODED_CACHE_MAX", 2)
+    kernel.subjects._cell_templates.clear()
+    kernel.subjects.kind_encodings.clear()
+    for _round in range(3):
+        for kind in ("a.b", "c", "d-e", "f_g", "h.i"):
+            assert kind_cbor(kind) == cbor.dumps(kind)
+            assert checked_kind_cbor(kind) == cbor.dumps(kind)
+            assert len(kernel.subjects.kind_encodings) <= 2
+    assert checked_kind_cbor("Bad") is None
+    key = bytes(range(32))
+    for _round in range(3):
+        for reducer in ("a" * 64, "b" * 64, "c" * 64):
+            for leaf in ("step", "failed"):
+                subject = cell_subject(reducer, key, leaf)
+                assert subject == make_subject("world", "cell", reducer, key.hex(), leaf)
+                assert len(kernel.subjects._cell_templates) <= 2
+
+
+def test_entities_are_equal_by_reducer_key_and_run() -> None:
+    cell = Entity("r", b"\x61")
+    assert cell == Entity("r", b"\x61")
+    assert hash(cell) == hash(Entity("r", b"\x61"))
+    assert cell == Entity("r", b"\x61", store_key_hash=b"\x00" * 32)  # derived, not identity
+    assert cell != Entity("r", b"\x62")
+    assert cell != Entity("s", b"\x61")
+    assert cell != Entity("r", b"\x61", run_id=1)
+    assert Entity("r", None, run_id=1) == Entity("r", None, run_id=1)
+    assert Entity("r", None, run_id=1) != Entity("r", None, run_id=2)
+    assert cell != ("r", b"\x61", None)
+    assert {cell: 1}[Entity("r", b"\x61")] == 1

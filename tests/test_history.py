@@ -4,11 +4,13 @@ journal, and a missing, damaged, foreign or behind index never changes an answer
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 
 from kernel.journal import JournalRecord
@@ -287,13 +289,21 @@ def _journal_id(path: Path) -> tuple[bytes, int]:
         return history.genesis_digest(first), journal.seq_next
 
 
-def test_a_cell_is_named_by_its_key_hash_and_an_odd_id_by_a_digest() -> None:
+def test_cells_are_named_by_key_hash_and_reducer_and_an_odd_id_by_a_digest() -> None:
     key_hash = bytes(range(32))
-    cell = history.cell_id(f"/world/cell/demo/Counter@1/{key_hash.hex()}/step")
-    assert history._cell_hash(cell) == key_hash[:8]
+    counter = history.cell_id(f"/world/cell/demo/Counter@1/{key_hash.hex()}/step")
+    other = history.cell_id(f"/world/cell/demo/Other@1/{key_hash.hex()}/step")
+    named = history._cell_hash(counter)
+    assert len(named) == 8
+    assert named == history._cell_hash(counter)
+    # two reducers' cells of one key: two names, so neither is handed the other's state
+    assert history._cell_hash(other) != named
+    # within a reducer, the name is the key hash's prefix under one mask
+    second = history.cell_id(f"/world/cell/demo/Counter@1/{bytes(32).hex()}/step")
+    mask = int.from_bytes(named) ^ int.from_bytes(key_hash[:8])
+    assert int.from_bytes(history._cell_hash(second)) == mask
     odd = history._cell_hash("/world/cell/x/zz")
-    assert len(odd) == 8
-    assert odd == history._cell_hash("/world/cell/x/zz")
+    assert odd == blake3.blake3(b"/world/cell/x/zz").digest(8)
 
 
 def test_the_writer_counts_steps_for_a_bounded_number_of_cells(
@@ -312,3 +322,34 @@ def test_the_writer_counts_steps_for_a_bounded_number_of_cells(
             assert len(writer._since_state) <= 3 + 6  # cleared once past the bound
         expected, last = world.state(COUNTER, "c3-5"), world.journal.seq_next - 1
     assert timetravel.cell_at(path, COUNTER, "c3-5", last).state == expected
+
+
+def test_two_reducers_cells_of_one_key_each_start_from_their_own_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both counters take every event for key "a"; each one's ``cell_at`` is served from the
+    state stored for it, not handed the other's (which ``timetravel`` would reject, and then
+    re-execute the cell from its first step)."""
+    air = tmp_path / "air"
+    air.mkdir()
+    shutil.copy(COUNTER_AIR / "schemas.air.json", air)
+    wasm = (COUNTER_AIR / "../../reducers/counter/counter.wasm").resolve().read_bytes()
+    (air / "counter.wasm").write_bytes(wasm)
+    (air / "twin.wasm").write_bytes(wasm + b"\x00\x05\x04twin")  # a custom section: its own module
+    counter, routed = json.loads((COUNTER_AIR / "counter.air.json").read_text())
+    counter["wasm"] = "counter.wasm"
+    twin = {**counter, "name": "demo/Twin@1", "wasm": "twin.wasm"}
+    routes = routed["routing"]["events"]
+    routes.append({**routes[0], "reducer": "demo/Twin@1"})
+    (air / "counter.air.json").write_text(json.dumps([counter, twin, routed]))
+    path = tmp_path / "w"
+    with World.create(path, air) as world:
+        world.send_many((EVENT, add("a", n)) for n in range(2 * history.STATE_EVERY))
+        world.run_until_idle()
+        world.snapshot()
+        last = world.journal.seq_next - 1
+        live = {name: world.state(name, "a") for name in (COUNTER, "demo/Twin@1")}
+    counting = _Counting(monkeypatch)
+    for name, state in live.items():
+        assert timetravel.cell_at(path, name, "a", last).state == state
+    assert counting.runs == 0

@@ -87,7 +87,7 @@ SINCE_STATE_CELLS_MAX: Final = 262_144
 this the counts start again, so a world of more active cells stores their states later (each
 such cell steps rarely, so its re-execution stays short)."""
 
-_FORMAT: Final = 3  # 3: cells named by their key hash (2: by a blake3 of the id; 1: flat)
+_FORMAT: Final = 4  # 4: by key hash XOR reducer (3: by key hash; 2: a blake3 of the id; 1: flat)
 _SHARDS: Final = 64
 _MAGIC: Final = b"WHB2"
 _BATCH: Final = struct.Struct("<4sQQII")
@@ -102,14 +102,28 @@ def cell_id(subject: str) -> str:
 
 def _cell_hash(cell: str) -> bytes:
     """8 bytes naming a cell in its shard: the first 8 of its key hash, which the cell id ends
-    with (64 hex digits). Cells of two reducers with one key share them; readers keep only
-    records whose subject is the cell's, so a shared name costs a read, never an answer. An id
-    that does not end so (none the kernel writes) is named by a blake3 of it instead."""
+    with (64 hex digits), XOR a digest of the rest of the id (its reducer), cached per reducer:
+    one blake3 per reducer, not per cell. Two reducers' cells of one key then have two names,
+    so neither reads the other's stored state (the one ``read_cell`` returns is the newest
+    under the name). An id that does not end so (none the kernel writes) is named by a blake3
+    of it instead."""
     try:
         named = bytes.fromhex(cell[-64:-48])
     except ValueError:
         named = b""
-    return named if len(named) == 8 else blake3.blake3(cell.encode()).digest(8)
+    if len(named) != 8 or cell[-65:-64] != "/":
+        return blake3.blake3(cell.encode()).digest(8)
+    owner = cell[:-65]
+    mask = _owner_masks.get(owner)
+    if mask is None:
+        if len(_owner_masks) >= _OWNERS_CACHED_MAX:
+            _owner_masks.clear()
+        mask = _owner_masks[owner] = int.from_bytes(blake3.blake3(owner.encode()).digest(8))
+    return (int.from_bytes(named) ^ mask).to_bytes(8)
+
+
+_owner_masks: dict[str, int] = {}
+_OWNERS_CACHED_MAX: Final = 4_096
 
 
 def _shard_of(cell_hash: bytes) -> int:
@@ -318,7 +332,10 @@ class HistoryWriter:
                 state = _state(kernel, store, cell) or b""
                 if len(state) > STATE_BYTES_MAX:
                     state = b""
-            self._since_state[cell] = 0 if state else since
+            if state:
+                self._since_state.pop(cell, None)
+            else:
+                self._since_state[cell] = since
             by_shard.setdefault(_shard_of(digest), []).append(_group(digest, seqs, state))
         sizes = list(ranges.sizes)
         for shard, parts in by_shard.items():

@@ -4,6 +4,7 @@ read, atomic and idempotent puts."""
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,10 +121,12 @@ def test_a_second_put_pins_its_object_or_fails_with_the_object_intact(
     path = str(cas.path_of(address))
     assert not pinned(path)
     ops: list[str] = []
-    with fileio.fault_hook(lambda op, _p: ops.append(op)):
+    with fileio.fault_hook(lambda op, where: ops.append(f"{op} {where}")):
         assert cas.put(b"shared bytes") == address
     assert pinned(path)
-    assert "fsync" in ops  # written like any durable file: temp, fsync, rename, fsync dir
+    assert ops[0] == f"fsync {path}"  # the object's bytes first: a flush may not have synced them
+    assert f"fsync {path}.pin" not in ops  # then the pin like any durable file: temp, fsync, ...
+    assert any(op.startswith("fsync ") and ".tmp" in op for op in ops[1:])
     for at in range(len(ops)):
         other = tmp_path / f"w{at}"
         fresh = FileCas(other)
@@ -143,3 +146,35 @@ def test_a_second_put_pins_its_object_or_fails_with_the_object_intact(
         if not pinned(fresh_path):  # not acknowledged: the next put pins it
             assert fresh.put(b"shared bytes") == fresh_address
         assert pinned(fresh_path)
+
+
+def test_a_put_racing_the_cell_stores_collection_keeps_its_object(tmp_path: Path) -> None:
+    """A blob put (an adapter thread) of bytes that are also a cell's out-of-line state, while a
+    checkpoint on another thread collects that state: the put waits for the collection and
+    writes the object anew, instead of pinning a file about to be unlinked."""
+    from cellstore_kit import MODULE, put
+
+    from world.cellstore import FileCellStore
+
+    store = FileCellStore(tmp_path)
+    kh = put(store, 1, value=1, pad=2000)  # out of line
+    store.flush(b"")
+    found = store.get(MODULE, kh)
+    assert found is not None
+    state_cbor = found[1]
+    cas = FileCas(tmp_path)
+    state_path = str(cas.path_of(cbor.raw_to_hash(found[0].state_hash)))
+    put(store, 1, value=2, pad=2000)  # the old state becomes garbage at the next flush
+    results: list[str] = []
+    blob_put = threading.Thread(target=lambda: results.append(cas.put(state_cbor)))
+
+    def race(op: str, where: str) -> None:
+        if op == "unlink" and where == state_path and not blob_put.is_alive() and not results:
+            blob_put.start()
+            blob_put.join(0.3)  # without the lock, the put pins the file in this time
+
+    with fileio.fault_hook(race):
+        store.flush(b"")
+    blob_put.join(10)
+    assert results == [cbor.content_hash(state_cbor)]
+    assert cas.get(results[0]) == state_cbor

@@ -22,7 +22,7 @@ from world._cellstore_format import (
     encode_plan,
 )
 from world._cellstore_legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
-from world.cas import CAS_DIR, pinned
+from world.cas import CAS_DIR, SHARING, pinned
 from world.fsutil import (
     TMP_SUFFIX,
     StrPath,
@@ -116,7 +116,8 @@ class StoreDisk:
 
     def collect(self, garbage: Iterable[bytes], *, legacy: bool) -> None:
         """Step 4: unlink what the committed checkpoint no longer reaches, then the plan."""
-        in_threads(self._unlink_path, [self.object_path(raw) for raw in garbage])
+        with SHARING:  # no blob put pins one of these while they go
+            in_threads(self._unlink_path, [self.object_path(raw) for raw in garbage])
         if legacy:
             remove_tree(self.root)
         fileio.unlink(self.plan, missing_ok=True)

@@ -15,13 +15,17 @@ no committed checkpoint reaches them (``world._cellstore_flush`` says which it m
 object the CAS held before a cell took the same bytes is never collected. The other way round
 (a blob ``put`` of bytes that a cell's large state, a shard group or a snapshot already holds)
 ``put`` finds the object there and **pins** it: an empty ``<62 hex>.pin`` beside it, durable
-before ``put`` returns, and the cell store never unlinks a pinned object (``pinned``). So a
-shared object can leak, never be lost.
+before ``put`` returns (the object too: the cell store may have written it unsynced), and the
+cell store never unlinks a pinned object (``pinned``). So a shared object can leak, never be
+lost. ``SHARING`` makes the two decisions one at a time: blob puts run on adapter threads while
+the engine thread checkpoints, and a put that found the object just before the collector
+unlinked it would otherwise pin a file that is gone.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -31,11 +35,13 @@ from kernel.cells import ObjectMissing
 from world import fileio
 from world.fsutil import atomic_write, fsync_dir
 
-__all__ = ["CAS_DIR", "PIN_SUFFIX", "FileCas", "pin_path", "pinned"]
+__all__ = ["CAS_DIR", "PIN_SUFFIX", "SHARING", "FileCas", "pin_path", "pinned"]
 
 CAS_DIR: Final = "cas"
 PIN_SUFFIX: Final = ".pin"
 _TMP_DIR: Final = ".tmp"
+SHARING: Final = threading.Lock()
+"""Held by ``put`` and by the cell store's unlinking of its own objects (see the docstring)."""
 
 
 def pin_path(object_path: str) -> str:
@@ -75,22 +81,29 @@ class FileCas:
             raise WrongMode("put into the content store", "open read-only")
         address = cbor.content_hash(data)
         path = self.path_of(address)
-        try:
-            if path.stat().st_size == len(data):
-                self._pin(path)
-                return address
-        except FileNotFoundError:
-            pass
-        if not path.parent.is_dir():
-            fileio.mkdir(path.parent, exist_ok=True)
-            fsync_dir(self.root)
-        atomic_write(path, data, tmp_dir=self._tmp)
+        with SHARING:
+            try:
+                if path.stat().st_size == len(data):
+                    self._pin(path)
+                    return address
+            except FileNotFoundError:
+                pass
+            if not path.parent.is_dir():
+                fileio.mkdir(path.parent, exist_ok=True)
+                fsync_dir(self.root)
+            atomic_write(path, data, tmp_dir=self._tmp)
         return address
 
     def _pin(self, path: Path) -> None:
-        """Mark an object that a second ``put`` shares (see the module docstring)."""
+        """Mark an object that a second ``put`` shares (see the module docstring), after making
+        its bytes durable."""
         pin = Path(pin_path(str(path)))
         if not pin.exists():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fileio.fsync(fd, path)
+            finally:
+                os.close(fd)
             atomic_write(pin, b"", tmp_dir=self._tmp)
 
     def get(self, address: str) -> bytes:

@@ -6,15 +6,13 @@ next checkpoint collects as usual."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 from cellstore_crash_child import INLINE_BYTES_MAX, base_events, change_events
 from cellstore_kit import cas_objects, store_files
+from serverkit import LineServer
 
 from air import cbor
 from world.cellstore import FileCellStore
@@ -26,36 +24,9 @@ from worldkit import COUNTER, COUNTER_AIR
 HERE = Path(__file__).resolve().parent
 
 
-class CrashServer:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "cellstore_crash_child.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def run(self, world: Path, crash_at: int, out: Path) -> str:
-        stdin, stdout = self._pipes()
-        stdin.write(f"{crash_at} {world} {out}\n")
-        stdin.flush()
-        return stdout.readline().strip()
-
-    def close(self) -> None:
-        stdin, stdout = self._pipes()
-        stdin.close()
-        self.proc.wait(timeout=60)
-        stdout.close()
-
-    def _pipes(self) -> tuple[IO[str], IO[str]]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        return self.proc.stdin, self.proc.stdout
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[CrashServer]:
-    started = CrashServer()
+def server() -> Iterator[LineServer]:
+    started = LineServer(str(HERE / "cellstore_crash_child.py"))
     yield started
     started.close()
 
@@ -81,7 +52,7 @@ def snapshot_file(world: Path) -> str:
 
 
 def test_a_kill_at_every_durable_operation_of_a_checkpoint_leaves_a_whole_world(
-    tmp_path: Path, server: CrashServer
+    tmp_path: Path, server: LineServer
 ) -> None:
     base = tmp_path / "base"
     with World.create(base, COUNTER_AIR) as world:
@@ -90,7 +61,7 @@ def test_a_kill_at_every_durable_operation_of_a_checkpoint_leaves_a_whole_world(
     old_files = store_files(base)
     reference = tmp_path / "reference"
     shutil.copytree(base, reference)
-    assert server.run(reference, -1, tmp_path / "ops") == "exit 0"
+    assert server.ask(f"-1 {reference} {tmp_path / 'ops'}") == "exit 0"
     ops = int((tmp_path / "ops").read_text().split()[1])
     new_files = store_files(reference)
     new_snapshot = snapshot_file(reference)
@@ -100,7 +71,7 @@ def test_a_kill_at_every_durable_operation_of_a_checkpoint_leaves_a_whole_world(
     for k in range(ops):
         case = tmp_path / f"kill-{k}"
         shutil.copytree(base, case)
-        assert server.run(case, k, tmp_path / "ops") == "killed", k
+        assert server.ask(f"{k} {case} {tmp_path / 'ops'}") == "killed", k
         with World.open(case) as world:
             files = store_files(case)
             outcome = "new" if files.keys() >= new_files.keys() else "old"

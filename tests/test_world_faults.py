@@ -37,9 +37,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
+from serverkit import LineServer
 from typer.testing import CliRunner
 from world_fault_child import CRASH_STATUS, NO_FLUSH, SCRIPT, no_flush, run_script, sent_by
 
@@ -265,39 +266,10 @@ def test_an_io_error_surfaces_as_a_world_error_from_every_call(tmp_path: Path) -
 # --- 1b. a crash at every durable operation --------------------------------------------------
 
 
-class CrashServer:
-    """``world_fault_child.py --serve``: one process per test module that forks a crash run."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), "--serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def crash(self, world_dir: Path, at: int, out: Path) -> int:
-        stdin, stdout = self._pipes()
-        stdin.write(f"{at} {world_dir} {COUNTER_AIR} {out}\n")
-        stdin.flush()
-        return int(stdout.readline())
-
-    def close(self) -> None:
-        stdin, stdout = self._pipes()
-        stdin.close()
-        self.proc.wait(timeout=60)
-        stdout.close()
-
-    def _pipes(self) -> tuple[IO[str], IO[str]]:
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None
-        assert stdout is not None
-        return stdin, stdout
-
-
 @pytest.fixture(scope="module")
-def crash_server() -> Iterator[CrashServer]:
-    server = CrashServer()
+def crash_server() -> Iterator[LineServer]:
+    """``world_fault_child.py --serve``: one process per test module that forks a crash run."""
+    server = LineServer(str(CHILD), "--serve")
     yield server
     server.close()
 
@@ -326,9 +298,10 @@ def test_the_fault_script_runs_whole_in_a_child_with_the_same_operations(tmp_pat
 
 
 def test_a_crash_at_every_durable_operation_loses_nothing_acknowledged(
-    tmp_path: Path, fault: Op, crash_server: CrashServer
+    tmp_path: Path, fault: Op, crash_server: LineServer
 ) -> None:
-    status = crash_server.crash(tmp_path / "w", fault.index, tmp_path / "acks")
+    line = f"{fault.index} {tmp_path / 'w'} {COUNTER_AIR} {tmp_path / 'acks'}"
+    status = int(crash_server.ask(line))
     assert status == CRASH_STATUS
     acked = _acked((tmp_path / "acks").read_text().splitlines())
     assert len(acked) == fault.action, "the crash came inside the action the trace says"

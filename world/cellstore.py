@@ -418,8 +418,7 @@ class FileCellStore:
             if isinstance(shard, LegacyShard):
                 shard = PackedShard.build(*shard.columns())
             merged = merge_shard(shard, mod.dirty[prefix], self.cell_inline_bytes_max)
-            pair = (b"", 0) if merged.view is None else (merged.root, merged.view.count)
-            mod.roots[prefix] = pair
+            pair = mod.roots[prefix] = (merged.root, merged.view.count if merged.view else 0)
         return pair
 
     def _dirty_count(self, module: str, mod: _Module, prefix: int) -> int:

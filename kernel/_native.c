@@ -17,8 +17,8 @@ static PyMethodDef native_methods[] = {
      "air.values.normalise by a compiled program (kernel.native.norm_program); ValueError if "
      "not mine."},
     {"shard_splice", (PyCFunction)(void (*)(void))native_py_shard_splice, METH_FASTCALL,
-     "A packed index shard merged with sorted ops, its logical bytes and the replaced entries "
-     "whose state slot was empty; or None."},
+     "A packed index shard merged with its dirty cells, its logical bytes, the replaced entries "
+     "whose state slot was empty and the states that go out of line; or None."},
     {"bind", native_py_bind, METH_O, "Set the wasmtime C-API function addresses."},
     {"bind_types", native_py_bind_types, METH_O,
      "The kernel.abi result classes decode_output builds, with their fields."},

@@ -26,9 +26,22 @@ def shard_splice(
     entry_ends: bytes,
     states: bytes,
     state_ends: bytes,
-    ops: list[tuple[bytes, bytes | None, bytes]],
+    cells: dict[bytes, tuple[Any, bytes] | None],
+    inline_bytes_max: int,
     /,
-) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, list[bytes | None]] | None: ...
+) -> (
+    tuple[
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        list[tuple[bytes, bytes]],
+        list[tuple[bytes, bytes, bytes]],
+    ]
+    | None
+): ...
 def bind(addresses: tuple[int, ...], /) -> None: ...
 def bind_types(shapes: tuple[tuple[type, tuple[str, ...]], ...], /) -> None: ...
 

@@ -148,15 +148,29 @@ def decode_record(payload: bytes) -> tuple[int, str, str, Any] | None:
     return None
 
 
+Spliced = tuple[
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    list[tuple[bytes, bytes]],
+    list[tuple[bytes, bytes, bytes]],
+]
+"""``shard_splice``'s answer: five packed fields, the logical bytes, olds and adds."""
+
+
 def shard_splice(
-    fields: tuple[bytes, bytes, bytes, bytes, bytes], ops: list[tuple[bytes, bytes | None, bytes]]
-) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, list[bytes | None]] | None:
-    """A packed shard's five fields merged with sorted ops (``world._cellstore_flush.splice``
-    says what goes in and comes out); None when not enabled or not the C code's input, and the
-    caller runs the Python merge."""
+    fields: tuple[bytes, bytes, bytes, bytes, bytes],
+    cells: dict[bytes, tuple[Any, bytes] | None],
+    inline_bytes_max: int,
+) -> Spliced | None:
+    """A packed shard's five fields merged with its dirty cells (``kernel/_native_shard.c`` and
+    ``world._cellstore_flush.splice`` say what goes in and comes out); None when not enabled or
+    not the C code's input, and the caller runs the Python merge."""
     if _state["enabled"] and _ext is not None:
-        out: tuple[bytes, bytes, bytes, bytes, bytes, bytes, list[bytes | None]] | None
-        out = _ext.shard_splice(*fields, ops)
+        out: Spliced | None = _ext.shard_splice(*fields, cells, inline_bytes_max)
         return out
     return None
 

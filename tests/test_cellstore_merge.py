@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from air import cbor
 from kernel import native
 from kernel.cells import encode_entry
-from world._cellstore_flush import Cell, merge, merge_shard, splice
+from world._cellstore_flush import Cell, OutOfLine, merge, merge_shard, splice
 
 INLINE_MAX = 8  # the inline limit the base is stored with
 
@@ -47,8 +47,9 @@ def _cells(
 
 def _model(
     base: dict[bytes, Cell], overlay: dict[bytes, Cell | None]
-) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[bytes], list[bytes]]:
-    """Keys, stored records, added and dropped out-of-line state hashes, the obvious way."""
+) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[OutOfLine], list[bytes]]:
+    """Keys, stored records, added out-of-line states (key hash, state hash, state) and dropped
+    state hashes, the obvious way."""
     merged = dict(base)
     adds, drops = [], []
     for kh, cell in overlay.items():
@@ -61,7 +62,7 @@ def _model(
             continue
         merged[kh] = cell
         if len(cell[1]) > INLINE_MAX and not (old_out and cell[0].state_hash == old[0].state_hash):
-            adds.append(cell[0].state_hash)
+            adds.append((kh, cell[0].state_hash, cell[1]))
     keys = sorted(merged)
     return keys, [_stored(merged[kh]) for kh in keys], adds, drops
 
@@ -82,7 +83,7 @@ def test_merge_equals_the_plain_merge(
     merged = merge(*(shard.columns() if shard else ([], [], [])), over, INLINE_MAX)
     assert merged.keys == keys
     assert list(zip(merged.entry_cbors, merged.states, strict=True)) == records
-    assert [h for h, _state in merged.adds] == adds
+    assert merged.adds == adds
     assert merged.drops == drops
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from cellstore_kit import MANIFEST, MODULE, merged_summary, packed_shard, sized_
 
 from air import cbor
 from kernel import native
-from kernel.cells import CellEntry, encode_entry, key_hash
+from kernel.cells import CellEntry, key_hash
 from world._cellstore_flush import Cell, merge_shard
 from world._cellstore_format import PackedShard
 from world.cellstore import FileCellStore
@@ -34,8 +35,8 @@ def native_on() -> Iterator[None]:
     native.set_enabled(before)
 
 
-def _args(shard: PackedShard, ops: list[Any]) -> list[Any]:
-    return [*shard.packed(), ops]
+def _args(shard: PackedShard, cells: dict[bytes, Any], inline_max: int = INLINE_MAX) -> list[Any]:
+    return [*shard.packed(), cells, inline_max]
 
 
 def _shard_and_overlay(rng: random.Random) -> tuple[PackedShard, dict[bytes, Cell | None]]:
@@ -50,39 +51,104 @@ def _shard_and_overlay(rng: random.Random) -> tuple[PackedShard, dict[bytes, Cel
     return shard, overlay
 
 
-def _ops(overlay: dict[bytes, Cell | None]) -> list[Any]:
-    return [
-        (kh, None, b"") if cell is None else (kh, encode_entry(cell[0]), cell[1])
-        for kh, cell in sorted(overlay.items())
-    ]
+@dataclass
+class Entry:
+    """Anything with a cell entry's attributes (``encode_entry`` asks no more of it)."""
+
+    key_cbor: Any = b"\x61k"
+    size: Any = 1
+    state_hash: Any = bytes(32)
+    last_active: Any = 2
+    manifest_hash: Any = MANIFEST
+
+
+def _with(cells: dict[bytes, Any], **changes: Any) -> dict[bytes, Any]:
+    """``cells`` with its first put's entry replaced by an ``Entry`` with ``changes``."""
+    kh, (entry, state) = next((kh, c) for kh, c in cells.items() if c is not None)
+    fields = {name: getattr(entry, name) for name in Entry.__dataclass_fields__}
+    return {**cells, kh: (Entry(**{**fields, **changes}), state)}
 
 
 def test_inputs_it_does_not_expect_are_not_its_own() -> None:
     shard, overlay = _shard_and_overlay(random.Random(1))
-    ops = _ops(overlay)
-    good = _args(shard, ops)
+    good = _args(shard, overlay)
     assert native.built().shard_splice(*good) is not None
+    assert native.built().shard_splice(*_args(shard, _with(overlay))) is not None  # duck-typed
+    some_kh, some_cell = next((kh, c) for kh, c in overlay.items() if c is not None)
     bad_cases = [
-        good[:5],  # too few arguments
+        good[:6],  # too few arguments
         [bytearray(good[0]), *good[1:]],  # not bytes
         [good[0][:-1], *good[1:]],  # keys not whole hashes
         [good[0], good[1], good[2][:-4], *good[3:]],  # one end missing
         [good[0], good[1][:-1], *good[2:]],  # entries shorter than their ends say
-        [good[0], good[1], good[2], good[3] + b"x", good[4], ops],  # states longer
+        [good[0], good[1], good[2], good[3] + b"x", *good[4:]],  # states longer
         [good[0][32:64] + good[0][:32] + good[0][64:], *good[1:]],  # keys out of order
-        [*good[:5], list(reversed(ops))],  # ops out of order
-        [*good[:5], [*ops, ops[-1]]],  # an op twice
-        [*good[:5], tuple(ops)],  # not a list
-        [*good[:5], [(ops[0][0], b"e")]],  # an op of two
-        [*good[:5], [(ops[0][0][:31], b"e", b"")]],  # a short key hash
-        [*good[:5], [(ops[0][0], "e", b"")]],  # an entry that is not bytes
-        [*good[:5], [(ops[0][0], b"e", None)]],  # a slot that is not bytes
+        [*good[:5], list(overlay.items()), INLINE_MAX],  # cells not a dict
+        [*good[:5], overlay, -1],  # a negative limit
+        [*good[:5], overlay, 2**70],  # a limit past a machine word
+        [*good[:5], overlay, float(INLINE_MAX)],  # a limit that is not an int
+        [*good[:5], {some_kh[:31]: some_cell}, INLINE_MAX],  # a short key hash
+        [*good[:5], {some_kh.hex(): some_cell}, INLINE_MAX],  # a key hash that is not bytes
+        [*good[:5], {some_kh: list(some_cell)}, INLINE_MAX],  # a cell that is not a tuple
+        [*good[:5], {some_kh: (*some_cell, b"")}, INLINE_MAX],  # a cell of three
+        [*good[:5], {some_kh: (some_cell[0], bytearray(some_cell[1]))}, INLINE_MAX],
+        [*good[:5], {some_kh: (object(), some_cell[1])}, INLINE_MAX],  # no entry attributes
     ]
+    for changes in [
+        {"key_cbor": bytearray(b"\x61k")},
+        {"state_hash": bytes(31)},
+        {"manifest_hash": "m" * 32},
+        {"size": True},
+        {"size": -1},
+        {"last_active": 2**64},
+        {"last_active": 1.0},
+    ]:
+        bad_cases.append(_args(shard, _with(overlay, **changes)))
     ends = bytearray(good[2])
     ends[0:4], ends[4:8] = ends[4:8], ends[0:4]  # ends that go down
     bad_cases.append([good[0], good[1], bytes(ends), *good[3:]])
     for args in bad_cases:
         assert native.built().shard_splice(*args) is None, args
+
+
+def test_an_entry_that_raises_or_changes_the_cells_as_it_is_read() -> None:
+    """A hostile entry: its attribute's error is the error (as ``encode_entry`` raises it), and
+    one that empties the dict while the C code walks it changes nothing it reads (it holds the
+    items it was given; under AddressSanitizer too)."""
+    shard, overlay = _shard_and_overlay(random.Random(2))
+
+    class Plain:
+        key_cbor, size, state_hash, last_active, manifest_hash = b"\x61k", 1, bytes(32), 2, MANIFEST
+
+    class Raising(Plain):
+        @property  # type: ignore[override]
+        def last_active(self) -> int:
+            raise RuntimeError("no last_active")
+
+    kh, cell = next((kh, c) for kh, c in overlay.items() if c is not None)
+    with pytest.raises(RuntimeError, match="no last_active"):
+        native.built().shard_splice(*_args(shard, {**overlay, kh: (Raising(), cell[1])}))
+
+    cells: dict[bytes, Any] = dict(overlay)
+
+    class Emptying(Plain):
+        @property  # type: ignore[override]
+        def size(self) -> int:
+            cells.clear()
+            return 1
+
+    cells[kh] = (Emptying(), cell[1])
+    given = dict(cells)
+    out = native.built().shard_splice(*_args(shard, cells))
+    assert out is not None
+    assert not cells
+    native.set_enabled(False)
+    try:
+        fields, root, _adds, _drops = merged_summary(merge_shard(shard, given, INLINE_MAX))
+    finally:
+        native.set_enabled(True)
+    assert out[:5] == fields
+    assert cbor.digest(out[5]) == root
 
 
 def _merged(base: PackedShard, overlay: dict[bytes, Cell | None], *, in_c: bool) -> Any:
@@ -120,7 +186,7 @@ def test_mutated_shards_give_the_python_answer_or_its_error() -> None:
             data += bytes(rng.randrange(1, 9))
         fields[which] = bytes(data)
         odd = PackedShard(*fields)
-        if native.built().shard_splice(*fields, _ops(overlay)) is None:
+        if native.built().shard_splice(*fields, overlay, INLINE_MAX) is None:
             declined += 1
             continue
         taken += 1

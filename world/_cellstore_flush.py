@@ -69,6 +69,7 @@ __all__ = [
     "Merged",
     "MergedShard",
     "ModulePlan",
+    "OutOfLine",
     "Planner",
     "merge",
     "merge_shard",
@@ -77,17 +78,19 @@ __all__ = [
 ]
 
 Cell = tuple[CellEntry, bytes]
+OutOfLine = tuple[bytes, bytes, bytes]
+"""A state a flush stores as its own object: (key hash, state hash, state bytes)."""
 
 
 @dataclass
 class Merged:
     """A dirty shard merged with its base, in key order, and the out-of-line states it adds
-    (hash, bytes) and drops (hash)."""
+    (key hash, state hash, bytes) and drops (state hash)."""
 
     keys: list[bytes]
     entry_cbors: list[bytes]
     states: list[bytes]
-    adds: list[tuple[bytes, bytes]] = field(default_factory=list)
+    adds: list[OutOfLine] = field(default_factory=list)
     drops: list[bytes] = field(default_factory=list)
 
     def logical_root(self) -> bytes:
@@ -115,7 +118,7 @@ def merge(
     overlay cell is placed by bisection and inserted, so a clean record costs only its slices
     (before, a dict, a sort and a tuple per record: 1.9 -> ~1 s of a 200,000-new-cell
     checkpoint of an 800,000-cell world)."""
-    adds: list[tuple[bytes, bytes]] = []
+    adds: list[OutOfLine] = []
     drops: list[bytes] = []
     for kh, cell in overlay.items():
         i = bisect_left(keys, kh)
@@ -133,7 +136,7 @@ def merge(
             continue
         entry, state = encode_entry(cell[0]), cell[1]
         if len(state) > inline_bytes_max:
-            adds.append((cell[0].state_hash, state))
+            adds.append((kh, cell[0].state_hash, state))
             state = b""
         if found:
             entry_cbors[i], states[i] = entry, state
@@ -147,11 +150,11 @@ def merge(
 @dataclass
 class MergedShard:
     """One dirty shard merged with its base: the new view (None once empty), its logical root,
-    and the out-of-line states it adds (hash, bytes) and drops (hash)."""
+    and the out-of-line states it adds and drops (state hash)."""
 
     view: PackedShard | None
     root: bytes
-    adds: list[tuple[bytes, bytes]]
+    adds: list[OutOfLine]
     drops: list[bytes]
 
 
@@ -178,40 +181,38 @@ _EMPTY_FIELDS: Final = (b"", b"", b"", b"", b"")
 def splice(
     base: PackedShard | None, overlay: Mapping[bytes, Cell | None], inline_bytes_max: int
 ) -> MergedShard | None:
-    """``merge`` in C (``kernel.native.shard_splice``), straight from the packed fields to the
-    new ones and the logical shard bytes, so a clean record costs a copy of its bytes instead of
-    ~0.7 µs of Python (slices, inserts, joins, offsets): a 200,000-new-cell checkpoint of an
-    800,000-cell world planned in ~1.1 s, ~0.6 of it that. None when the native path is off or
-    declines, and the caller merges in Python. Also None in the one case the C code does not
-    decide: a cell put again with the same state, stored out of line, that would now be inline
-    (``inline_bytes_max`` raised since): ``merge`` keeps it out of line."""
-    cells = sorted(overlay.items())
-    ops: list[tuple[bytes, bytes | None, bytes]] = []
-    for kh, cell in cells:
-        if cell is None:
-            ops.append((kh, None, b""))
-        else:
-            state = cell[1]
-            slot = state if len(state) <= inline_bytes_max else b""
-            ops.append((kh, encode_entry(cell[0]), slot))
-    out = native.shard_splice(_EMPTY_FIELDS if base is None else base.packed(), ops)
+    """``merge`` in C (``kernel.native.shard_splice``), straight from the packed fields and the
+    dirty cells to the new fields and the logical shard bytes: a clean record costs a copy of its
+    bytes instead of ~0.7 µs of Python (slices, inserts, joins, offsets), a dirty cell ~0.1 µs
+    instead of ~2.5 (its sort, its entry's encoding, its op, the look for its old record): the
+    200,000 dirty cells of a checkpoint were ~0.5 s of Python around ~0.02 s of C. None when the
+    native path is off or declines, and the caller merges in Python. The C code reports the
+    replaced records whose state slot was empty (``olds``); when there are any (cells with
+    states out of line put again), the adds and drops are decided here, in ``merge``'s order.
+    None in the one case that is not decided: a cell put again with the same state, stored out
+    of line, that would now be inline (``inline_bytes_max`` raised since): ``merge`` keeps it out
+    of line."""
+    cells = overlay if type(overlay) is dict else dict(overlay)
+    fields = _EMPTY_FIELDS if base is None else base.packed()
+    out = native.shard_splice(fields, cells, inline_bytes_max)
     if out is None:
         return None
-    keys, entries, entry_ends, states, state_ends, logical, olds = out
-    old_entries = {kh: old for (kh, _), old in zip(cells, olds, strict=True) if old is not None}
-    adds: list[tuple[bytes, bytes]] = []
+    keys, entries, entry_ends, states, state_ends, logical, olds, adds = out
     drops: list[bytes] = []
-    for kh, cell in overlay.items():  # in the order merge takes them
-        old = old_entries.get(kh)
-        old_out = None if old is None else _out_of_line(old)
-        if old_out is not None and cell is not None and cell[0].state_hash == old_out:
-            if len(cell[1]) <= inline_bytes_max:
-                return None
-            continue
-        if old_out is not None:
-            drops.append(old_out)
-        if cell is not None and len(cell[1]) > inline_bytes_max:
-            adds.append((cell[0].state_hash, cell[1]))
+    if olds:
+        old_entries = dict(olds)
+        adds = []
+        for kh, cell in overlay.items():  # in the order merge takes them
+            old = old_entries.get(kh)
+            old_out = None if old is None else _out_of_line(old)
+            if old_out is not None and cell is not None and cell[0].state_hash == old_out:
+                if len(cell[1]) <= inline_bytes_max:
+                    return None
+                continue
+            if old_out is not None:
+                drops.append(old_out)
+            if cell is not None and len(cell[1]) > inline_bytes_max:
+                adds.append((kh, cell[0].state_hash, cell[1]))
     if not keys:
         return MergedShard(None, b"", adds, drops)
     view = PackedShard(keys, entries, entry_ends, states, state_ends)
@@ -235,6 +236,7 @@ class ModulePlan:
     changed: dict[int, ShardRef | None]  # rewritten prefixes: new ref, None if now empty
     groups: dict[bytes, dict[int, PackedShard]]  # the new group objects
     replaced: set[bytes]  # the group objects they replace
+    out_of_line: list[OutOfLine]  # the states the flush stores as their own objects
     committed: dict[int, ShardRef] = field(default_factory=dict)  # the reducer's new index
 
 
@@ -276,12 +278,17 @@ class Planner:
             self._fresh.add(state_hash)
 
     def shard(
-        self, base: PackedShard | None, overlay: Mapping[bytes, Cell | None]
+        self,
+        base: PackedShard | None,
+        overlay: Mapping[bytes, Cell | None],
+        out_of_line: list[OutOfLine],
     ) -> tuple[PackedShard, bytes] | None:
-        """Merge one shard to rewrite; its new view and logical root (None once it is empty)."""
+        """Merge one shard to rewrite; its new view and logical root (None once it is empty).
+        The states it stores out of line are added to ``out_of_line``."""
         merged = merge_shard(base, overlay, self.inline_bytes_max)
-        for state_hash, state_cbor in merged.adds:
+        for _kh, state_hash, state_cbor in merged.adds:
             self._add_state(state_hash, state_cbor)
+        out_of_line.extend(merged.adds)
         self._drops.extend(merged.drops)
         return None if merged.view is None else (merged.view, merged.root)
 
@@ -303,15 +310,17 @@ class Planner:
             replaced = {committed[p][2] for p in dirty if p in committed}
             rewrite = dirty.keys() | {p for p, ref in committed.items() if ref[2] in replaced}
         shards = []
+        out_of_line: list[OutOfLine] = []
         for prefix in sorted(rewrite):
             base, placed = load(prefix)
-            merged = self.shard(base, {**placed, **dirty.get(prefix, {})})
+            cells = dirty.get(prefix, {})
+            merged = self.shard(base, {**placed, **cells} if placed else cells, out_of_line)
             if merged is not None:
                 shards.append((prefix, *merged))
         refs, groups = self.groups(module_raw, shards, replaced)
         changed: dict[int, ShardRef | None] = dict.fromkeys(rewrite)
         changed.update(refs)
-        return ModulePlan(changed, groups, replaced)
+        return ModulePlan(changed, groups, replaced, out_of_line)
 
     def groups(
         self,

@@ -491,10 +491,8 @@ class FileCellStore:
                 self._groups.put((name, raw), ShardGroup(group))
                 for prefix, shard in group.items():
                     self._keys.put((name, prefix), (raw, shard.keys))
-            for dirty in mod.dirty.values():
-                for kh, cell in dirty.items():
-                    if cell is not None and len(cell[1]) > self.cell_inline_bytes_max:
-                        self._states.put((name, kh), (cell[0].state_hash, cell[1]))
+            for kh, state_hash, state_cbor in plan.out_of_line:
+                self._states.put((name, kh), (state_hash, state_cbor))
             mod.dirty.clear()
             mod.roots.clear()
             mod.counts.clear()

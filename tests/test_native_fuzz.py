@@ -11,7 +11,6 @@ run is by hand: ``python tools/fuzz/fuzz_native.py [-runs=N | --random --seconds
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzzkit import FUZZ, load_oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,21 +27,12 @@ from air.errors import CborError
 from kernel import native
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = ROOT / "tools" / "fuzz"
 pytestmark = pytest.mark.skipif(
     not native.available(), reason="the native extension is not built: nothing to fuzz"
 )
 
 
-def _oracle() -> Any:
-    if "native_oracle" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("native_oracle", FUZZ / "native_oracle.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["native_oracle"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["native_oracle"]
+_oracle = load_oracle
 
 
 REGRESSIONS = [

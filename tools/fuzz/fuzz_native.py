@@ -6,8 +6,9 @@
 
 With atheris (``pip install atheris``; a dev dependency on x86-64 Linux) this is a libFuzzer
 run: each input is routed to every byte-level target (``native_oracle.check_bytes``: strict
-decode, output decode, record decode) and, read as a structured recipe, to the encoders
-(``check_dumps``, ``check_encode_input``). Coverage guidance comes from the Python reference
+decode, output decode, record decode), written over a field of a small index shard
+(``check_shard_splice``: the checkpoint's shard merge) and, read as a structured recipe, to the
+encoders (``check_dumps``, ``check_encode_input``). Coverage guidance comes from the Python reference
 code atheris instruments; the C code is not instrumented (gcc has no libFuzzer coverage mode),
 so the corpus is seeded with real outputs and records. ``--random`` (or no atheris) runs the
 same checks on ``native_oracle.Mutator``'s mutations of the same seeds instead. A disagreement
@@ -46,6 +47,7 @@ with _instrumented:
 
 def one_input(data: bytes) -> None:
     native_oracle.check_bytes(data)
+    native_oracle.check_shard_splice(data)
     rng = random.Random(data)
     native_oracle.check_dumps(native_oracle.random_value(rng))
     native_oracle.check_encode_input(

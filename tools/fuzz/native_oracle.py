@@ -25,6 +25,9 @@ from air import cbor
 from air.errors import CborError, WorldError
 from kernel import abi, journal, native
 from kernel.abi import StepRejected
+from kernel.cells import CellEntry, encode_entry
+from world._cellstore_flush import merge_shard
+from world._cellstore_format import PackedShard
 
 __all__ = [
     "Disagreement",
@@ -36,6 +39,7 @@ __all__ = [
     "check_encode_input",
     "check_loads",
     "check_normalise",
+    "check_shard_splice",
     "random_sugar",
     "random_type",
     "random_value",
@@ -183,6 +187,65 @@ def _python(fn: Callable[[], Any]) -> Any:
         return fn()
     finally:
         native.set_enabled(was)
+
+
+def _merged_shard(
+    base: PackedShard, cells: dict[bytes, tuple[CellEntry, bytes] | None], inline_max: int
+) -> Any:
+    """``merge_shard``'s result as plain values, or the error it raised (type and text)."""
+    try:
+        merged = merge_shard(base, cells, inline_max)
+    except Exception as exc:  # the Python merge's error on odd bytes: the C path must match it
+        return type(exc), str(exc)
+    fields = None if merged.view is None else merged.view.packed()
+    return fields, merged.root, merged.adds, merged.drops
+
+
+def _shard_cell(n: int, size: int, seq: int) -> tuple[bytes, tuple[CellEntry, bytes]]:
+    state = cbor.dumps(bytes(size)) if size else b""
+    entry = CellEntry(cbor.dumps(n), cbor.digest(state), len(state), seq, bytes(range(32)))
+    return cbor.digest(cbor.dumps(n)), (entry, state)
+
+
+def check_shard_splice(data: bytes) -> bool:
+    """The index shard merge (``kernel.native.shard_splice`` via ``merge_shard``) against
+    ``merge``: a small shard and dirty cells drawn from ``data``, one of the shard's five fields
+    then overwritten with ``data``'s bytes at a spot it picks (a damaged or hostile object). The
+    C code declines, or gives the same shard, root, adds and drops, or the same error. Returns
+    whether the C code took the input."""
+    rng = random.Random(data)
+    sizes = [0, 1, 5, 20]  # 20: out of line at the usual limit
+    stored = dict(_shard_cell(n, rng.choice(sizes), 1) for n in rng.sample(range(30), 12))
+    order = sorted(stored)
+    limit = 8
+    base = PackedShard.build(
+        order,
+        [encode_entry(stored[kh][0]) for kh in order],
+        [s if len(s) <= limit else b"" for s in (stored[kh][1] for kh in order)],
+    )
+    cells: dict[bytes, tuple[CellEntry, bytes] | None] = {}
+    for n in rng.sample(range(40), rng.randrange(1, 10)):
+        kh, cell = _shard_cell(n, rng.choice(sizes), 2)
+        if kh in stored and rng.random() < 0.3:  # put again with the same state
+            old, state = stored[kh]
+            cell = (CellEntry(old.key_cbor, old.state_hash, old.size, 2, old.manifest_hash), state)
+        cells[kh] = None if rng.random() < 0.25 else cell
+    fields = list(base.packed())
+    which = rng.randrange(6)
+    if which < 5 and data:  # which == 5: the shard as stored
+        field = bytearray(fields[which])
+        at = rng.randrange(len(field) + 1)
+        field[at : at + rng.randrange(len(data) + 1)] = data[: rng.randrange(len(data) + 1)]
+        fields[which] = bytes(field)
+    odd = PackedShard(*fields)
+    inline_max = rng.choice([limit, limit, 0, 30])
+    if EXT.shard_splice(*fields, cells, inline_max) is None:
+        return False
+    ours = _merged_shard(odd, cells, inline_max)
+    theirs = _python(lambda: _merged_shard(odd, cells, inline_max))
+    if ours != theirs:
+        raise Disagreement("shard_splice", (fields, cells, inline_max), ours, theirs)
+    return True
 
 
 def check_bytes(data: bytes) -> None:

@@ -19,6 +19,10 @@ static PyMethodDef native_methods[] = {
     {"shard_splice", (PyCFunction)(void (*)(void))native_py_shard_splice, METH_FASTCALL,
      "A packed index shard merged with its dirty cells, its logical bytes, the replaced entries "
      "whose state slot was empty and the states that go out of line; or None."},
+    {"find_key", (PyCFunction)(void (*)(void))native_py_find_key, METH_FASTCALL,
+     "The index of a key hash in a shard's ascending keys by bisection, -1 if absent; or None."},
+    {"keys_ascend", native_py_keys_ascend, METH_O,
+     "Whether a shard's 32-byte key hashes strictly ascend; or None."},
     {"bind", native_py_bind, METH_O, "Set the wasmtime C-API function addresses."},
     {"bind_types", native_py_bind_types, METH_O,
      "The kernel.abi result classes decode_output builds, with their fields."},

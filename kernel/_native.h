@@ -54,6 +54,8 @@ PyObject *native_py_bind(PyObject *self, PyObject *arg);
 PyObject *native_py_bind_types(PyObject *self, PyObject *arg);
 PyObject *native_py_normalise(PyObject *self, PyObject *const *args, Py_ssize_t n);
 PyObject *native_py_shard_splice(PyObject *self, PyObject *const *args, Py_ssize_t n);
+PyObject *native_py_find_key(PyObject *self, PyObject *const *args, Py_ssize_t n);
+PyObject *native_py_keys_ascend(PyObject *self, PyObject *arg);
 int native_encode_input(nbuf_t *b, PyObject *state, PyObject *schema, PyObject *value,
                         PyObject *key, PyObject *cell_mode);
 extern PyTypeObject NativeSessionType;

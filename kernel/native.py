@@ -6,10 +6,11 @@ input envelope encoded straight into a buffer, new store, limiter, fuel, instanc
 lookups, ``alloc``, write, ``step``, read, store deleted) instead of ~8 ctypes crossings
 (``_fastcall``); the strict decode of a step's output (``decode_output``); canonical CBOR both
 ways (``dumps``, ``loads``); the journal payload join (``encode_record``) and a record's decode
-(``decode_record``); and, for the file cell store's checkpoints, the merge of a packed index
-shard with its dirty cells (``shard_splice``). Everything else (routing, the scheduler, schema
-checks, the stores) stays Python: measured, the C call boundary is not where what is left of the
-step goes (BENCHMARKS.md).
+(``decode_record``); and, for the file cell store, the merge of a packed index shard with its
+dirty cells at a checkpoint (``shard_splice``) and the bisection of a shard's keys at a lookup
+(``find_key``, ``keys_ascend``). Everything else (routing, the scheduler, schema checks, the
+stores) stays Python: measured, the C call boundary is not where what is left of the step goes
+(BENCHMARKS.md).
 
 The contract, one-sided by construction. Each native function either returns exactly what its
 Python reference returns, or answers "not mine" (``None``, or ``ValueError`` for ``loads``) and
@@ -66,6 +67,8 @@ __all__ = [
     "dumps",
     "enabled",
     "ext",
+    "find_key",
+    "keys_ascend",
     "loads",
     "norm_program",
     "normalise",
@@ -172,6 +175,25 @@ def shard_splice(
     if _state["enabled"] and _ext is not None:
         out: Spliced | None = _ext.shard_splice(*fields, cells, inline_bytes_max)
         return out
+    return None
+
+
+def find_key(keys: bytes, key_hash: bytes) -> int | None:
+    """The index of ``key_hash`` in a shard's strictly ascending ``keys`` (32-byte hashes,
+    concatenated), -1 if absent, by bisection; None when not enabled or not the C code's input.
+    Ascending is the caller's promise (``world._cellstore_format`` checks it at load)."""
+    if _state["enabled"] and _ext is not None:
+        found: int | None = _ext.find_key(keys, key_hash)
+        return found
+    return None
+
+
+def keys_ascend(keys: bytes) -> bool | None:
+    """Whether ``keys`` (32-byte hashes, concatenated) strictly ascend; None when not enabled
+    or not the C code's input."""
+    if _state["enabled"] and _ext is not None:
+        ascend: bool | None = _ext.keys_ascend(keys)
+        return ascend
     return None
 
 

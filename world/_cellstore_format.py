@@ -67,6 +67,7 @@ import cbor2
 
 from air import cbor
 from air.errors import CborError
+from kernel import native
 from kernel.cells import (
     INDEX_SHARD_BITS,
     INDEX_SHARD_COUNT,
@@ -134,7 +135,12 @@ def _pack_ends(lengths: Sequence[int]) -> bytes:
 
 
 def find_key(keys: bytes, key_hash: bytes) -> int:
-    """The index of ``key_hash`` in ``keys`` (32-byte key hashes, concatenated), or -1."""
+    """The index of ``key_hash`` in ``keys`` (32-byte key hashes, concatenated, ascending), or
+    -1. Natively by bisection: a new cell's first ``get`` in a million-cell world asks its
+    shard's ~250 keys, which a scan read at ~2.4 µs (8 KB mostly not in the CPU's cache)."""
+    found = native.find_key(keys, key_hash)
+    if found is not None:
+        return found
     at = keys.find(key_hash)
     while at > 0 and at % HASH_BYTES:  # a match straddling two keys is not a key
         at = keys.find(key_hash, at + 1)
@@ -259,10 +265,21 @@ class PackedShard:
             and _end(shard.state_ends, shard.width, shard.count - 1) == len(shard.states)
             and shard_of(shard.keys[:HASH_BYTES]) == prefix  # keys ascend: all between
             and shard_of(shard.keys[-HASH_BYTES:]) == prefix
+            and keys_ascend(shard.keys)
         )
         if not ok:
             raise CborError(f"/shards/{prefix}", "index.shard", "packed shard tables do not agree")
         return shard
+
+
+def keys_ascend(keys: bytes) -> bool:
+    """Whether ``keys`` (32-byte key hashes, concatenated) strictly ascend, as a writer stores
+    them and ``find_key``'s bisection needs."""
+    ascend = native.keys_ascend(keys)
+    if ascend is not None:
+        return ascend
+    hashes = [keys[i : i + HASH_BYTES] for i in range(0, len(keys), HASH_BYTES)]
+    return all(a < b for a, b in zip(hashes, hashes[1:]))
 
 
 def pack_group(module_raw: bytes, shards: Mapping[int, PackedShard]) -> bytes:

@@ -353,3 +353,15 @@ def test_two_reducers_cells_of_one_key_each_start_from_their_own_state(
     for name, state in live.items():
         assert timetravel.cell_at(path, name, "a", last).state == state
     assert counting.runs == 0
+
+
+def test_a_group_of_one_seq_is_the_general_layout() -> None:
+    """The one-seq shortcut of ``_group`` writes the bytes the general layout does, and reads
+    back as such."""
+    name = bytes(range(8))
+    for state in (b"", b"\xa1\x61n\x01"):
+        one = history._group(name, [2**40 + 7], state)
+        assert one == (
+            history._GROUP.pack(name, 1, len(state)) + (2**40 + 7).to_bytes(8, "little") + state
+        )
+        assert list(history._groups(one)) == [(name, history._GROUP.size, 1, len(state))]

@@ -92,6 +92,7 @@ _SHARDS: Final = 64
 _MAGIC: Final = b"WHB2"
 _BATCH: Final = struct.Struct("<4sQQII")
 _GROUP: Final = struct.Struct("<8sII")
+_GROUP_ONE: Final = struct.Struct("<8sIIQ")  # a group of one seq: _GROUP and the seq
 _RANGES: Final = "ranges.cbor"
 
 
@@ -196,6 +197,8 @@ def _groups(payload: bytes) -> Iterator[tuple[bytes, int, int, int]]:
 
 
 def _group(cell_hash: bytes, seqs: list[int], state: bytes) -> bytes:
+    if len(seqs) == 1:  # most groups of a world of many cells: one struct, no format string
+        return _GROUP_ONE.pack(cell_hash, 1, len(state), seqs[0]) + state
     head = _GROUP.pack(cell_hash, len(seqs), len(state))
     return head + struct.pack(f"<{len(seqs)}Q", *seqs) + state
 

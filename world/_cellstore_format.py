@@ -60,7 +60,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any, Final
 
 import cbor2
@@ -279,7 +279,7 @@ def keys_ascend(keys: bytes) -> bool:
     if ascend is not None:
         return ascend
     hashes = [keys[i : i + HASH_BYTES] for i in range(0, len(keys), HASH_BYTES)]
-    return all(a < b for a, b in zip(hashes, hashes[1:]))
+    return all(a < b for a, b in pairwise(hashes))
 
 
 def pack_group(module_raw: bytes, shards: Mapping[int, PackedShard]) -> bytes:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from kernel.core import ReplayDivergence
-from kernel.journal import JournalCorrupt
+from kernel.core import Kernel, ReplayDivergence
+from kernel.journal import JournalCorrupt, JournalRecord
 from world.replay import rebuild_world, verify_world
 from world.world import CheckpointAhead, World
 
@@ -212,3 +212,50 @@ def test_internal_events_are_delivered_exactly_once_across_a_reopen(tmp_path: Pa
     assert len(consumed) == len(set(consumed)) == 4
     assert sum(b["reducer"] == "t/B@1" for b in steps) == 2
     assert verify_world(tmp_path / "w").ok
+
+
+_HOT_CHILD = """
+import os, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from world import world as world_module
+from world.world import World
+from worldkit import EVENT, add
+world_module.SNAPSHOT_RECORDS_MAX = int(sys.argv[4])
+world = World.open(Path(sys.argv[1]))
+for _ in range(21):
+    world.send_many([(EVENT, add("hot", 1))] * 15)
+    world.run_until_idle()
+os._exit(0)  # no close, no checkpoint of its own: as if killed
+"""
+
+
+@pytest.mark.parametrize("records_max", [100, 1_000_000])
+def test_a_hot_world_checkpoints_as_its_journal_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, records_max: int
+) -> None:
+    """``SNAPSHOT_RECORDS_MAX``: one cell stepped 315 times never makes ``SNAPSHOT_DIRTY_MAX``
+    cells dirty, but the journal's growth checkpoints it, so a process that dies without closing
+    leaves a world whose next open re-applies at most the limit plus one run's records (30):
+    with the limit crossed, 1 to 130 of the ~630; with it not reached, all of them."""
+    w = tmp_path / "w"
+    World.create(w, COUNTER_AIR).close()
+    root = Path(__file__).resolve().parents[1]
+    args = [str(w), str(root), str(HERE), str(records_max)]
+    subprocess.run([sys.executable, "-c", _HOT_CHILD, *args], check=True, timeout=120)
+    applied = []
+    real_apply = Kernel.apply
+
+    def counted(kernel: Kernel, record: JournalRecord) -> None:
+        applied.append(record.seq)
+        real_apply(kernel, record)
+
+    monkeypatch.setattr(Kernel, "apply", counted)
+    with World.open(w) as world:
+        assert world.state(COUNTER, "hot") == {"count": 315, "events": 315}
+        total = world.journal.seq_next
+    assert total > 630
+    if records_max < total:
+        assert 0 < len(applied) <= records_max + 30
+    else:
+        assert len(applied) >= 630

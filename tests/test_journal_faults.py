@@ -20,10 +20,11 @@ import errno
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -400,3 +401,114 @@ def test_the_crash_points_cover_each_batch_before_during_and_after_its_write() -
         assert _expected_after_crash("exit", write) == _records_before(batch)
         assert _expected_after_crash("exit", write + 1) == _records_before(batch + 1)
     assert any(_frames_in_half(batch) > 0 for batch in range(len(SCRIPT)))
+
+
+# --- resealing at a writable open --------------------------------------------------------------
+
+_RESEAL_CHILD = """
+import os, sys
+from world import fileio
+from world.journal import FileJournal
+directory, crash_at, segment_bytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+count = 0
+
+def hook(op, path):
+    global count
+    if count == crash_at:
+        os._exit(71)
+    count += 1
+
+with fileio.fault_hook(hook):
+    FileJournal(directory, segment_bytes_max=segment_bytes).close()
+os._exit(0)
+"""
+
+
+@cache
+def _unsealed_template() -> tuple[Path, tuple[Op, ...]]:
+    """A journal of SCRIPT whose rolled segments have lost their seals (its writer died before
+    sealing them), and every operation of the writable open that reseals it."""
+    root = Path(tempfile.mkdtemp(prefix="unsealed-"))
+    directory = root / "template" / "journal"
+    with FileJournal(directory, segment_bytes_max=SEGMENT_BYTES) as journal:
+        for size in SCRIPT:
+            journal.append_many(_entries(journal.seq_next, size, 0))
+            journal.commit()
+        rolled = len(journal.segments) - 1
+    seals = list(directory.glob("*.seal"))
+    assert len(seals) == rolled >= 3
+    for seal in seals:
+        seal.unlink()
+    scratch = root / "trace" / "journal"
+    shutil.copytree(directory, scratch)
+    ops: list[Op] = []
+    with fileio.fault_hook(
+        lambda op, path: ops.append(Op(op, str(Path(path).relative_to(scratch.parent)), -1))
+    ):
+        FileJournal(scratch, segment_bytes_max=SEGMENT_BYTES).close()
+    return directory, tuple(ops)
+
+
+def _unsealed_copy(tmp_path: Path, name: str) -> Path:
+    directory = tmp_path / name / "journal"
+    shutil.copytree(_unsealed_template()[0], directory)
+    return directory
+
+
+def test_a_writable_open_reseals_what_it_scanned_with_durable_writes() -> None:
+    """Per unsealed segment: its bytes synced, its seal written beside it, synced and renamed
+    into place; then the folder synced once. These are the operations failed and crashed below."""
+    ops = _unsealed_template()[1]
+    rolled = (len(ops) - 1) // 5
+    assert [op.name for op in ops] == [
+        *["fsync", "create", "write", "fsync", "replace"] * rolled,
+        "fsync_dir",
+    ]
+    assert len({op.path for op in ops if op.name == "replace"}) == rolled >= 3
+
+
+def _failing_once(fail_at: int, error: int) -> Callable[[str, str], None]:
+    """A fault hook that raises ``error`` at operation ``fail_at`` only."""
+    counter = itertools.count()
+
+    def hook(op: str, path: str) -> None:
+        if next(counter) == fail_at:
+            raise OSError(error, os.strerror(error), path)
+
+    return hook
+
+
+@pytest.mark.parametrize("error", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_a_failure_while_resealing_fails_the_open_and_loses_nothing(
+    tmp_path: Path, error: int
+) -> None:
+    """Every operation of the resealing open fails once: the open raises a ``StorageError``
+    naming it, nothing is lost (a reader sees every record), and the next writable open
+    reseals the journal."""
+    ops = _unsealed_template()[1]
+    bodies = [body(seq, 0) for seq in range(sum(SCRIPT))]
+    for fail_at, expected in enumerate(ops):
+        directory = _unsealed_copy(tmp_path, f"fail-{fail_at}")
+        with fileio.fault_hook(_failing_once(fail_at, error)):
+            opened = _open(directory)
+        assert isinstance(opened, StorageError), expected
+        assert opened.path == str(directory.parent / expected.path), (opened, expected)
+        assert opened.errno_name == errno.errorcode[error]
+        assert _readers_view(directory) == bodies
+        _check_reopened(directory, bodies)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_a_crash_while_resealing_loses_nothing(tmp_path: Path, chunk: int) -> None:
+    """A process that dies at any operation of the resealing open leaves every record, and the
+    next writable open reseals the journal (no stray temporary file, seals that verify)."""
+    ops = _unsealed_template()[1]
+    bodies = [body(seq, 0) for seq in range(sum(SCRIPT))]
+    for crash_at in _my_share(chunk, len(ops)):
+        directory = _unsealed_copy(tmp_path, f"crash-{crash_at}")
+        argv = [sys.executable, "-c", _RESEAL_CHILD, str(directory), str(crash_at)]
+        done = subprocess.run(
+            [*argv, str(SEGMENT_BYTES)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 71, done.stderr
+        _check_reopened(directory, bodies)

@@ -3,10 +3,11 @@ states, index objects, the new checkpoint record, and what becomes garbage once 
 the ``holds`` callback (does the CAS already hold this object with these bytes?).
 
 Merging a dirty shard keeps every clean record's bytes as they are (entry and inline state are
-slices of the old object) and encodes only the dirty entries, so a flush costs ~1.5 µs per dirty
-cell plus a copy of its shards' bytes, and the logical root is one digest of a concatenation.
-With the native path the merge is ``splice`` (C copies the clean records' bytes); ``merge`` is
-its reference and the fallback (``tests/test_native_shard.py`` holds one to the other).
+slices of the old object) and encodes only the dirty entries, and the logical root is one
+digest of a concatenation. With the native path the merge is ``splice`` (C sorts and encodes
+the dirty cells and copies the clean records' bytes: ~1 µs per dirty cell plus the copy);
+``merge`` is its reference and the fallback (``tests/test_cellstore_merge.py`` holds one to the
+other, ``tests/test_native_shard.py`` feeds the C code what it must decline).
 
 Who may delete what (the collector's invariant). Objects are shared by content with the rest
 of the world's CAS (AIR, wasm, blobs, receipts), so the store deletes only what it can prove
@@ -183,9 +184,10 @@ def splice(
 ) -> MergedShard | None:
     """``merge`` in C (``kernel.native.shard_splice``), straight from the packed fields and the
     dirty cells to the new fields and the logical shard bytes: a clean record costs a copy of its
-    bytes instead of ~0.7 µs of Python (slices, inserts, joins, offsets), a dirty cell ~0.1 µs
-    instead of ~2.5 (its sort, its entry's encoding, its op, the look for its old record): the
-    200,000 dirty cells of a checkpoint were ~0.5 s of Python around ~0.02 s of C. None when the
+    bytes instead of ~0.7 µs of Python (slices, inserts, joins, offsets), a dirty cell ~1 µs,
+    most of it reading its objects (not in the CPU's cache by then), instead of ~2.5 (its sort,
+    its entry's encoding, its op, the look for its old record): the 200,000 dirty cells of a
+    checkpoint took 0.52-0.55 s, now 0.21-0.22 (BENCHMARKS.md). None when the
     native path is off or declines, and the caller merges in Python. The C code reports the
     replaced records whose state slot was empty (``olds``); when there are any (cells with
     states out of line put again), the adds and drops are decided here, in ``merge``'s order.

@@ -16,8 +16,9 @@
  *
  * One-sided like the rest (see kernel/native.py): for anything it does not expect (a field of
  * the wrong size, ends that do not describe their data, a key hash that is not 32 bytes, a cell
- * that is not a pair of an entry with exact bytes and ints and bytes, a number past 64 bits, a
- * field past 4 GiB) it returns None and the caller runs the Python merge. Reads only its
+ * that is not a pair of an entry with exact bytes and ints and bytes, an entry whose attribute
+ * raises, a number past 64 bits, a field past 4 GiB) it returns None and the caller runs the
+ * Python merge, which raises its own error where there is one. Reads only its
  * arguments; no file, clock or environment. */
 #include "_native.h"
 
@@ -163,7 +164,10 @@ static int encode_entry(nbuf_t *arena, PyObject *entry, PyObject **state_hash) {
     for (int k = 0; k < F_COUNT; k++) {
         f[k] = PyObject_GetAttr(entry, field_names[k]);
         if (f[k] == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            /* An entry whose attribute fails is not ours: Python's merge meets it in its own
+             * order (after a damaged record, say) and raises what it raises. Only what is not
+             * an Exception (KeyboardInterrupt, SystemExit) goes up from here. */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
                 rc = N_ERROR;
                 goto done;
             }

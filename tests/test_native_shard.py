@@ -116,9 +116,9 @@ def test_inputs_it_does_not_expect_are_not_its_own() -> None:
 
 
 def test_an_entry_that_raises_or_changes_the_cells_as_it_is_read() -> None:
-    """A hostile entry: its attribute's error is the error (as ``encode_entry`` raises it), and
-    one that empties the dict while the C code walks it changes nothing it reads (it holds the
-    items it was given; under AddressSanitizer too)."""
+    """A hostile entry: one whose attribute raises is not the C code's (so the Python merge
+    raises its error, in its own order), and one that empties the dict while the C code walks
+    it changes nothing it reads (it holds the items it was given; under AddressSanitizer too)."""
     shard, overlay = _shard_and_overlay(random.Random(2))
 
     class Plain:
@@ -130,8 +130,18 @@ def test_an_entry_that_raises_or_changes_the_cells_as_it_is_read() -> None:
             raise RuntimeError("no last_active")
 
     kh, cell = next((kh, c) for kh, c in overlay.items() if c is not None)
+    raising = {**overlay, kh: (Raising(), cell[1])}
+    assert native.built().shard_splice(*_args(shard, raising)) is None
     with pytest.raises(RuntimeError, match="no last_active"):
-        native.built().shard_splice(*_args(shard, {**overlay, kh: (Raising(), cell[1])}))
+        merge_shard(shard, raising, INLINE_MAX)
+
+    class Interrupting(Plain):
+        @property  # type: ignore[override]
+        def manifest_hash(self) -> bytes:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # not swallowed
+        native.built().shard_splice(*_args(shard, {**overlay, kh: (Interrupting(), cell[1])}))
 
     cells: dict[bytes, Any] = dict(overlay)
 
@@ -261,3 +271,32 @@ def test_a_stored_shard_whose_keys_do_not_ascend_is_refused(in_c: bool) -> None:
             PackedShard.from_fields(swapped, prefix)
     finally:
         native.set_enabled(True)
+
+
+def test_a_damaged_record_and_a_hostile_entry_raise_the_python_error() -> None:
+    """Both at once (found in review): the C code reads every entry before merging, Python
+    meets the damaged record first; the C code declines, so both paths raise ``CborError``."""
+
+    class Raising:
+        key_cbor, size, last_active, manifest_hash = b"\x61k", 1, 1, MANIFEST
+
+        @property
+        def state_hash(self) -> bytes:
+            raise ValueError("boom")
+
+    first, second = sorted(b"\x12\x30" + bytes([n]) + bytes(29) for n in (1, 2))
+    base = PackedShard.build([first], [b"\xff\x00garbage"], [b""])  # empty slot: decoded
+    cells: dict[bytes, Any] = {
+        first: (CellEntry(b"\x61k", bytes(32), 1, 1, MANIFEST), b"\x61x"),
+        second: (Raising(), b"\x61x"),
+    }
+    outcomes = []
+    for in_c in (True, False):
+        native.set_enabled(in_c)
+        try:
+            with pytest.raises(CborError) as raised:
+                merge_shard(base, cells, INLINE_MAX)
+            outcomes.append(str(raised.value))
+        finally:
+            native.set_enabled(True)
+    assert outcomes[0] == outcomes[1]

@@ -450,11 +450,7 @@ def fsync_dir(path: Path) -> None:
 
 def fsync_file(path: Path) -> None:
     with Io("fsync", path):
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            fileio.fsync(fd, path)
-        finally:
-            os.close(fd)
+        fileio.fsync_file(path)
 
 
 def _read_payload(file: BinaryIO, name: str, offset: int, seq: int) -> bytes:

@@ -99,11 +99,7 @@ class FileCas:
         its bytes durable."""
         pin = Path(pin_path(str(path)))
         if not pin.exists():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fileio.fsync(fd, path)
-            finally:
-                os.close(fd)
+            fileio.fsync_file(path)
             atomic_write(pin, b"", tmp_dir=self._tmp)
 
     def get(self, address: str) -> bytes:

@@ -40,6 +40,7 @@ __all__ = [
     "fdatasync",
     "fsync",
     "fsync_dir",
+    "fsync_file",
     "mkdir",
     "open_append",
     "replace",
@@ -133,6 +134,16 @@ def fdatasync(fd: int, path: StrPath) -> None:
         _sync_data(fd)
     except OSError as exc:
         raise _failed(exc, "fdatasync", path) from exc
+
+
+def fsync_file(path: StrPath) -> None:
+    """Make the bytes of the file at ``path`` durable (one ``fsync`` operation)."""
+    with _op("fsync", path):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def fsync_dir(path: StrPath) -> None:

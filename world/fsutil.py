@@ -162,11 +162,7 @@ def sync_paths(
         fileio.sync()
         return
     for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fileio.fsync(fd, path)
-        finally:
-            os.close(fd)
+        fileio.fsync_file(path)
     for path in dirs:
         fsync_dir(path)
 

@@ -20,6 +20,19 @@ def encode_input(
 ) -> bytes | None: ...
 def decode_output(output_cbor: bytes, /) -> Any: ...
 def normalise(program: tuple[Any, ...], value: object, /) -> Any: ...
+
+Spliced = tuple[
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    list[tuple[bytes, bytes]],
+    list[tuple[bytes, bytes, bytes]],
+]
+"""shard_splice's answer: five packed fields, the logical bytes, olds and adds."""
+
 def shard_splice(
     keys: bytes,
     entries: bytes,
@@ -29,19 +42,7 @@ def shard_splice(
     cells: dict[bytes, tuple[Any, bytes] | None],
     inline_bytes_max: int,
     /,
-) -> (
-    tuple[
-        bytes,
-        bytes,
-        bytes,
-        bytes,
-        bytes,
-        bytes,
-        list[tuple[bytes, bytes]],
-        list[tuple[bytes, bytes, bytes]],
-    ]
-    | None
-): ...
+) -> Spliced | None: ...
 def find_key(keys: bytes, key_hash: bytes, /) -> int | None: ...
 def keys_ascend(keys: bytes, /) -> bool | None: ...
 def bind(addresses: tuple[int, ...], /) -> None: ...

@@ -45,11 +45,14 @@ where the rest of the step goes). Not thread-safe per session, like ``_fastcall`
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from air import cbor
 from air.errors import WorldError
 from air.types import ListT, OptionT, Prim, Record, Schemas, TypeNode, Variant, resolve
+
+if TYPE_CHECKING:
+    from kernel._native import Spliced  # its one definition: the extension's stub
 
 _ext: Any
 try:  # built by setup.py where a compiler is found; absent otherwise
@@ -149,19 +152,6 @@ def decode_record(payload: bytes) -> tuple[int, str, str, Any] | None:
         found: tuple[int, str, str, Any] | None = _ext.decode_record(payload)
         return found
     return None
-
-
-Spliced = tuple[
-    bytes,
-    bytes,
-    bytes,
-    bytes,
-    bytes,
-    bytes,
-    list[tuple[bytes, bytes]],
-    list[tuple[bytes, bytes, bytes]],
-]
-"""``shard_splice``'s answer: five packed fields, the logical bytes, olds and adds."""
 
 
 def shard_splice(

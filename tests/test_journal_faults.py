@@ -52,16 +52,9 @@ _namespace: dict[str, Any] = {}
 exec(_BODY_SOURCE, _namespace)
 body = _namespace["body"]
 
-_CHILD = (
-    """
-import json, os, sys
-from world import fileio
-from world.journal import FileJournal
-"""
-    + _BODY_SOURCE
-    + """
-directory, mode, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
-script, segment_bytes, subject = json.loads(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+# The children's crash: a fault hook that exits just before operation ``crash_at`` ("exit") or
+# halfway through the write that is that operation ("mid-write").
+_CRASH_HOOK_SOURCE = """
 count = 0
 real_write = os.write
 
@@ -76,7 +69,21 @@ def hook(op, path):
             os._exit(71)
         os.write = write_half_then_exit
     count += 1
+"""
 
+_CHILD = (
+    """
+import json, os, sys
+from world import fileio
+from world.journal import FileJournal
+"""
+    + _BODY_SOURCE
+    + """
+directory, mode, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+script, segment_bytes, subject = json.loads(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+"""
+    + _CRASH_HOOK_SOURCE
+    + """
 with fileio.fault_hook(hook):
     journal = FileJournal(directory, segment_bytes_max=segment_bytes)
     seq = 0
@@ -405,23 +412,20 @@ def test_the_crash_points_cover_each_batch_before_during_and_after_its_write() -
 
 # --- resealing at a writable open --------------------------------------------------------------
 
-_RESEAL_CHILD = """
+_RESEAL_CHILD = (
+    """
 import os, sys
 from world import fileio
 from world.journal import FileJournal
-directory, crash_at, segment_bytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-count = 0
-
-def hook(op, path):
-    global count
-    if count == crash_at:
-        os._exit(71)
-    count += 1
-
+directory, crash_at, segment_bytes, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+"""
+    + _CRASH_HOOK_SOURCE
+    + """
 with fileio.fault_hook(hook):
     FileJournal(directory, segment_bytes_max=segment_bytes).close()
 os._exit(0)
 """
+)
 
 
 @cache
@@ -500,15 +504,22 @@ def test_a_failure_while_resealing_fails_the_open_and_loses_nothing(
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_a_crash_while_resealing_loses_nothing(tmp_path: Path, chunk: int) -> None:
-    """A process that dies at any operation of the resealing open leaves every record, and the
-    next writable open reseals the journal (no stray temporary file, seals that verify)."""
+    """A process that dies at any operation of the resealing open, or halfway through writing a
+    seal, leaves every record, and the next writable open reseals the journal (no stray
+    temporary file, seals that verify)."""
     ops = _unsealed_template()[1]
+    points = [(at, "exit") for at in range(len(ops))]
+    points += [(at, "mid-write") for at, op in enumerate(ops) if op.name == "write"]
     bodies = [body(seq, 0) for seq in range(sum(SCRIPT))]
-    for crash_at in _my_share(chunk, len(ops)):
-        directory = _unsealed_copy(tmp_path, f"crash-{crash_at}")
+    for crash_at, mode in (points[i] for i in _my_share(chunk, len(points))):
+        directory = _unsealed_copy(tmp_path, f"crash-{mode}-{crash_at}")
         argv = [sys.executable, "-c", _RESEAL_CHILD, str(directory), str(crash_at)]
         done = subprocess.run(
-            [*argv, str(SEGMENT_BYTES)], capture_output=True, text=True, timeout=60, check=False
+            [*argv, str(SEGMENT_BYTES), mode],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 71, done.stderr
         _check_reopened(directory, bodies)

@@ -32,7 +32,7 @@ from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
     from world.control import Client
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
     from world.timetravel import HistoryEntry
     from world.views import RecordView
 
@@ -156,7 +156,7 @@ def _tail_here(
     """The cell's history read from the journal files (no server holds the world)."""
     from world._worlddir import load_world_air
     from world.errors import NotAWorld
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
     from world.timetravel import CellHistory, cell_key
     from world.views import RecordView
 

@@ -100,9 +100,9 @@ def tail(
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world import journal as file_journal
     from world._worlddir import load_world_air
     from world.errors import NotAWorld
+    from world.journal import _file as file_journal
     from world.views import RecordView
 
     with handle_errors():

@@ -15,7 +15,7 @@ import pytest
 
 from kernel.journal import JournalRecord
 from world import fileio, history, timetravel
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 from world.runner import HostRunner
 from world.world import World
 

@@ -9,7 +9,7 @@ rollback fails too) the handle refuses writes and a reopen finds the last batch 
 
 Crashing: a child process runs the script and ``os._exit``s just before operation N (or halfway
 through the ``write`` that is operation N). After a writable reopen, every acknowledged commit is
-intact, and the batch in flight is exactly what the crash guarantee in ``world.journal`` says: all
+intact, and the batch in flight is exactly what the crash guarantee in ``world.journal._file`` says: all
 of it if its ``write`` had completed, none of it before, and the frames wholly inside the written
 half when the ``write`` itself was cut.
 """
@@ -35,7 +35,7 @@ import pytest
 from air.errors import JournalWriteFailed, StorageError, UsageError
 from kernel.journal import encode_record
 from world import fileio
-from world.journal import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
+from world.journal._file import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
 
 SUBJECT = "/world/event/test/Fault@1"
 SEGMENT_BYTES = 600
@@ -75,7 +75,7 @@ _CHILD = (
     """
 import json, os, sys
 from world import fileio
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 """
     + _BODY_SOURCE
     + """
@@ -416,7 +416,7 @@ _RESEAL_CHILD = (
     """
 import os, sys
 from world import fileio
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 directory, crash_at, segment_bytes, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 """
     + _CRASH_HOOK_SOURCE

@@ -17,12 +17,12 @@ from typing import Any
 import blake3
 import pytest
 
-import world.journal
+import world.journal._file
 from air import cbor
 from air.errors import StorageError, UsageError
 from kernel.journal import PROBLEM_REASONS, JournalCorrupt, encode_record
 from world import fileio
-from world.journal import (
+from world.journal._file import (
     FRAME_HEADER_BYTES,
     SEAL_SUFFIX,
     SEGMENT_HEADER_BYTES,
@@ -540,13 +540,13 @@ def _count_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the name of every segment whose frames are read one by one (by open or verify).
     Opening scans the last segment first, while the seals of the others are being checked."""
     scanned: list[str] = []
-    scan_segment = world.journal._scan_segment
+    scan_segment = world.journal._file._scan_segment
 
     def counting(scan: Any, name: str, *args: Any) -> None:
         scanned.append(name)
         scan_segment(scan, name, *args)
 
-    monkeypatch.setattr(world.journal, "_scan_segment", counting)
+    monkeypatch.setattr(world.journal._file, "_scan_segment", counting)
     return scanned
 
 

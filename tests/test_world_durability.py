@@ -112,7 +112,7 @@ def test_a_rewritten_step_record_with_a_valid_frame_is_caught_by_replay_at_its_s
     target = next(r for r in records if r.kind == "step" and r.seq > 20)
     forged = dict(target.body, out_hash=bytes(32))
     # Rebuild the world's journal with one record changed, through the journal's own writer.
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
 
     (tmp_path / "w" / "journal").rename(tmp_path / "old-journal")
     journal = FileJournal.open(tmp_path / "w" / "journal")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 from world.world import World
 
 EVENT = "demo/CounterEvent@1"

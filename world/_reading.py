@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from air.loader import LoadedAir
     from kernel.cells import CellStore
     from kernel.core import Kernel
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
 
 __all__ = ["CellView", "Reading"]
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kernel.cells import CellStore
     from kernel.core import KernelLimits
     from world.cas import FileCas
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
     from world.runner import HostRunner
 
 __all__ = ["Recovery"]

@@ -56,7 +56,7 @@ from world.views import RecordView, cells_page
 from world.world import World
 
 if TYPE_CHECKING:
-    from world.journal import FileJournal
+    from world.journal._file import FileJournal
 
 __all__ = [
     "PAGE_BYTES_MAX",

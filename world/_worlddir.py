@@ -16,7 +16,7 @@ from world import fileio
 from world.airfiles import read_world_sources
 from world.cas import FileCas
 from world.fsutil import WorldLock, atomic_write, lock_world
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 from world.receipts import ReceiptKey
 
 __all__ = [

@@ -59,7 +59,7 @@ from kernel.core import Kernel
 from kernel.journal import JournalRecord
 from world import fileio
 from world.fsutil import write_unsynced
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 
 __all__ = [
     "CELL_PREFIX",

@@ -7,11 +7,11 @@ proves that committed records were lost (a torn tail that was really a damaged c
 record, or a cut journal), and a checkpoint that cannot be read is damaged derived state.
 
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
-last good record, keeping what it cuts in a backup (``world.journal.repair``), and then
+last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
 derived state from the journal, so a repaired world always opens. Repair never guesses: the
 records it cuts are the ones verify named, and they stay readable in the backup
-(``world.journal.salvage``).
+(``world.journal._file.salvage``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 from air import cbor
 from air.errors import CborError, HashMismatch, StoreDamaged, WorldError
 from kernel.cells import ObjectMissing
-from world import journal as file_journal
 from world.cas import FileCas
 from world.cellstore import FileCellStore
 from world.fsutil import lock_world
-from world.journal import RepairReport, VerifyReport
+from world.journal import _file as file_journal
+from world.journal._file import RepairReport, VerifyReport
 from world.world import NotAWorld, discard_store
 
 __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]
@@ -36,7 +36,7 @@ __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "r
 @dataclass(frozen=True)
 class WorldCheck:
     """The journal's report, and the checkpoint's position (None: no checkpoint) or the reason
-    it cannot be read. ``as_json`` is the journal's report (``world.journal.VerifyReport``)
+    it cannot be read. ``as_json`` is the journal's report (``world.journal._file.VerifyReport``)
     with the world's ``ok``/``clean``/``findings`` and the checkpoint fields added."""
 
     journal: VerifyReport

@@ -52,7 +52,7 @@ from world._worlddir import remove_tree
 from world.errors import WorldExists
 from world.fsutil import sync_paths, write_unsynced
 from world.history import cell_id, genesis_digest, read_cell
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 from world.runner import HostRunner
 from world.world import World
 

@@ -93,7 +93,7 @@ from world.errors import (
 )
 from world.fsutil import WorldLock, atomic_write, lock_world
 from world.history import HistoryWriter
-from world.journal import FileJournal
+from world.journal._file import FileJournal
 from world.runner import HostRunner
 
 __all__ = [

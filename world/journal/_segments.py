@@ -1,12 +1,12 @@
 """Journal segments on disk: the frame format, scanning one segment, the torn-tail rule, seals.
 
-Private to ``world.journal``, which re-exports the public names here (the format constants,
+Private to ``world.journal._file``, which re-exports the public names here (the format constants,
 ``segment_name``, ``seal_name``, ``TornTail``) and decides when to scan, truncate, seal and read.
 The checks are pure (bytes in, a verdict out); the file helpers each touch one segment or one
 seal file, every durable operation through ``world.fileio``, and turn an ``OSError`` into a
 ``StorageError`` that names the operation and the path. Not here: the order of segments in a
-journal and the walk over them, the writer, and repair (``world.journal``,
-``world._journal_repair``); reading, writing and trusting seals (``world._seals``).
+journal and the walk over them, the writer, and repair (``world.journal._file``,
+``world.journal._repair``); reading, writing and trusting seals (``world.journal._seals``).
 
 Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then frames.
 
@@ -21,7 +21,7 @@ do that). The header carries its own CRC so that a damaged length field is seen 
 only a payload CRC, a flipped length bit in a middle frame would point past the end of the file
 and look exactly like a torn tail, and opening would silently cut acknowledged records.
 
-Opening (``world.journal``) scans the last segment, and every earlier segment without a trusted
+Opening (``world.journal._file``) scans the last segment, and every earlier segment without a trusted
 seal (below), in order, and checks each frame's header CRC, payload CRC and seq (from the
 payload's fixed prefix, without decoding). The first bad frame decides. It is a **torn tail**
 (dropped: a writable open truncates the segment there and a reader stops before it;
@@ -43,7 +43,7 @@ persisted a later page of the final write but not an earlier one is reported as 
 ``repair`` cuts it (no such record was ever acknowledged, since ``commit`` had not returned).
 
 Seals (a full segment's ``<segment>.seal``, which lets opening skip the scan of that segment):
-``world._seals``.
+``world.journal._seals``.
 
 Reading (``read_segment``) checks both CRCs and the seq of every frame again, whatever a seal
 said, so damage that appears after open is reported by the first read that reaches it.

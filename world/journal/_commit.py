@@ -1,7 +1,7 @@
 """The journal directory's files beyond the frames of one segment: preparing the directory at a
 writable open (creating it durably, removing the temp files of a crashed roll), what one commit
 changed on disk and how a failed commit is undone, and closing a segment's fd. Private to
-``world.journal``, whose docstring gives the commit protocol these serve.
+``world.journal._file``, whose docstring gives the commit protocol these serve.
 
 Failure. A commit is all or nothing under I/O errors. If any step fails (an ``ENOSPC`` on a
 full disk, an ``EIO`` on ``fdatasync``, a short write), the journal truncates the segment it
@@ -43,7 +43,7 @@ from typing import Final
 
 from air.errors import StorageError
 from world import fileio
-from world._segments import Io, fsync_dir, truncate, unlink
+from world.journal._segments import Io, fsync_dir, truncate, unlink
 
 __all__ = ["Commit", "close_fd", "prepare_directory", "roll_back"]
 

@@ -2,9 +2,9 @@
 
 This module holds ``FileJournal`` (writing, opening, reading, refreshing), the walk over a
 journal's segments that opening and ``verify`` share, and the public surface. The on-disk format,
-the check of one segment and the torn-tail rule are in ``world._segments``, seals in
-``world._seals``, the undo of a failed commit in ``world._journal_files``; the reports,
-the cutting that ``repair`` does and ``salvage`` are in ``world._journal_repair``. Every public
+the check of one segment and the torn-tail rule are in ``world.journal._segments``, seals in
+``world.journal._seals``, the undo of a failed commit in ``world.journal._commit``; the reports,
+the cutting that ``repair`` does and ``salvage`` are in ``world.journal._repair``. Every public
 name is importable from here. Every durable operation (creating a segment or a seal, writing,
 ``fdatasync``, truncating, removing, directory syncs) goes through ``world.fileio``, and every
 ``OSError`` leaves as a ``StorageError`` naming the operation, the path and the errno.
@@ -23,10 +23,10 @@ segments end depends on how records were grouped into commits, so a replay that 
 differently reproduces a journal longer than one segment record for record, not byte for byte.
 
 Failure. A commit is all or nothing under I/O errors: a failed one is undone and raises
-``JournalWriteFailed`` (``world._journal_files``, "Failure", says how and what is left).
+``JournalWriteFailed`` (``world.journal._commit``, "Failure", says how and what is left).
 
 Crash. After a crash, every commit that returned is whole; of one that had not, reopening
-finds a prefix of its records, each whole (``world._journal_files``, "Crash", says exactly).
+finds a prefix of its records, each whole (``world.journal._commit``, "Crash", says exactly).
 
 What each path checks:
 
@@ -43,8 +43,8 @@ What each path checks:
             next writable open scans and seals that segment again).
 
 So opening costs the last segment and a few small reads per earlier one, not the journal's size.
-Comparing every seal's blake3 at every open was rejected (``world._seals``). The last segment
-is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world._segments``).
+Comparing every seal's blake3 at every open was rejected (``world.journal._seals``). The last segment
+is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world.journal._segments``).
 
 Readers. ``readonly=True`` performs no operation through ``world.fileio`` at all (it works on a
 read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
@@ -75,10 +75,10 @@ from kernel.journal import (
     record_prefix,
 )
 from world import fileio
-from world._journal_files import Commit, close_fd, prepare_directory, roll_back
-from world._journal_repair import RepairReport, VerifyReport, cut_after_last_good, salvage
-from world._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
-from world._segments import (
+from world.journal._commit import Commit, close_fd, prepare_directory, roll_back
+from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
+from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
+from world.journal._segments import (
     FRAME_HEADER_BYTES,
     FRAME_PAYLOAD_BYTES_MAX,
     SEAL_SUFFIX,
@@ -130,8 +130,8 @@ __all__ = [
 
 # --- scanning --------------------------------------------------------------------------------
 
-# ``_scan_journal`` stays in this module, not in ``world._segments``, so that the name it calls
-# (``_scan_segment``) is looked up here: tests replace it on ``world.journal`` to count scans.
+# ``_scan_journal`` stays in this module, not in ``world.journal._segments``, so that the name it calls
+# (``_scan_segment``) is looked up here: tests replace it on ``world.journal._file`` to count scans.
 
 
 def _resume(
@@ -490,7 +490,7 @@ def repair(directory: str | os.PathLike[str], backup_dir: str | os.PathLike[str]
     """Cut the journal after its last whole commit before the first problem or torn tail,
     backing up whatever is changed or removed (``salvage`` reads the backup).
 
-    What is copied, cut and removed: ``world._journal_repair.cut_after_last_good``.
+    What is copied, cut and removed: ``world.journal._repair.cut_after_last_good``.
     """
     path, backup_path = Path(directory), Path(backup_dir)
     return cut_after_last_good(path, backup_path, verify(path))

@@ -1,7 +1,7 @@
 """What ``verify`` reports, how ``repair`` cuts a journal back to its last good record, and
 ``salvage``, which reads what it can from the segments a repair backed up.
 
-Private to ``world.journal``, which re-exports ``VerifyReport``, ``RepairReport`` and ``salvage``
+Private to ``world.journal._file``, which re-exports ``VerifyReport``, ``RepairReport`` and ``salvage``
 and owns the public ``verify`` and ``repair`` (``verify`` walks the segments with the same scan
 that opening uses, so it stays next to it; this module only acts on its report).
 
@@ -14,7 +14,7 @@ overwrites an existing file. Seals of the cut and removed segments are backed up
 before the segments themselves, so that no seal outlives the bytes it describes. Every durable
 operation goes through ``world.fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
 deciding whether to repair (``world journal verify --repair`` asks), or checking frames
-(``world._segments``).
+(``world.journal._segments``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Final
 from air.errors import CborError, UsageError
 from kernel.journal import JournalProblem, JournalRecord, decode_record_fast
 from world import fileio
-from world._segments import (
+from world.journal._segments import (
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     Io,
@@ -251,7 +251,7 @@ def _size(path: Path) -> int:
 
 
 def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> RepairReport:
-    """Carry out ``world.journal.repair`` on the journal in ``path``, which ``before`` verified.
+    """Carry out ``world.journal._file.repair`` on the journal in ``path``, which ``before`` verified.
 
     The segment holding the cut is copied to ``backup_dir`` and truncated there; later segments
     (and a segment whose header is bad) are copied and then removed. The seals of all these

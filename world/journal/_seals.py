@@ -20,14 +20,14 @@ open writes the missing seal of every earlier segment it scanned cleanly, after 
 segment. Creating a segment first removes any stale seal of that name; ``repair`` backs up and
 removes the seals of the segments it cuts.
 
-Rejected (it was ``world.journal``'s rule for a while): comparing every seal's blake3 at every open,
+Rejected (it was ``world.journal._file``'s rule for a while): comparing every seal's blake3 at every open,
 so that bit rot in an old sealed segment was noticed by ``world info``, ``send`` and ``run``.
 It read the whole journal at every open: at 1,000,000 events (~400 MB in 6 sealed segments) the
 digests alone took 0.31 s, against issue 9's 0.4 s for a whole ``send``, and they grow with the
 journal. Damage in a segment no command reads is found by ``world journal verify`` and by the
 first replay or time-travel read that reaches it.
 
-Private to ``world.journal``; split from ``world._segments``, which it builds on (the segment
+Private to ``world.journal._file``; split from ``world.journal._segments``, which it builds on (the segment
 record, the frame and header checks, ``Io``).
 """
 
@@ -46,7 +46,7 @@ import blake3
 from air import cbor
 from air.errors import CborError
 from world import fileio
-from world._segments import (
+from world.journal._segments import (
     _INDEX_STRIDE,
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,

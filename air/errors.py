@@ -19,7 +19,7 @@
     ├── WorldLocked(path, mode)                   world.fsutil: a lock that conflicts is held
     ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
     │   EventRejected, CheckpointMoved            world.errors: the world directory layer
-    ├── StoreFailed(path)                         world.cellstore: a flush failed earlier
+    ├── StoreFailed(path)                         world.cellstore._store: a flush failed earlier
     ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.receipts
     ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
     ├── MigrationRefused(reducer, reason)         world.migrate

@@ -17,11 +17,11 @@ A *cell* is one key's state of one keyed reducer (SPEC §6, seed 001). This modu
   ``{"format": 1, "shard_bits": 12, "shards": {prefix: [shard_root, count]}}`` over the
   non-empty shards, and ``index_root`` is the digest of the document. The state hash is in
   every entry, so the root is a Merkle root of every cell's state however a backend stores the
-  states (the file backend packs small ones into its shard objects: ``world.cellstore``).
+  states (the file backend packs small ones into its shard objects: ``world.cellstore._store``).
   ``encode_entry`` writes one entry's canonical bytes by hand (a test keeps it equal to
   ``air.cbor.dumps``): a checkpoint encodes every dirty entry, and this is 2x cbor2's speed.
 * **Protocols** ``CellStore`` and ``Cas``, and the in-memory backends ``MemoryCellStore`` and
-  ``MemoryCas``. The file backends live in ``world.cellstore`` and ``world.cas``.
+  ``MemoryCas``. The file backends live in ``world.cellstore._store`` and ``world.cas``.
 
 Invariants every ``CellStore`` keeps: ``put`` checks its own input (key hash, state hash and size
 must match the bytes; TigerBeetle-style "check before writing"), reads see unflushed writes, and

@@ -24,7 +24,7 @@ from typing import Final
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from world import fileio
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.world import World
 
 EVENT: Final = "demo/CounterEvent@1"

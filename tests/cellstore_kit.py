@@ -26,8 +26,8 @@ from kernel.cells import (
     shard_of,
 )
 from world import fileio
-from world._cellstore_flush import Cell, MergedShard
-from world._cellstore_format import PackedShard
+from world.cellstore._flush import Cell, MergedShard
+from world.cellstore._format import PackedShard
 
 MODULE = "ab" * 32
 OTHER = "cd" * 32

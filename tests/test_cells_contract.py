@@ -42,7 +42,7 @@ from kernel.cells import (
 )
 from world import fsutil
 from world.cas import FileCas
-from world.cellstore import FileCellStore, StoreFailed
+from world.cellstore._store import FileCellStore, StoreFailed
 
 
 @pytest.fixture(params=["memory", "file"])

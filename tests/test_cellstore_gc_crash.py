@@ -15,7 +15,7 @@ from cellstore_kit import cas_objects, store_files
 from serverkit import LineServer
 
 from air import cbor
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.replay import verify_world
 from world.world import World
 

@@ -25,7 +25,7 @@ from cellstore_kit import (
 from air import cbor
 from air.errors import StoreDamaged
 from kernel.cells import MemoryCellStore, encode_index, index_root_of
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.replay import verify_world
 from world.world import World
 

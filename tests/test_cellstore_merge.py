@@ -1,4 +1,4 @@
-"""The shard merge of a checkpoint: ``world._cellstore_flush.merge`` against a plain model
+"""The shard merge of a checkpoint: ``world.cellstore._flush.merge`` against a plain model
 (every mix of kept, replaced, new and deleted cells, inline and out-of-line states gives the
 shard a dict-and-sort merge gives), and ``splice``, the same merge in C, against ``merge``: the
 same fields, logical root, adds and drops, also with the inline limit changed since the base
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from air import cbor
 from kernel import native
 from kernel.cells import encode_entry
-from world._cellstore_flush import Cell, OutOfLine, merge, merge_shard, splice
+from world.cellstore._flush import Cell, OutOfLine, merge, merge_shard, splice
 
 INLINE_MAX = 8  # the inline limit the base is stored with
 

@@ -24,9 +24,9 @@ import world.world as world_module
 from air import cbor
 from air.errors import StoreDamaged
 from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
-from world._cellstore_format import GROUP_BYTES_TARGET, PackedShard
 from world.cas import FileCas
-from world.cellstore import FileCellStore
+from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard
+from world.cellstore._store import FileCellStore
 from world.replay import verify_world
 from world.world import World
 

@@ -1,5 +1,5 @@
 """The packed shard merge in C (``kernel.native.shard_splice``, used by
-``world._cellstore_flush.splice``): "not mine" (None) for every input it does not expect, never
+``world.cellstore._flush.splice``): "not mine" (None) for every input it does not expect, never
 a different answer from the Python merge, also over damaged bytes; and a whole store
 checkpointed either way leaves the same files. That it equals ``merge`` on every mix of cells
 is ``tests/test_cellstore_merge.py``. Also run under AddressSanitizer (``test_native_asan``)."""
@@ -22,9 +22,9 @@ from air import cbor
 from air.errors import CborError
 from kernel import native
 from kernel.cells import CellEntry, key_hash, shard_of
-from world._cellstore_flush import Cell, merge_shard
-from world._cellstore_format import PackedShard, find_key, keys_ascend
-from world.cellstore import FileCellStore
+from world.cellstore._flush import Cell, merge_shard
+from world.cellstore._format import PackedShard, find_key, keys_ascend
+from world.cellstore._store import FileCellStore
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the extension is not built")
 

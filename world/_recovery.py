@@ -15,7 +15,7 @@ from kernel.core import Kernel
 from kernel.journal import JournalRecord
 from world import fileio
 from world._worlddir import discard_store
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.errors import CheckpointAhead, CheckpointMoved, GenesisMismatch
 
 if TYPE_CHECKING:

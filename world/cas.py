@@ -9,9 +9,9 @@ Invariants:
 * ``get`` verifies: bytes whose blake3 differs from their address raise ``HashMismatch``; an
   absent object raises ``ObjectMissing``.
 
-Not here: garbage collection. The cell store (``world.cellstore``) writes its index objects,
+Not here: garbage collection. The cell store (``world.cellstore._store``) writes its index objects,
 shards and large states here in bulk (unsynced, then one sync) and unlinks the ones it owns once
-no committed checkpoint reaches them (``world._cellstore_flush`` says which it may delete). An
+no committed checkpoint reaches them (``world.cellstore._flush`` says which it may delete). An
 object the CAS held before a cell took the same bytes is never collected. The other way round
 (a blob ``put`` of bytes that a cell's large state, a shard group or a snapshot already holds)
 ``put`` finds the object there and **pins** it: an empty ``<62 hex>.pin`` beside it, durable

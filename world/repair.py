@@ -24,7 +24,7 @@ from air import cbor
 from air.errors import CborError, HashMismatch, StoreDamaged, WorldError
 from kernel.cells import ObjectMissing
 from world.cas import FileCas
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.fsutil import lock_world
 from world.journal import _file as file_journal
 from world.journal._file import RepairReport, VerifyReport

@@ -7,7 +7,7 @@ Layout (SPEC §7)::
     <world>/air/manifest.cbor       the canonical manifest (its hash is in the genesis record)
     <world>/cas/                    content-addressed store (wasm, AIR defs, snapshots, and
                                     the cell store's index and shard-group objects and
-                                    states too large to inline: ``world.cellstore``)
+                                    states too large to inline: ``world.cellstore._store``)
     <world>/journal/                the journal segments: the source of truth
     <world>/state/reducers/checkpoint.cbor   the cell store's commit record: a checkpoint
     <world>/snapshots/latest        the hash of the newest snapshot object in the CAS
@@ -80,7 +80,7 @@ from world._worlddir import (
 from world.airfiles import air_sources, builtin_sources, inspect_wasm
 from world.airfiles import read_file as _read_file
 from world.cas import FileCas
-from world.cellstore import FileCellStore
+from world.cellstore._store import FileCellStore
 from world.errors import (
     CheckpointAhead,
     CheckpointMoved,

@@ -26,8 +26,8 @@ from air.errors import CborError, WorldError
 from kernel import abi, journal, native
 from kernel.abi import StepRejected
 from kernel.cells import CellEntry, encode_entry
-from world._cellstore_flush import merge_shard
-from world._cellstore_format import PackedShard
+from world.cellstore._flush import merge_shard
+from world.cellstore._format import PackedShard
 
 __all__ = [
     "Disagreement",

@@ -1,5 +1,5 @@
 """The file cell store's formats (format 2): shard group objects, index objects, the checkpoint
-record and the flush plan. Pure: bytes in, values out; ``world.cellstore`` does the I/O.
+record and the flush plan. Pure: bytes in, values out; ``world.cellstore._store`` does the I/O.
 
 Shard group object, a CAS object holding one or more non-empty shards of one reducer::
 
@@ -35,9 +35,9 @@ Checkpoint record, ``state/reducers/checkpoint.cbor``, the one mutable file and 
 point: ``{"format": 2, "checkpoint": <the kernel's bytes>, "modules": {module hex: index object
 hash}, "shared": {state hash: references}, "digest"}``. ``shared`` counts the references to the
 out-of-line states that more than one cell uses (or that existed before a cell used them; see
-``world._cellstore_flush``). ``digest`` is blake3 over the record without it, so a damaged byte
+``world.cellstore._flush``). ``digest`` is blake3 over the record without it, so a damaged byte
 anywhere is found on open. Format 1 (one file per cell, before issue 11) is read by
-``world._cellstore_legacy``.
+``world.cellstore._legacy``.
 
 Flush plan, ``state/reducers/flush-plan.cbor``, present while a flush runs or after one died:
 ``{"format": 2, "prev": <digest of the checkpoint before>, "next": <digest of the one being

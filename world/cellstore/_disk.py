@@ -1,5 +1,5 @@
 """The file cell store's files: where each lives, and every durable operation on them, in the
-order the flush protocol of ``world.cellstore`` needs (write the plan and the objects, sync
+order the flush protocol of ``world.cellstore._store`` needs (write the plan and the objects, sync
 them, commit, collect) and its recovery. Writes go through ``world.fileio`` (fault hooks).
 """
 
@@ -12,7 +12,8 @@ from typing import Final
 from air import cbor
 from air.errors import CborError, StoreDamaged
 from world import fileio
-from world._cellstore_format import (
+from world.cas import CAS_DIR, SHARING, pinned
+from world.cellstore._format import (
     EMPTY_CHECKPOINT,
     FORMAT,
     Checkpoint,
@@ -21,8 +22,7 @@ from world._cellstore_format import (
     decode_plan,
     encode_plan,
 )
-from world._cellstore_legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
-from world.cas import CAS_DIR, SHARING, pinned
+from world.cellstore._legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
 from world.fsutil import (
     TMP_SUFFIX,
     StrPath,
@@ -94,7 +94,7 @@ class StoreDisk:
 
     def write(self, plan: FlushPlan, objects: Iterable[tuple[bytes, bytes]]) -> None:
         """Steps 2 of the flush: the plan, then the objects, then one batch sync of the objects
-        (the plan is not synced: see ``world.cellstore``)."""
+        (the plan is not synced: see ``world.cellstore._store``)."""
         write_unsynced(self.plan, encode_plan(plan))
         files: list[tuple[str, bytes]] = []
         dirs: set[str] = set()
@@ -123,7 +123,7 @@ class StoreDisk:
         fileio.unlink(self.plan, missing_ok=True)
 
     def recover(self) -> None:
-        """Finish or undo a flush that a crash interrupted (see ``world.cellstore``)."""
+        """Finish or undo a flush that a crash interrupted (see ``world.cellstore._store``)."""
         for name in os.listdir(self.root):
             if name.endswith(TMP_SUFFIX):
                 fileio.unlink(os.path.join(self.root, name), missing_ok=True)

@@ -39,7 +39,7 @@ died before its plan was written (``World.snapshot`` puts it before calling ``fl
 ``FileCellStore.reachable_objects`` names what a checkpoint uses, for tools that want to tell
 them apart.
 
-Not here: the order of the writes and the recovery (``world.cellstore``).
+Not here: the order of the writes and the recovery (``world.cellstore._store``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Final
 from air import cbor
 from kernel import native
 from kernel.cells import CellEntry, encode_entry, logical_shard_bytes
-from world._cellstore_format import (
+from world.cellstore._format import (
     GROUP_BYTES_TARGET,
     Checkpoint,
     FlushPlan,

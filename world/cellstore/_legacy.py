@@ -12,7 +12,7 @@ flush wrote ``index.next.cbor`` and renamed it over ``index.cbor`` after its com
 in between, the right one is whichever matches the root (both are verified), so the reader
 needs no recovery of its own. Every file is verified against its hash, as format 1 did.
 
-What conversion does (``world.cellstore``): the first flush of a format-1 store reads every
+What conversion does (``world.cellstore._store``): the first flush of a format-1 store reads every
 shard and cell of every reducer, writes them as packed shards, and commits a format-2
 checkpoint. Only after that commit is the format-1 tree removed (``remove_tree``); a crash
 before it leaves the format-1 store whole, and one after it leaves a tree that the next
@@ -33,7 +33,7 @@ from air import cbor
 from air.errors import CborError, StoreDamaged
 from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import fileio
-from world._cellstore_format import ShardRef
+from world.cellstore._format import ShardRef
 
 __all__ = ["LEGACY_INTENT_NAME", "LegacyShard", "LegacyStore", "legacy_dirs", "read_verified"]
 

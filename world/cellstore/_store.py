@@ -5,7 +5,7 @@ The journal is the source of truth; the store is its checkpointed materialisatio
 reducer at once, with the kernel's ``checkpoint_cbor`` (the world's snapshot address) in the
 same commit. After a crash the store opens at the last flush and the kernel replays from there.
 
-Layout (formats in ``world._cellstore_format``)::
+Layout (formats in ``world.cellstore._format``)::
 
     state/reducers/checkpoint.cbor    the commit record: every reducer's index object, the
                                       shared-state counts, the kernel's bytes
@@ -35,7 +35,7 @@ directories; ``flush`` refuses).
 Flush protocol (objects are immutable and named by content; the last checkpoint's objects are
 never touched while it is the one a crash would come back to):
 
-1. Plan in memory (``world._cellstore_flush``): merge each shard to rewrite, group them, work out
+1. Plan in memory (``world.cellstore._flush``): merge each shard to rewrite, group them, work out
    the objects to write, which of them are new ("created"), and which objects the new
    checkpoint no longer reaches ("garbage"); encode the new ``checkpoint.cbor``.
 2. Write ``flush-plan.cbor`` (prev and next checkpoint digests, created, garbage) and every new
@@ -54,13 +54,13 @@ for further flushes (``StoreFailed``): reopen it, which recovers, and replay fro
 ``last_checkpoint``.
 
 Format 1 (one file per cell, before issue 11) opens as it is, read by
-``world._cellstore_legacy``, and its first flush converts the whole store and then removes the
+``world.cellstore._legacy``, and its first flush converts the whole store and then removes the
 old tree. A checkpoint in any other format is ``StoreDamaged``: never read as something else.
 
-Rejected alternatives, with numbers: ``world._cellstore_format``.
+Rejected alternatives, with numbers: ``world.cellstore._format``.
 
 Not here: the world lock (``world.fsutil.lock_world``, taken by whoever opens the world), and
-what is never collected (``world._cellstore_flush``).
+what is never collected (``world.cellstore._flush``).
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ from kernel.cells import (
     shard_of,
 )
 from world import fileio
-from world._cellstore_disk import StoreDisk, read_or_none
-from world._cellstore_flush import Cell, ModulePlan, Planner, merge_shard, merged_count
-from world._cellstore_format import (
+from world.cellstore._disk import StoreDisk, read_or_none
+from world.cellstore._flush import Cell, ModulePlan, Planner, merge_shard, merged_count
+from world.cellstore._format import (
     FORMAT,
     LEGACY_FORMAT,
     Checkpoint,
@@ -99,7 +99,7 @@ from world._cellstore_format import (
     snapshot_of,
     unpack_group,
 )
-from world._cellstore_legacy import LegacyShard, LegacyStore, load_verified, read_verified
+from world.cellstore._legacy import LegacyShard, LegacyStore, load_verified, read_verified
 from world.fsutil import StrPath
 
 __all__ = ["FileCellStore", "StoreFailed", "StoreStats"]

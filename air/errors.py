@@ -20,7 +20,7 @@
     ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
     │   EventRejected, CheckpointMoved            world.errors: the world directory layer
     ├── StoreFailed(path)                         world.cellstore._store: a flush failed earlier
-    ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.receipts
+    ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.effects._receipts
     ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
     ├── MigrationRefused(reducer, reason)         world.migrate
     ├── SeqPastEnd(seq, seq_last)                 world.timetravel

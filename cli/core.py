@@ -299,7 +299,7 @@ def run(
     """Run the world with its effect adapters live until it is idle."""
     from rich.markup import escape
 
-    from world.effectloop import EffectLoop
+    from world.effects._loop import EffectLoop
 
     with (
         handle_errors(json_output),

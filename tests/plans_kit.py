@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from air import cbor
 from kernel.journal import JournalRecord
-from world.adapters import Done, Intent, Receipt
+from world.effects._adapters import Done, Intent, Receipt
 from world.world import World
 
 from worldkit import ROOT, const_wasm, output, write_world_air

@@ -30,7 +30,8 @@ from air.errors import InvalidArgument, WrongMode
 from air.types import TypeNode, parse_type
 from air.values import check
 from kernel.cells import Cas, MemoryCas
-from world.adapters import (
+from world.cas import FileCas
+from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     BLOB_GET_BYTES_MAX,
@@ -47,11 +48,10 @@ from world.adapters import (
     Receipt,
     backoff_s,
 )
-from world.adapters._worker import WorkerPool
-from world.adapters.blob import BlobAdapter
-from world.adapters.http import HttpAdapter
-from world.adapters.timer import SimClock, TimerAdapter
-from world.cas import FileCas
+from world.effects._blob import BlobAdapter
+from world.effects._http import HttpAdapter
+from world.effects._timer import SimClock, TimerAdapter
+from world.effects._workers import WorkerPool
 
 WAIT_S = 5.0  # the most any test waits for a receipt it expects
 

@@ -11,9 +11,9 @@ import pytest
 
 from air import cbor
 from kernel.journal import JournalRecord
-from world.adapters import Receipt
-from world.effectloop import EffectLoop, accept_receipt
-from world.receipts import ReceiptKey, ReceiptRefused
+from world.effects._adapters import Receipt
+from world.effects._loop import EffectLoop, accept_receipt
+from world.effects._receipts import ReceiptKey, ReceiptRefused
 from world.replay import verify_world
 from world.world import World
 

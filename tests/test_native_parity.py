@@ -22,7 +22,7 @@ from air import cbor
 from air.errors import WorldError
 from kernel import abi, native
 from kernel.host import HostLimits, ReducerHost
-from world.effectloop import EffectLoop
+from world.effects._loop import EffectLoop
 from world.replay import verify_world
 from world.world import World
 

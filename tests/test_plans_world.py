@@ -51,10 +51,10 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import ManifestError
 from cli.main import app
-from world.adapters import Dispatcher
-from world.adapters.blob import BlobAdapter
-from world.adapters.http import HttpAdapter
-from world.effectloop import EffectLoop, LoopReport, decide_parked
+from world.effects._adapters import Dispatcher
+from world.effects._blob import BlobAdapter
+from world.effects._http import HttpAdapter
+from world.effects._loop import EffectLoop, LoopReport, decide_parked
 from world.replay import verify_world
 from world.world import World
 

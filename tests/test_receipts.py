@@ -14,8 +14,8 @@ import pytest
 
 from air import cbor
 from air.errors import InvalidArgument
-from world.adapters import Receipt
-from world.receipts import (
+from world.effects._adapters import Receipt
+from world.effects._receipts import (
     KEY_BYTES,
     KEY_DIR,
     KEY_FILE,

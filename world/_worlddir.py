@@ -15,9 +15,9 @@ from kernel.subjects import make_subject
 from world import fileio
 from world.airfiles import read_world_sources
 from world.cas import FileCas
+from world.effects._receipts import ReceiptKey
 from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal._file import FileJournal
-from world.receipts import ReceiptKey
 
 __all__ = [
     "FORMAT",

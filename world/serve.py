@@ -69,7 +69,7 @@ from world.control import (
     ok_reply,
     socket_path,
 )
-from world.effectloop import EffectLoop, LoopReport
+from world.effects._loop import EffectLoop, LoopReport
 from world.errors import Interrupted
 from world.world import World
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Final
 
 from air.errors import WrongMode
-from world.adapters import ADAPTER_CLOSE_WAIT_S, Done, Receipt
+from world.effects._adapters import ADAPTER_CLOSE_WAIT_S, Done, Receipt
 
 __all__ = ["Outbox", "WorkerPool", "report_exception"]
 

@@ -2,14 +2,14 @@
 
 Public surface: ``Intent``, ``Receipt``, the ``Adapter`` protocol, ``Dispatcher`` (adapters by
 kind, with an ``in_flight`` count), ``backoff_s``, and the named limits below. The adapters
-themselves live in ``world.adapters.timer`` (``TimerAdapter``, ``SimClock``),
-``world.adapters.blob`` (``BlobAdapter``) and ``world.adapters.http`` (``HttpAdapter``);
+themselves live in ``world.effects._timer`` (``TimerAdapter``, ``SimClock``),
+``world.effects._blob`` (``BlobAdapter``) and ``world.effects._http`` (``HttpAdapter``);
 importing this package does not import them (nor httpx).
 
 Where this sits: the deterministic kernel decides which intents run (capabilities, policy) and
 journals them; it never does I/O. The shell hands each allowed intent to ``Dispatcher.submit``
 with a ``done`` callback, the adapter does the work on its own thread(s), and ``done`` receives
-one ``Receipt``, from whatever thread finished it. The shell signs it (``world.receipts``),
+one ``Receipt``, from whatever thread finished it. The shell signs it (``world.effects._receipts``),
 verifies it and journals it. Replay never calls an adapter: it reuses the journaled receipts.
 
 Invariants, for every adapter here:

@@ -37,8 +37,8 @@ import time
 from typing import Any, Final, Protocol
 
 from air.errors import WrongMode
-from world.adapters import ADAPTER_CLOSE_WAIT_S, Done, Intent, Receipt
-from world.adapters._worker import Outbox
+from world.effects._adapters import ADAPTER_CLOSE_WAIT_S, Done, Intent, Receipt
+from world.effects._workers import Outbox
 
 __all__ = ["TIMER_KIND", "TIMER_WAIT_SLICE_S", "Clock", "SimClock", "TimerAdapter", "WallClock"]
 

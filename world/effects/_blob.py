@@ -25,8 +25,8 @@ from typing import Any, Final, Protocol
 
 from air import cbor
 from air.errors import WorldError, WrongMode
-from world.adapters import BLOB_GET_BYTES_MAX, Done, Intent, Receipt, ReceiptStatus
-from world.adapters._worker import Outbox, WorkerPool
+from world.effects._adapters import BLOB_GET_BYTES_MAX, Done, Intent, Receipt, ReceiptStatus
+from world.effects._workers import Outbox, WorkerPool
 
 __all__ = ["BLOB_GET_KIND", "BLOB_PUT_KIND", "BlobAdapter", "BlobStore"]
 

@@ -34,7 +34,7 @@ import blake3
 from air import cbor
 from air.errors import InvalidArgument, WorldError
 from world import fileio
-from world.adapters import Receipt
+from world.effects._adapters import Receipt
 from world.fsutil import atomic_write
 
 __all__ = [

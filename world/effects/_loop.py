@@ -5,7 +5,7 @@ verified and journaled, and the kernel runs what they wake. What ``world run`` d
 
 Receipts arrive on adapter threads; they are only put on a queue there. The loop's own thread
 signs nothing it did not verify: each receipt is signed with the world's key as it is taken
-(``world.receipts``), verified, checked against the kernel's intents (an unknown intent is
+(``world.effects._receipts``), verified, checked against the kernel's intents (an unknown intent is
 refused with ``ReceiptRefused``; a duplicate of one already journaled is ignored and noted), and
 journaled with one group commit per batch. Replay never gets here: it reuses the journaled
 receipts.
@@ -31,12 +31,12 @@ from typing import Any, Final
 from air import cbor
 from air.errors import UnknownName
 from kernel.effects import Intent as KernelIntent
-from world.adapters import Dispatcher, Intent, Receipt
-from world.adapters.blob import BlobAdapter
-from world.adapters.http import HttpAdapter
-from world.adapters.timer import SimClock, TimerAdapter
+from world.effects._adapters import Dispatcher, Intent, Receipt
+from world.effects._blob import BlobAdapter
+from world.effects._http import HttpAdapter
+from world.effects._receipts import ReceiptKey, ReceiptRefused
+from world.effects._timer import SimClock, TimerAdapter
 from world.errors import Interrupted
-from world.receipts import ReceiptKey, ReceiptRefused
 from world.world import World
 
 __all__ = ["RECEIPT_WAIT_S", "EffectLoop", "LoopReport"]

@@ -49,7 +49,7 @@ import httpx
 
 from air import cbor
 from air.errors import WorldError
-from world.adapters import (
+from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     HTTP_ATTEMPT_DEADLINE_S,
@@ -66,8 +66,8 @@ from world.adapters import (
     ReceiptStatus,
     backoff_s,
 )
-from world.adapters._worker import Outbox, WorkerPool
-from world.adapters.blob import BlobStore
+from world.effects._blob import BlobStore
+from world.effects._workers import Outbox, WorkerPool
 
 __all__ = ["HTTP_KIND", "HTTP_USER_AGENT", "HttpAdapter"]
 

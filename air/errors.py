@@ -24,7 +24,7 @@
     ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
     ├── MigrationRefused(reducer, reason)         world.migrate
     ├── SeqPastEnd(seq, seq_last)                 world.timetravel
-    ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.control
+    ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.serve._protocol
     ├── BuildError(reducer, code, detail)         world.sdk: a reducer that does not build
     ├── LimitExceeded(limit, value)               a named limit was hit
     ├── HashMismatch(expected, actual)            content did not match its address

@@ -25,7 +25,7 @@ from cli.common import (
 # The world, kernel and AIR modules (wasmtime, pydantic, httpx) are imported inside the commands
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
-    from world.control import Client, ServedError
+    from world.serve._protocol import Client, ServedError
     from world.world import World
 
 __all__ = [
@@ -139,7 +139,7 @@ def served_client(directory: Path) -> Client | None:
     is not served: the command then opens the world itself. A served world must be asked:
     opening it would fail on the write lock, or show a reader's stale view (the server runs
     the ready work before it answers a read)."""
-    from world.control import Client, served, socket_path
+    from world.serve._protocol import Client, served, socket_path
 
     return Client(socket_path(directory)) if served(directory) else None
 
@@ -156,7 +156,7 @@ def via_server(directory: Path, op: str, **args: Any) -> Any | None:
 
 def _served_rejection(exc: ServedError, file: Path | None, lines: list[Any]) -> ServedError:
     """A batch the server refused, worded as the local send words it (file:line: cause)."""
-    from world.control import ServedError
+    from world.serve._protocol import ServedError
 
     index, cause = exc.fields.get("index"), exc.fields.get("cause")
     if exc.error_class != "EventRejected" or not isinstance(index, int) or cause is None:
@@ -176,7 +176,7 @@ def send(
     json_output: JsonOpt = False,
 ) -> None:
     """Send events into the world (durable when the command returns)."""
-    from world.control import ServedError
+    from world.serve._protocol import ServedError
 
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")
@@ -202,7 +202,7 @@ def _send_served(
     directory: Path, schema: str, values: list[Any], progress: _progress.ProgressFn | None
 ) -> list[int] | None:
     """Send through a served world (None: not served): one request if it fits, else parts of a
-    batch that the server journals whole with the last one (``world._served_ops``)."""
+    batch that the server journals whole with the last one (``world.serve._ops``)."""
     from air.errors import LimitExceeded
 
     client = served_client(directory)

@@ -31,8 +31,8 @@ from cli.core import opened, parse_key_arg, served_client, via_server
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
-    from world.control import Client
     from world.journal._file import FileJournal
+    from world.serve._protocol import Client
     from world.timetravel import HistoryEntry
     from world.views import RecordView
 

@@ -1,7 +1,7 @@
 """``world journal ...``: verify (and, only when asked, repair) and tail the journal.
 
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
-records per request (``journal_tail`` in ``world._served_ops``): the same lines as a direct
+records per request (``journal_tail`` in ``world.serve._ops``): the same lines as a direct
 read, and what the server ran just before is in them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
 from cli.core import served_client
 
 if TYPE_CHECKING:
-    from world.control import Client
+    from world.serve._protocol import Client
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
 

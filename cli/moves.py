@@ -20,7 +20,7 @@ from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, parse_key_arg, print_notices, served_client
 
 if TYPE_CHECKING:
-    from world.control import Client
+    from world.serve._protocol import Client
 
 # world.export and world.migrate are imported where used: `world --help` need not load them.
 

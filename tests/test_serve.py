@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from cli import core
 from cli.main import app
 from cli.serve import serve as serve_command
-from world.control import (
+from world.fsutil import WorldLocked
+from world.serve._protocol import (
     PROTOCOL_VERSION,
     REQUEST_BYTES_MAX,
     Client,
@@ -32,8 +33,7 @@ from world.control import (
     served,
     socket_path,
 )
-from world.fsutil import WorldLocked
-from world.serve import serve
+from world.serve._server import serve
 from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

@@ -1,5 +1,5 @@
 """A served world (``world serve DIR``): the world stays open for writing with its adapters live,
-and answers requests on ``<world>/control.sock`` (the protocol is ``world.control``).
+and answers requests on ``<world>/control.sock`` (the protocol is ``world.serve._protocol``).
 
 One thread does everything with the world, so it is never touched concurrently (``World`` is
 not thread-safe)::
@@ -12,7 +12,7 @@ not thread-safe)::
 
 Invariants. A ``send`` is one durable batch (``World.send_many``: one group commit) and its
 reply carries the journal seqs, so an acknowledged event is never lost; a send that failed
-journaled nothing. Reads (every op but ``send`` and ``snapshot``; ``world._served_ops`` lists
+journaled nothing. Reads (every op but ``send`` and ``snapshot``; ``world.serve._ops`` lists
 them) first run the ready work (up to ``READ_CATCHUP_TICKS_MAX`` ticks), so a client that sent
 and then reads sees its events processed. Stopping answers the deferred requests still
 running, drains (runs until idle, as ``world run --until-idle``), checkpoints, replies to the
@@ -32,7 +32,7 @@ not read that much to find the next frame). A client that disconnects mid-frame 
 partial buffer that is dropped with it. Replies are buffered per connection and written when
 the socket takes them, so a client that never reads cannot block the others.
 
-The socket (``world.control.listening``) is mode 0600 from the start; a stale one (a server
+The socket (``world.serve._protocol.listening``) is mode 0600 from the start; a stale one (a server
 that crashed) is replaced only if nothing answers on it; the world's write lock already keeps a
 second server out.
 
@@ -56,8 +56,10 @@ from types import FrameType
 from typing import Any, Final
 
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
-from world._served_ops import Deferred, Ops, plain_fields
-from world.control import (
+from world.effects._loop import EffectLoop, LoopReport
+from world.errors import Interrupted
+from world.serve._ops import Deferred, Ops, plain_fields
+from world.serve._protocol import (
     REPLY_BYTES_MAX,
     REQUEST_BYTES_MAX,
     ProtocolError,
@@ -69,8 +71,6 @@ from world.control import (
     ok_reply,
     socket_path,
 )
-from world.effects._loop import EffectLoop, LoopReport
-from world.errors import Interrupted
 from world.world import World
 
 __all__ = [
@@ -96,7 +96,7 @@ RECV_BYTES: Final = 1 << 16
 FLUSH_WAIT_S: Final = 5.0
 """At stop, how long the last replies may take to be written."""
 JOBS_MAX: Final = 2
-"""Deferred requests (``world._served_ops.Deferred``) running at once; more wait their turn."""
+"""Deferred requests (``world.serve._ops.Deferred``) running at once; more wait their turn."""
 JOB_WAIT_S: Final = 300.0
 """At stop, how long each deferred request still running may take to finish."""
 

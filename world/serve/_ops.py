@@ -1,4 +1,4 @@
-"""What a served world answers (``world.serve``): each op's arguments, checks and result.
+"""What a served world answers (``world.serve._server``): each op's arguments, checks and result.
 
     op            args                                        result
     send          schema, values, batch?, more?               {seqs} | {batch, staged}
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord
 from kernel.subjects import SubjectPattern
-from world.control import encode
+from world.serve._protocol import encode
 from world.views import RecordView, cells_page
 from world.world import World
 

@@ -19,7 +19,7 @@ Limits: a request is at most ``REQUEST_BYTES_MAX`` bytes (the server replies wit
 closes the connection past it, since it will not read that much to find the next frame); a
 reply is at most ``REPLY_BYTES_MAX``. A version other than ``PROTOCOL_VERSION`` is refused.
 
-Not here: the server (``world.serve``; ``listening`` makes its socket), and any authentication
+Not here: the server (``world.serve._server``; ``listening`` makes its socket), and any authentication
 beyond the socket's mode.
 """
 

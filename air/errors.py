@@ -23,7 +23,7 @@
     ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.effects._receipts
     ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
     ├── MigrationRefused(reducer, reason)         world.migrate
-    ├── SeqPastEnd(seq, seq_last)                 world.timetravel
+    ├── SeqPastEnd(seq, seq_last)                 world.history._timetravel
     ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.serve._protocol
     ├── BuildError(reducer, code, detail)         world.sdk: a reducer that does not build
     ├── LimitExceeded(limit, value)               a named limit was hit

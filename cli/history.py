@@ -31,9 +31,9 @@ from cli.core import opened, parse_key_arg, served_client, via_server
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
+    from world.history._timetravel import HistoryEntry
     from world.journal._file import FileJournal
     from world.serve._protocol import Client
-    from world.timetravel import HistoryEntry
     from world.views import RecordView
 
 __all__ = ["fork", "show", "tail"]
@@ -62,7 +62,7 @@ def show(
     history index stored, each checked against its journaled state hash (a full replay when
     one cannot be); a SEQ inside a tick that journaled several records means after that
     whole tick."""
-    from world.timetravel import cell_at, cell_key
+    from world.history._timetravel import cell_at, cell_key
 
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
@@ -156,8 +156,8 @@ def _tail_here(
     """The cell's history read from the journal files (no server holds the world)."""
     from world._worlddir import load_world_air
     from world.errors import NotAWorld
+    from world.history._timetravel import CellHistory, cell_key
     from world.journal._file import FileJournal
-    from world.timetravel import CellHistory, cell_key
     from world.views import RecordView
 
     if not (directory / "air" / "sources.json").is_file() or not (directory / "journal").is_dir():
@@ -240,7 +240,7 @@ def fork(
     Same AIR, content store and receipt key; the original is only read. A SEQ inside a tick
     that journaled several records is extended to that tick's end. Run the fork with other
     inputs to see what would have happened."""
-    from world.timetravel import fork_world
+    from world.history._timetravel import fork_world
 
     with handle_errors(json_output):
         forked = fork_world(directory, at, new_dir)

@@ -16,7 +16,7 @@ from serverkit import LineServer
 
 from air import cbor
 from world.cellstore._store import FileCellStore
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR

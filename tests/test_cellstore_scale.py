@@ -27,7 +27,7 @@ from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_
 from world.cas import FileCas
 from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard
 from world.cellstore._store import FileCellStore
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 from worldkit import (

@@ -14,7 +14,7 @@ from kernel.journal import JournalRecord
 from world.effects._adapters import Receipt
 from world.effects._loop import EffectLoop, accept_receipt
 from world.effects._receipts import ReceiptKey, ReceiptRefused
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 from worldkit import ROOT

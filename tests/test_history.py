@@ -1,4 +1,4 @@
-"""The cell history index (``world.history``): time travel reads one cell's records, not the
+"""The cell history index (``world.history._index``): time travel reads one cell's records, not the
 journal, and a missing, damaged, foreign or behind index never changes an answer."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import blake3
 import pytest
 
 from kernel.journal import JournalRecord
-from world import fileio, history, timetravel
+from world import fileio
+from world.history import _index as history
+from world.history import _timetravel as timetravel
 from world.journal._file import FileJournal
 from world.runner import HostRunner
 from world.world import World

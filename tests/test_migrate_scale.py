@@ -56,8 +56,8 @@ import pytest
 
 from air import cbor
 from world.export import journal_cells
+from world.history._replay import verify_world
 from world.migrate import migrate_cells
-from world.replay import verify_world
 from world.world import World
 
 from worldkit import COUNTER, EVENT, ROOT, add

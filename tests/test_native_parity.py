@@ -23,7 +23,7 @@ from air.errors import WorldError
 from kernel import abi, native
 from kernel.host import HostLimits, ReducerHost
 from world.effects._loop import EffectLoop
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 from host_wat import (

@@ -55,7 +55,7 @@ from world.effects._adapters import Dispatcher
 from world.effects._blob import BlobAdapter
 from world.effects._http import HttpAdapter
 from world.effects._loop import EffectLoop, LoopReport, decide_parked
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 runner = CliRunner()

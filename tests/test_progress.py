@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from cli import _progress, core
+from world.history._replay import verify_world
 from world.migrate import migrate_cells
-from world.replay import verify_world
 from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

@@ -12,7 +12,7 @@ from air import cbor
 from kernel.cells import CellEntry, MemoryCellStore
 from kernel.core import Kernel, ReplayDivergence
 from kernel.journal import JournalRecord, MemoryJournal
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.runner import HostRunner
 from world.world import World
 

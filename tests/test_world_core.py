@@ -13,7 +13,7 @@ from air.errors import LimitExceeded, UsageError, ValueMismatch
 from kernel.core import KernelLimits
 from world.engine import Engine
 from world.fsutil import WorldLocked
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import EventRejected, World, WorldExists
 
 from worldkit import (

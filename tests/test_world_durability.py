@@ -12,7 +12,7 @@ import pytest
 from air import cbor
 from kernel.core import Kernel, ReplayDivergence
 from kernel.journal import JournalCorrupt, JournalRecord
-from world.replay import rebuild_world, verify_world
+from world.history._replay import rebuild_world, verify_world
 from world.world import CheckpointAhead, World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add

@@ -51,7 +51,7 @@ from kernel.journal import JournalCorrupt
 from world import fileio
 from world.engine import Engine
 from world.fsutil import WorldLocked
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import (
     COMMIT_EVERY_STEPS,
     CheckpointAhead,

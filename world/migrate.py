@@ -58,7 +58,7 @@ from world.cas import FileCas
 from world.effects._receipts import KEY_DIR, KEY_FILE
 from world.export import journal_records
 from world.fsutil import atomic_write, sync_paths, write_unsynced
-from world.replay import verify_world
+from world.history._replay import verify_world
 from world.world import World
 
 __all__ = [

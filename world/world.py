@@ -92,7 +92,7 @@ from world.errors import (
     WorldStale,
 )
 from world.fsutil import WorldLock, atomic_write, lock_world
-from world.history import HistoryWriter
+from world.history._index import HistoryWriter
 from world.journal._file import FileJournal
 from world.runner import HostRunner
 
@@ -325,7 +325,7 @@ class World(Reading, Recovery):
         return seq_next
 
     def _flush_history(self) -> None:
-        """Bring the cell history index (``world.history``) up to the journal; derived data, so
+        """Bring the cell history index (``world.history._index``) up to the journal; derived data, so
         a failure is a notice and the index stops for this session."""
         if self._history is not None and self.kernel.consistent:
             notice = self._history.flush_quietly(self.kernel, self.store)

@@ -54,7 +54,7 @@ def footprint(world: Path) -> int:
 
 
 def run_one(cells: int, events: int, batch: int, folder: Path, replay: bool) -> dict[str, Any]:
-    from world.replay import verify_world
+    from world.history._replay import verify_world
     from world.world import World
 
     path = folder / f"w-{cells}-{events}"

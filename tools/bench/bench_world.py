@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli.main import COLLECTOR_THRESHOLDS  # noqa: E402
 from kernel import native  # noqa: E402
-from world.replay import verify_world  # noqa: E402
+from world.history._replay import verify_world  # noqa: E402
 from world.world import World  # noqa: E402
 
 EVENT = "demo/CounterEvent@1"

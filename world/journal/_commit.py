@@ -29,7 +29,7 @@ None of these records was acknowledged. Rejected: making a batch one unit on dis
 frame saying "more of this commit follows", and a torn-tail rule that drops an unfinished batch
 whole). It would turn "a prefix" into "all or none" for crashes too, but it writes the commit
 grouping into every frame, so no replay that commits differently could reproduce even a small
-journal byte for byte (``world.replay.rebuild_world`` commits once, at the end).
+journal byte for byte (``world.history._replay.rebuild_world`` commits once, at the end).
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class Ops:
     def cells_show(self, args: dict[str, Any]) -> Any:
         """The cell now, or (``at``) right after that journal position, as ``world cells
         show`` finds it."""
-        from world.timetravel import cell_key
+        from world.history._timetravel import cell_key
 
         reducer = arg(args, "reducer", str)
         at = _seq_or_none(args, "at")
@@ -218,7 +218,7 @@ class Ops:
 
     def cells_tail(self, args: dict[str, Any]) -> Any:
         """A page of one cell's history, each entry as ``world cells tail --json`` prints it."""
-        from world.timetravel import CellHistory, cell_key
+        from world.history._timetravel import CellHistory, cell_key
 
         reducer = arg(args, "reducer", str)
         from_seq = _seq(args, "from_seq")
@@ -286,7 +286,7 @@ class _Window:
 
 
 def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
-    from world.timetravel import cell_at
+    from world.history._timetravel import cell_at
 
     found = cell_at(path, reducer, key, at)
     state_hex = None if found.state_cbor is None else found.state_cbor.hex()

@@ -1,6 +1,6 @@
 """An index of each cell's journal records, so that time travel reads one cell, not the journal.
 
-``world cells show --at SEQ`` re-executes a cell's own steps (``world.timetravel``); without an
+``world cells show --at SEQ`` re-executes a cell's own steps (``world.history._timetravel``); without an
 index, finding them means reading every record of the journal (~7 s at 1,000,000 events). This
 index lists, per cell, the seqs of its records (subjects ``/world/cell/<reducer>/<key hash>/...``)
 and, now and then, the cell's state right after one of its steps, so that re-execution starts
@@ -37,7 +37,7 @@ between ranges: readers read those from the journal.
 A journal that no longer holds what the index describes (its record 0 is another, or it ends
 before the last range: a repair cut it, or the world was forked or migrated with its cache) makes
 the writer start a new index and readers ignore the old one. Not here: which records to
-re-execute and how (``world.timetravel``).
+re-execute and how (``world.history._timetravel``).
 """
 
 from __future__ import annotations

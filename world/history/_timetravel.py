@@ -1,7 +1,7 @@
 """Time travel over a world's journal: a cell as it was at a past position, a cell's history,
 and a fork of the world at a past position.
 
-``cell_at`` rebuilds a kernel from nothing (an in-memory cell store, like ``world.replay``) and
+``cell_at`` rebuilds a kernel from nothing (an in-memory cell store, like ``world.history._replay``) and
 feeds it the journal up to the asked position, then reads the cell. A tick that journals
 several records (its first record, then ``OWED_KINDS`` records) is applied whole: a position
 inside such a group means "after that tick", and ``CellAt.seq_through`` says where it ended.
@@ -51,7 +51,7 @@ from world import fileio
 from world._worlddir import remove_tree
 from world.errors import WorldExists
 from world.fsutil import sync_paths, write_unsynced
-from world.history import cell_id, genesis_digest, read_cell
+from world.history._index import cell_id, genesis_digest, read_cell
 from world.journal._file import FileJournal
 from world.runner import HostRunner
 from world.world import World
@@ -102,7 +102,7 @@ class CellKey:
 
     @property
     def cell_id(self) -> str:
-        """The cell's id in the history index (``world.history.cell_id``)."""
+        """The cell's id in the history index (``world.history._index.cell_id``)."""
         return cell_id(cell_subject(self.reducer, key_hash(self.key_cbor)))
 
 
@@ -208,7 +208,7 @@ def _cell_records(
     world: World, where: CellKey, seq: int
 ) -> tuple[bytes | None, list[JournalRecord]]:
     """A proven state of the cell to start from (None: the cell's beginning) and the cell's own
-    records after it, up to ``seq``: from the history index (``world.history``) where it
+    records after it, up to ``seq``: from the history index (``world.history._index``) where it
     covers the journal, else by reading the journal."""
     journal = world.journal
     genesis = _read_one(journal, 0)

@@ -21,8 +21,8 @@
     │   EventRejected, CheckpointMoved            world.errors: the world directory layer
     ├── StoreFailed(path)                         world.cellstore._store: a flush failed earlier
     ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.effects._receipts
-    ├── CellFileRefused(path, reason)             world.export: an export file that does not hold
-    ├── MigrationRefused(reducer, reason)         world.migrate
+    ├── CellFileRefused(path, reason)             world.moves._cellfiles: an export file that does not hold
+    ├── MigrationRefused(reducer, reason)         world.moves._migrate
     ├── SeqPastEnd(seq, seq_last)                 world.history._timetravel
     ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.serve._protocol
     ├── BuildError(reducer, code, detail)         world.sdk: a reducer that does not build

@@ -6,13 +6,13 @@
     world.migrated  /world/manifest/migrated                      {manifest_hash, reducer,
                                                                    key_field, cells, migrated_from}
 
-This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.export``,
-``world.migrate``): it builds those records and applies them to a ``Kernel``. Applying is the
+This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.moves._cellfiles``,
+``world.moves._migrate``): it builds those records and applies them to a ``Kernel``. Applying is the
 same live and on replay, so a world that imported cells replays from genesis to the same
 store: ``cell.imported`` puts ``state`` into the kernel's cell store as the cell of ``key``
 (``last_active`` = the record's seq, pinned manifest = the kernel's manifest), replacing a cell
 that was there; ``world.migrated`` holds no state and only checks that it names the manifest
-the kernel runs (a migrated world's journal is a rebase: see ``world.migrate``).
+the kernel runs (a migrated world's journal is a rebase: see ``world.moves._migrate``).
 
 Invariant, checked again at every apply (a journal is input too): the key is the canonical
 CBOR of a key of the reducer's key schema (absent for a non-keyed reducer), and the state

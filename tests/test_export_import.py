@@ -19,8 +19,14 @@ from air import cbor
 from air.errors import StorageError
 from cli.main import app
 from world import fileio
-from world.export import CellFileRefused, export_all, export_cell, import_path, read_cell_file
 from world.history._replay import verify_world
+from world.moves._cellfiles import (
+    CellFileRefused,
+    export_all,
+    export_cell,
+    import_path,
+    read_cell_file,
+)
 from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

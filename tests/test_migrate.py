@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from air.errors import StorageError, UnknownName
 from cli import moves
 from world import fileio
-from world.migrate import MigrationRefused, migrate_cells, recover_migration
+from world.moves._migrate import MigrationRefused, migrate_cells, recover_migration
 from world.world import World
 
 from worldkit import COUNTER, EVENT, ROOT, add
@@ -33,7 +33,7 @@ CHILD = """
 import os, sys
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
 from world import fileio
-from world.migrate import migrate_cells
+from world.moves._migrate import migrate_cells
 
 at, ops = int(sys.argv[2]), 0
 

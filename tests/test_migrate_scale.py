@@ -26,7 +26,7 @@ How the 10,000-key world is made. Its first 500 keys come from real v1 steps (ea
 reducer on the whole map). A v1 step on a map of about 4,500 entries or more exhausts the
 default ``fuel_per_step`` (10 M), so a v1 counter world cannot reach 10,000 keys by events
 under the default limits (the reason to migrate it). The rest of the map is added with one
-journaled ``cell.imported`` of the whole map (``world.export.journal_cells``, the path of
+journaled ``cell.imported`` of the whole map (``world.moves._cellfiles.journal_cells``, the path of
 ``world cells import``), so the world's journal and checkpoint hold a true v1 state.
 
 How the crash loop stays quick. Each kill needs a fresh process at the moment of the crash,
@@ -55,9 +55,9 @@ from typing import Any
 import pytest
 
 from air import cbor
-from world.export import journal_cells
 from world.history._replay import verify_world
-from world.migrate import migrate_cells
+from world.moves._cellfiles import journal_cells
+from world.moves._migrate import migrate_cells
 from world.world import World
 
 from worldkit import COUNTER, EVENT, ROOT, add
@@ -79,7 +79,7 @@ from pathlib import Path
 
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
 from world import fileio
-from world.migrate import migrate_cells
+from world.moves._migrate import migrate_cells
 
 pristine, work = Path(sys.argv[1]), Path(sys.argv[2])
 

@@ -18,7 +18,7 @@ import pytest
 
 from cli import _progress, core
 from world.history._replay import verify_world
-from world.migrate import migrate_cells
+from world.moves._migrate import migrate_cells
 from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

@@ -235,7 +235,7 @@ class World(Reading, Recovery):
         ``readonly`` takes the shared lock and writes nothing (see the module docstring)."""
         path = Path(path)
         if not (path / "air" / "sources.json").is_file():
-            from world.migrate import recover_migration, swapped_in  # lazy: it imports this
+            from world.moves._migrate import recover_migration, swapped_in  # lazy: it imports this
 
             if readonly:  # a crash between a migration's renames: read the new world there
                 path = swapped_in(path) or path

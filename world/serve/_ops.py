@@ -299,7 +299,7 @@ def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
 
 
 def _export(path: Path, reducer: str, key: Any, out: Path) -> dict[str, Any]:
-    from world.export import export_all, export_cell
+    from world.moves._cellfiles import export_all, export_cell
 
     with World.open(path, readonly=True) as world:
         if key is None:

@@ -56,9 +56,9 @@ from world._worlddir import build_world, remove_tree
 from world.airfiles import inspect_wasm, read_world_sources
 from world.cas import FileCas
 from world.effects._receipts import KEY_DIR, KEY_FILE
-from world.export import journal_records
 from world.fsutil import atomic_write, sync_paths, write_unsynced
 from world.history._replay import verify_world
+from world.moves._cellfiles import journal_records
 from world.world import World
 
 __all__ = [

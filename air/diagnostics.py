@@ -7,7 +7,7 @@ and a JSON pointer, not a line: the ``air.json.*`` codes, which come before ther
 to point into, put the 1-based line and column at the start of their message.
 
     air.json                     not an AIR document: not an object / array of objects (or, from
-                                 ``world.airfiles``, no such file, an empty folder, unreadable)
+                                 ``world._airfiles``, no such file, an empty folder, unreadable)
     air.json.syntax              the text is not valid JSON (empty text included)
     air.json.encoding            the bytes are not UTF-8
     air.json.too_deep            arrays/objects nested deeper than ``jsontext.JSON_DEPTH_MAX``

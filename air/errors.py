@@ -16,7 +16,7 @@
     ├── JournalCorrupt(segment, offset, seq, reason)  kernel.journal: a bad record in the journal
     ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.divergence: replay differed
     ├── ObjectMissing(address)                    kernel.cells: nothing in the CAS at an address
-    ├── WorldLocked(path, mode)                   world.fsutil: a lock that conflicts is held
+    ├── WorldLocked(path, mode)                   world._fsutil: a lock that conflicts is held
     ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
     │   EventRejected, CheckpointMoved            world.errors: the world directory layer
     ├── StoreFailed(path)                         world.cellstore._store: a flush failed earlier

@@ -1,6 +1,6 @@
 """Loading AIR: JSON documents in, a validated ``LoadedAir`` with hashes out.
 
-Pure: the caller (``world.airfiles``) reads the files and passes their text, and supplies
+Pure: the caller (``world._airfiles``) reads the files and passes their text, and supplies
 ``read_wasm`` / ``inspect_wasm`` callbacks for module binaries, so nothing here touches the
 filesystem or wasmtime.
 
@@ -57,7 +57,7 @@ __all__ = ["AirSource", "LoadedAir", "Located", "WasmInfo", "load_air"]
 @dataclass(frozen=True)
 class AirSource:
     """One AIR document: its path (for diagnostics and relative wasm paths) and JSON text
-    (``bytes`` are read as UTF-8; ``world.airfiles`` passes them only when they are not)."""
+    (``bytes`` are read as UTF-8; ``world._airfiles`` passes them only when they are not)."""
 
     file: str
     text: str | bytes

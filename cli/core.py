@@ -25,8 +25,8 @@ from cli.common import (
 # The world, kernel and AIR modules (wasmtime, pydantic, httpx) are imported inside the commands
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
+    from world._world import World
     from world.serve._protocol import Client, ServedError
-    from world.world import World
 
 __all__ = [
     "info",
@@ -79,7 +79,7 @@ def init(
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
-    from world.world import World
+    from world._world import World
 
     with handle_errors(), signals_deferred():
         world = World.create(directory, air)
@@ -114,7 +114,7 @@ def opened(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[World]:
     """The world at ``directory``, closed at the end; its notices go to stderr once."""
-    from world.world import World
+    from world._world import World
 
     world = World.open(directory, readonly=readonly)
     if gate is not None:
@@ -235,7 +235,7 @@ def _send_here(
     file: Path | None,
     progress: _progress.ProgressFn | None = None,
 ) -> list[int]:
-    from world.world import EventRejected
+    from world._world import EventRejected
 
     events = [(schema, v) for _n, v in lines]
     with opened(directory) as world:

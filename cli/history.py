@@ -31,10 +31,10 @@ from cli.core import opened, parse_key_arg, served_client, via_server
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
+    from world._views import RecordView
     from world.history._timetravel import HistoryEntry
     from world.journal._file import FileJournal
     from world.serve._protocol import Client
-    from world.views import RecordView
 
 __all__ = ["fork", "show", "tail"]
 
@@ -154,11 +154,11 @@ def _tail_here(
     emit: Callable[[dict[str, Any]], None],
 ) -> None:
     """The cell's history read from the journal files (no server holds the world)."""
-    from world._worlddir import load_world_air
+    from world._directory import load_world_air
+    from world._views import RecordView
     from world.errors import NotAWorld
     from world.history._timetravel import CellHistory, cell_key
     from world.journal._file import FileJournal
-    from world.views import RecordView
 
     if not (directory / "air" / "sources.json").is_file() or not (directory / "journal").is_dir():
         raise NotAWorld(str(directory))

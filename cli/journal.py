@@ -48,7 +48,7 @@ def verify(
 
     Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
     open), or after a repair; exit 1 when it needs --repair."""
-    from world.repair import check_world, repair_world
+    from world._repair import check_world, repair_world
 
     with handle_errors(json_output):
         if not repair:
@@ -100,10 +100,10 @@ def tail(
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world._worlddir import load_world_air
+    from world._directory import load_world_air
+    from world._views import RecordView
     from world.errors import NotAWorld
     from world.journal import _file as file_journal
-    from world.views import RecordView
 
     with handle_errors():
         client = served_client(directory)

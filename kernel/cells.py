@@ -21,7 +21,7 @@ A *cell* is one key's state of one keyed reducer (SPEC §6, seed 001). This modu
   ``encode_entry`` writes one entry's canonical bytes by hand (a test keeps it equal to
   ``air.cbor.dumps``): a checkpoint encodes every dirty entry, and this is 2x cbor2's speed.
 * **Protocols** ``CellStore`` and ``Cas``, and the in-memory backends ``MemoryCellStore`` and
-  ``MemoryCas``. The file backends live in ``world.cellstore._store`` and ``world.cas``.
+  ``MemoryCas``. The file backends live in ``world.cellstore._store`` and ``world._cas``.
 
 Invariants every ``CellStore`` keeps: ``put`` checks its own input (key hash, state hash and size
 must match the bytes; TigerBeetle-style "check before writing"), reads see unflushed writes, and

@@ -2,7 +2,7 @@
 
 Compiling a module costs milliseconds (~17 ms for 50 KB); loading wasmtime's serialized form
 costs ~0.1 ms. The kernel never touches files, so the host is given a ``ModuleCache``; the file
-implementation lives in ``world.modcache`` and an in-memory one is here.
+implementation lives in ``world._modcache`` and an in-memory one is here.
 
 Keys come from ``cache_key(wasm_hash, engine_fingerprint)``: lowercase hex and one ``-``, so a
 file implementation can use them as file names as they are. Values are opaque bytes to the

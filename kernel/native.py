@@ -25,7 +25,7 @@ returned by the C code as a tuple (see ``_native_wasm.c``) that ``kernel.host`` 
 same ``ReducerError`` the ctypes path raises.
 
 Selection. ``enabled()`` is a process-wide switch, on when the extension is built; the world
-layer sets it from ``WORLD_NATIVE`` (``world.runner``; this package reads no environment), and
+layer sets it from ``WORLD_NATIVE`` (``world._runner``; this package reads no environment), and
 tests set it directly. It only chooses the code that runs: journals, states and hashes are the
 same bytes either way. Where the extension was not built (no compiler when the package was
 installed: ``setup.py`` prints a one-line notice and installs pure Python) ``available()`` is

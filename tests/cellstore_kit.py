@@ -25,7 +25,7 @@ from kernel.cells import (
     key_hash,
     shard_of,
 )
-from world import fileio
+from world import _fileio as fileio
 from world.cellstore._flush import Cell, MergedShard
 from world.cellstore._format import PackedShard
 

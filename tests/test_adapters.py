@@ -30,7 +30,7 @@ from air.errors import InvalidArgument, WrongMode
 from air.types import TypeNode, parse_type
 from air.values import check
 from kernel.cells import Cas, MemoryCas
-from world.cas import FileCas
+from world._cas import FileCas
 from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,

@@ -1,6 +1,6 @@
 """Bad input to the ``air/`` layer is a structured error, never a traceback: JSON text
 (``air.jsontext``), values through the Python API (``air.values``), CBOR (``air.cbor``), AIR
-files (``air.loader`` / ``world.airfiles``) and a world's stored sources. Each named limit is hit
+files (``air.loader`` / ``world._airfiles``) and a world's stored sources. Each named limit is hit
 here, once just inside it and once just past it."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from air.types import (
 )
 from air.values import VALUE_DEPTH_MAX, check, compile_checker, normalise, to_sugar
 from cli.main import app
-from world.airfiles import air_sources, builtin_sources, load_air_path, read_world_sources
+from world._airfiles import air_sources, builtin_sources, load_air_path, read_world_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ from air import expr
 from air.errors import ManifestError
 from air.loader import AirSource, LoadedAir, load_air
 from air.model import RaiseEvent
-from world.airfiles import builtin_sources, load_air_path
+from world._airfiles import builtin_sources, load_air_path
 
 from worldkit import ROOT, const_wasm, output, write_world_air
 

@@ -12,7 +12,7 @@ import pytest
 
 from air.errors import ManifestError
 from air.loader import AirSource, LoadedAir, load_air
-from world.airfiles import builtin_sources, load_air_path
+from world._airfiles import builtin_sources, load_air_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted(p for p in (ROOT / "manifests").iterdir() if p.is_dir())

@@ -12,8 +12,8 @@ import pytest
 from air import cbor
 from air.errors import CborError, HashMismatch, StorageError
 from kernel.cells import Cas, MemoryCas, ObjectMissing
-from world import fileio
-from world.cas import FileCas
+from world import _fileio as fileio
+from world._cas import FileCas
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -114,7 +114,7 @@ def test_a_second_put_pins_its_object_or_fails_with_the_object_intact(
 ) -> None:
     """The pin is durable before a second ``put`` returns; a pin that cannot be written fails
     the put (nothing acknowledged) and leaves the object as it was."""
-    from world.cas import pinned
+    from world._cas import pinned
 
     cas = FileCas(tmp_path)
     address = cas.put(b"shared bytes")

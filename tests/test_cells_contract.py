@@ -40,8 +40,8 @@ from kernel.cells import (
     key_hash,
     shard_of,
 )
-from world import fsutil
-from world.cas import FileCas
+from world import _fsutil as fsutil
+from world._cas import FileCas
 from world.cellstore._store import FileCellStore, StoreFailed
 
 

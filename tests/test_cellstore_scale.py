@@ -20,15 +20,15 @@ from cellstore_kit import (
     store_files,
 )
 
-import world.world as world_module
+import world._world as world_module
 from air import cbor
 from air.errors import StoreDamaged
 from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
-from world.cas import FileCas
+from world._cas import FileCas
+from world._world import World
 from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard
 from world.cellstore._store import FileCellStore
 from world.history._replay import verify_world
-from world.world import World
 
 from worldkit import (
     COUNTER,
@@ -216,7 +216,7 @@ def test_a_blob_put_later_with_a_cells_large_state_pins_it_against_collection(
 ) -> None:
     """The other order: the cell's state is there first, then a blob ``put`` of the same bytes
     (an effect's ``blob.put``) shares the object: it must outlive the cell's use of it."""
-    from world.cas import FileCas
+    from world._cas import FileCas
 
     state = cbor.dumps({"pad": bytes(4000)})
     store = FileCellStore(tmp_path)

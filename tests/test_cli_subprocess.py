@@ -39,7 +39,7 @@ import typer
 from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
 
 from world import sdk
-from world.world import World
+from world._world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

@@ -18,7 +18,7 @@ import wasmtime
 import air.diagnostics
 from air.errors import ManifestError
 from air.loader import AirSource, load_air
-from world.airfiles import builtin_sources, inspect_wasm
+from world._airfiles import builtin_sources, inspect_wasm
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "w.air.json"
@@ -384,7 +384,7 @@ CASES: dict[str, tuple[Case, str]] = {
         ),
         "/3/steps/0",
     ),
-    # --- module binaries (read through world.airfiles' real wasm inspection) ---
+    # --- module binaries (read through world._airfiles' real wasm inspection) ---
     "air.module.wasm_missing": (Case(_wasm_file, reads_wasm=True), "/2/wasm"),
     "air.module.wasm_invalid": (Case(_wasm_file, wasm=b"not wasm"), "/2/wasm"),
     "air.module.imports": (
@@ -444,7 +444,7 @@ def test_each_code_is_produced_alone_at_its_pointer(code: str, case: Case, point
 
 def test_no_code_is_raised_that_is_not_listed() -> None:
     listed = set(_listed_codes())
-    sources = [*sorted((ROOT / "air").glob("*.py")), ROOT / "world" / "airfiles.py"]
+    sources = [*sorted((ROOT / "air").glob("*.py")), ROOT / "world" / "_airfiles.py"]
     used = set()
     for path in sources:
         used |= set(re.findall(r'"(air(?:\.[a-z_]+)+)"', path.read_text()))

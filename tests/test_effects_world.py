@@ -11,11 +11,11 @@ import pytest
 
 from air import cbor
 from kernel.journal import JournalRecord
+from world._world import World
 from world.effects._adapters import Receipt
 from world.effects._loop import EffectLoop, accept_receipt
 from world.effects._receipts import ReceiptKey, ReceiptRefused
 from world.history._replay import verify_world
-from world.world import World
 
 from worldkit import ROOT
 

@@ -18,7 +18,8 @@ import cli.moves  # noqa: F401  (registers cells export/import)
 from air import cbor
 from air.errors import StorageError
 from cli.main import app
-from world import fileio
+from world import _fileio as fileio
+from world._world import World
 from world.history._replay import verify_world
 from world.moves._cellfiles import (
     CellFileRefused,
@@ -27,7 +28,6 @@ from world.moves._cellfiles import (
     import_path,
     read_cell_file,
 )
-from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

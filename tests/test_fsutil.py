@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from air.errors import StorageError, WorldError
-from world import fileio, fsutil
-from world.fsutil import (
+from world import _fileio as fileio
+from world import _fsutil as fsutil
+from world._fsutil import (
     WorldLocked,
     atomic_write,
     lock_world,
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TRY_LOCK = """
 import json, sys
-from world.fsutil import WorldLocked, lock_world
+from world._fsutil import WorldLocked, lock_world
 try:
     lock_world(sys.argv[1], sys.argv[2])
 except WorldLocked as exc:

@@ -14,12 +14,12 @@ import blake3
 import pytest
 
 from kernel.journal import JournalRecord
-from world import fileio
+from world import _fileio as fileio
+from world._runner import HostRunner
+from world._world import World
 from world.history import _index as history
 from world.history import _timetravel as timetravel
 from world.journal._file import FileJournal
-from world.runner import HostRunner
-from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -241,7 +241,7 @@ def test_a_failing_index_write_is_a_notice_and_changes_no_answer(
         world.send_many((EVENT, add("a", 1)) for _ in range(3))
         world.run_until_idle()
         world.snapshot()
-    assert operations, "a flush writes through world.fileio"
+    assert operations, "a flush writes through world._fileio"
     for index in range(len(operations)):
         copy = tmp_path / f"c{index}"
         shutil.copytree(target, copy)

@@ -12,7 +12,7 @@ from air.cbor import content_hash
 from air.errors import UsageError
 from kernel.host import ReducerHost
 from kernel.modcache import InMemoryModuleCache, ModuleCache, cache_key
-from world.modcache import FileModuleCache
+from world._modcache import FileModuleCache
 
 from host_wat import OK_OUTPUT, reducer
 

@@ -1,6 +1,6 @@
 """The file journal under failing and crashing disks, at every file operation (SQLite's ioerr
 tests): a scripted run of commits across several segments fails, or dies, at operation N of
-``world.fileio`` for every N.
+``world._fileio`` for every N.
 
 Failing: the operation raises ``EIO`` or ``ENOSPC`` once. The commit it hits raises
 ``JournalWriteFailed(rolled_back=True)``, nothing of its batch is on disk, every earlier record
@@ -34,7 +34,7 @@ import pytest
 
 from air.errors import JournalWriteFailed, StorageError, UsageError
 from kernel.journal import encode_record
-from world import fileio
+from world import _fileio as fileio
 from world.journal._file import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
 
 SUBJECT = "/world/event/test/Fault@1"
@@ -74,7 +74,7 @@ def hook(op, path):
 _CHILD = (
     """
 import json, os, sys
-from world import fileio
+from world import _fileio as fileio
 from world.journal._file import FileJournal
 """
     + _BODY_SOURCE
@@ -415,7 +415,7 @@ def test_the_crash_points_cover_each_batch_before_during_and_after_its_write() -
 _RESEAL_CHILD = (
     """
 import os, sys
-from world import fileio
+from world import _fileio as fileio
 from world.journal._file import FileJournal
 directory, crash_at, segment_bytes, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 """

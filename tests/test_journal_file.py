@@ -21,7 +21,7 @@ import world.journal._file
 from air import cbor
 from air.errors import StorageError, UsageError
 from kernel.journal import PROBLEM_REASONS, JournalCorrupt, encode_record
-from world import fileio
+from world import _fileio as fileio
 from world.journal._file import (
     FRAME_HEADER_BYTES,
     SEAL_SUFFIX,

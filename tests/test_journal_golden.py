@@ -35,11 +35,11 @@ from plans_kit import (
 from typer.testing import CliRunner
 
 from cli.main import app
+from world._world import World
 from world.effects._adapters import Dispatcher, Done, Intent, Receipt
 from world.effects._blob import BlobAdapter
 from world.effects._loop import EffectLoop, decide_parked
 from world.effects._timer import SimClock, TimerAdapter
-from world.world import World
 
 from worldkit import (
     COUNTER,

@@ -15,8 +15,8 @@ import kernel.subjects
 from air import cbor
 from kernel.scheduler import Entity
 from kernel.subjects import cell_subject, checked_kind_cbor, kind_cbor, make_subject
+from world._world import World
 from world.history._replay import verify_world
-from world.world import World
 
 from worldkit import COUNTER_AIR, EVENT, add
 

@@ -12,7 +12,7 @@ from air import cbor
 from kernel.cells import MemoryCellStore
 from kernel.core import Kernel
 from kernel.journal import MemoryJournal
-from world.airfiles import load_air_path
+from world._airfiles import load_air_path
 
 from worldkit import COUNTER_AIR, EVENT, add
 

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from air.errors import StorageError, UnknownName
 from cli import moves
-from world import fileio
+from world import _fileio as fileio
+from world._world import World
 from world.moves._migrate import MigrationRefused, migrate_cells, recover_migration
-from world.world import World
 
 from worldkit import COUNTER, EVENT, ROOT, add
 
@@ -32,7 +32,7 @@ TESTS = Path(__file__).resolve().parent
 CHILD = """
 import os, sys
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
-from world import fileio
+from world import _fileio as fileio
 from world.moves._migrate import migrate_cells
 
 at, ops = int(sys.argv[2]), 0

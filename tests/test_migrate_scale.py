@@ -13,7 +13,7 @@
    stays quick.
 
 What "every durable write" means here. A counting run records every call through
-``world.fileio`` (about 700: the operation, its path, and whether the path existed). A kill
+``world._fileio`` (about 700: the operation, its path, and whether the path existed). A kill
 just before a ``write``, ``create``, ``mkdir``, ``replace``, ``truncate`` or an ``unlink`` of a
 path that exists is run for real, at every one of them. A kill just before an ``fsync``,
 ``fdatasync``, ``fsync_dir`` or ``sync``, or before an ``unlink`` of a path that does not exist
@@ -55,10 +55,10 @@ from typing import Any
 import pytest
 
 from air import cbor
+from world._world import World
 from world.history._replay import verify_world
 from world.moves._cellfiles import journal_cells
 from world.moves._migrate import migrate_cells
-from world.world import World
 
 from worldkit import COUNTER, EVENT, ROOT, add
 
@@ -78,7 +78,7 @@ import json, os, shutil, signal, sys, traceback
 from pathlib import Path
 
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
-from world import fileio
+from world import _fileio as fileio
 from world.moves._migrate import migrate_cells
 
 pristine, work = Path(sys.argv[1]), Path(sys.argv[2])
@@ -243,7 +243,7 @@ def test_a_v1_counter_world_of_10000_keys_migrates_to_10000_equal_cells(scratch:
 
 class Zygote:
     """The forking child of the module docstring: ``crash(at)`` runs one migration that is
-    killed just before ``world.fileio`` operation number ``at`` (-1: not killed) and returns
+    killed just before ``world._fileio`` operation number ``at`` (-1: not killed) and returns
     how it ended. Its stderr (and its grandchildren's) goes to a file, so that no pipe fills."""
 
     def __init__(self, pristine: Path, work: Path) -> None:

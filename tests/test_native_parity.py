@@ -22,9 +22,9 @@ from air import cbor
 from air.errors import WorldError
 from kernel import abi, native
 from kernel.host import HostLimits, ReducerHost
+from world._world import World
 from world.effects._loop import EffectLoop
 from world.history._replay import verify_world
-from world.world import World
 
 from host_wat import (
     INFINITE_LOOP,

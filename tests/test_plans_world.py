@@ -51,12 +51,12 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import ManifestError
 from cli.main import app
+from world._world import World
 from world.effects._adapters import Dispatcher
 from world.effects._blob import BlobAdapter
 from world.effects._http import HttpAdapter
 from world.effects._loop import EffectLoop, LoopReport, decide_parked
 from world.history._replay import verify_world
-from world.world import World
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ from air import cbor
 from kernel.cells import CellEntry, MemoryCellStore
 from kernel.core import Kernel, ReplayDivergence
 from kernel.journal import JournalRecord, MemoryJournal
+from world._runner import HostRunner
+from world._world import World
 from world.history._replay import verify_world
-from world.runner import HostRunner
-from world.world import World
 
 from worldkit import (
     COUNTER,

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from cli import core
 from cli.main import app
 from cli.serve import serve as serve_command
-from world.fsutil import WorldLocked
+from world._fsutil import WorldLocked
+from world._world import World
 from world.serve._protocol import (
     PROTOCOL_VERSION,
     REQUEST_BYTES_MAX,
@@ -34,7 +35,6 @@ from world.serve._protocol import (
     socket_path,
 )
 from world.serve._server import serve
-from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

@@ -17,9 +17,9 @@ from air import cbor
 from cli import history
 from cli.main import app
 from kernel.journal import JournalRecord
+from world._world import World
 from world.history import _timetravel as timetravel
 from world.history._timetravel import _through
-from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

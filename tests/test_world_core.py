@@ -11,10 +11,10 @@ import pytest
 from air import cbor
 from air.errors import LimitExceeded, UsageError, ValueMismatch
 from kernel.core import KernelLimits
-from world.engine import Engine
-from world.fsutil import WorldLocked
+from world._engine import Engine
+from world._fsutil import WorldLocked
+from world._world import EventRejected, World, WorldExists
 from world.history._replay import verify_world
-from world.world import EventRejected, World, WorldExists
 
 from worldkit import (
     COUNTER,

@@ -12,8 +12,8 @@ import pytest
 from air import cbor
 from kernel.core import Kernel, ReplayDivergence
 from kernel.journal import JournalCorrupt, JournalRecord
+from world._world import CheckpointAhead, World
 from world.history._replay import rebuild_world, verify_world
-from world.world import CheckpointAhead, World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -218,8 +218,8 @@ _HOT_CHILD = """
 import os, sys
 from pathlib import Path
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
-from world import world as world_module
-from world.world import World
+from world import _world as world_module
+from world._world import World
 from worldkit import EVENT, add
 world_module.SNAPSHOT_RECORDS_MAX = int(sys.argv[4])
 world = World.open(Path(sys.argv[1]))

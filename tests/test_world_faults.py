@@ -3,7 +3,7 @@ loses nothing acknowledged and applies nothing twice; and the issue's reproducti
 
 How. ``world_fault_child.SCRIPT`` (create; sends of 3, 1, 4, 1 and 2 events; step; run; snapshot;
 close; reopen; more sends, a step and a run; close) is played once under a counting
-``world.fileio`` hook: that gives its durable operations, each labelled with the script action
+``world._fileio`` hook: that gives its durable operations, each labelled with the script action
 it belongs to (about 300; creating the world is about half of them). Then, for every one:
 
 * ``EIO`` and ``ENOSPC`` at that operation, raised once, in this process;
@@ -48,17 +48,17 @@ from air import cbor
 from air.errors import JournalWriteFailed, StorageError, WorldError
 from cli.main import app
 from kernel.journal import JournalCorrupt
-from world import fileio
-from world.engine import Engine
-from world.fsutil import WorldLocked
-from world.history._replay import verify_world
-from world.world import (
+from world import _fileio as fileio
+from world._engine import Engine
+from world._fsutil import WorldLocked
+from world._world import (
     COMMIT_EVERY_STEPS,
     CheckpointAhead,
     Interrupted,
     World,
     WorldExists,
 )
+from world.history._replay import verify_world
 
 from worldkit import (
     COUNTER,

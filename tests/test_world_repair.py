@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kernel.journal import JournalCorrupt
+from world._repair import check_world, repair_world
+from world._world import World
 from world.errors import CheckpointAhead
 from world.history._replay import verify_world
 from world.journal import _file as file_journal
-from world.repair import check_world, repair_world
-from world.world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

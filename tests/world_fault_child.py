@@ -7,7 +7,7 @@ normally. It stops at the first action that raises and returns that action's ind
 (after closing the handle it was using, as a ``with`` block would). The Add values are distinct
 (1..11), so every journaled event names the action that sent it.
 
-Usage as a child: ``world_fault_child.py WORLD AIR K``. A ``world.fileio`` fault hook counts the
+Usage as a child: ``world_fault_child.py WORLD AIR K``. A ``world._fileio`` fault hook counts the
 durable operations and calls ``os._exit(137)`` at operation K (0-based; ``-1`` never crashes).
 The child writes ``ack I`` to stdout (unbuffered, so a crash cannot lose it) after action I
 returns, and, when it gets to the end, ``ops N`` with the number of operations it performed.
@@ -33,8 +33,8 @@ from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from world import fileio
-from world.world import World
+from world import _fileio as fileio
+from world._world import World
 
 EVENT: Final = "demo/CounterEvent@1"
 CRASH_STATUS: Final = 137

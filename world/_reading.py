@@ -1,4 +1,4 @@
-"""What an open world shows: states, cells and ``info`` (a mixin of ``world.world.World``).
+"""What an open world shows: states, cells and ``info`` (a mixin of ``world._world.World``).
 
 Reads of derived state go through ``_read``, which rebuilds once from the journal when the
 store is damaged (``world._recovery``), so a reader never fails on a bad cell file.

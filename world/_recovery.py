@@ -1,5 +1,5 @@
 """Opening a world: load the checkpoint, re-execute the journal after it, and rebuild from
-genesis when derived state is damaged. The recovery half of ``world.world.World`` (a mixin; the
+genesis when derived state is damaged. The recovery half of ``world._world.World`` (a mixin; the
 rules are in that module's docstring: derived state never loses or blocks, the genesis record
 is checked at every open, a reader whose checkpoint a live writer replaced retries).
 """
@@ -13,8 +13,8 @@ from air.errors import CborError, HashMismatch, StoreDamaged
 from kernel.cells import MemoryCellStore, ObjectMissing
 from kernel.core import Kernel
 from kernel.journal import JournalRecord
-from world import fileio
-from world._worlddir import discard_store
+from world import _fileio as fileio
+from world._directory import discard_store
 from world.cellstore._store import FileCellStore
 from world.errors import CheckpointAhead, CheckpointMoved, GenesisMismatch
 
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from air.loader import LoadedAir
     from kernel.cells import CellStore
     from kernel.core import KernelLimits
-    from world.cas import FileCas
+    from world._cas import FileCas
+    from world._runner import HostRunner
     from world.journal._file import FileJournal
-    from world.runner import HostRunner
 
 __all__ = ["Recovery"]
 

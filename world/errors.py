@@ -1,4 +1,4 @@
-"""The errors of the world directory layer (``world.world``, ``world.repair``).
+"""The errors of the world directory layer (``world._world``, ``world._repair``).
 
 Each has structured fields; the tree they belong to is drawn in ``air.errors``.
 """

@@ -1,6 +1,6 @@
 """The file cell store's files: where each lives, and every durable operation on them, in the
 order the flush protocol of ``world.cellstore._store`` needs (write the plan and the objects, sync
-them, commit, collect) and its recovery. Writes go through ``world.fileio`` (fault hooks).
+them, commit, collect) and its recovery. Writes go through ``world._fileio`` (fault hooks).
 """
 
 from __future__ import annotations
@@ -11,8 +11,17 @@ from typing import Final
 
 from air import cbor
 from air.errors import CborError, StoreDamaged
-from world import fileio
-from world.cas import CAS_DIR, SHARING, pinned
+from world import _fileio as fileio
+from world._cas import CAS_DIR, SHARING, pinned
+from world._fsutil import (
+    TMP_SUFFIX,
+    StrPath,
+    atomic_write,
+    in_threads,
+    sync_paths,
+    write_many_unsynced,
+    write_unsynced,
+)
 from world.cellstore._format import (
     EMPTY_CHECKPOINT,
     FORMAT,
@@ -23,15 +32,6 @@ from world.cellstore._format import (
     encode_plan,
 )
 from world.cellstore._legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
-from world.fsutil import (
-    TMP_SUFFIX,
-    StrPath,
-    atomic_write,
-    in_threads,
-    sync_paths,
-    write_many_unsynced,
-    write_unsynced,
-)
 
 __all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
 

@@ -33,7 +33,7 @@ checkpoint. Rejected too: reference counts for every out-of-line state (a second
 the size of the first, rewritten at every checkpoint) when nearly all have one reference.
 
 Never collected, by design or for now: the objects of a store discarded as damaged
-(``world._worlddir.discard_store`` moves only ``state/reducers`` aside), the store objects a
+(``world._directory.discard_store`` moves only ``state/reducers`` aside), the store objects a
 fork or migration copies along with the whole CAS, and the snapshot object of a checkpoint that
 died before its plan was written (``World.snapshot`` puts it before calling ``flush``).
 ``FileCellStore.reachable_objects`` names what a checkpoint uses, for tools that want to tell

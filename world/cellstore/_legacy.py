@@ -32,7 +32,7 @@ import cbor2
 from air import cbor
 from air.errors import CborError, StoreDamaged
 from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
-from world import fileio
+from world import _fileio as fileio
 from world.cellstore._format import ShardRef
 
 __all__ = ["LEGACY_INTENT_NAME", "LegacyShard", "LegacyStore", "legacy_dirs", "read_verified"]
@@ -146,7 +146,7 @@ def legacy_dirs(root: str) -> list[str]:
 
 def remove_tree(root: str) -> None:
     """Remove a converted format-1 store's files (not its ``checkpoint.cbor``, which the format-2
-    one has replaced). Unlinks go through ``world.fileio``; emptied folders are removed as
+    one has replaced). Unlinks go through ``world._fileio``; emptied folders are removed as
     they are found (an empty folder left by a crash is removed by the next open)."""
     for folder in legacy_dirs(root):
         for dirpath, _dirs, files in _walk_bottom_up(folder):

@@ -39,7 +39,7 @@ never touched while it is the one a crash would come back to):
    the objects to write, which of them are new ("created"), and which objects the new
    checkpoint no longer reaches ("garbage"); encode the new ``checkpoint.cbor``.
 2. Write ``flush-plan.cbor`` (prev and next checkpoint digests, created, garbage) and every new
-   object, without fsync; make the objects durable together (``world.fsutil.sync_paths``: one
+   object, without fsync; make the objects durable together (``world._fsutil.sync_paths``: one
    ``sync()`` for a big batch, else an fsync each).
 3. Commit: write ``checkpoint.cbor`` atomically (temp, fsync, rename, fsync dir).
 4. Collect: unlink the garbage (and a converted format-1 tree); unlink the plan.
@@ -59,7 +59,7 @@ old tree. A checkpoint in any other format is ``StoreDamaged``: never read as so
 
 Rejected alternatives, with numbers: ``world.cellstore._format``.
 
-Not here: the world lock (``world.fsutil.lock_world``, taken by whoever opens the world), and
+Not here: the world lock (``world._fsutil.lock_world``, taken by whoever opens the world), and
 what is never collected (``world.cellstore._flush``).
 """
 
@@ -83,7 +83,8 @@ from kernel.cells import (
     index_root_of,
     shard_of,
 )
-from world import fileio
+from world import _fileio as fileio
+from world._fsutil import StrPath
 from world.cellstore._disk import StoreDisk, read_or_none
 from world.cellstore._flush import Cell, ModulePlan, Planner, merge_shard, merged_count
 from world.cellstore._format import (
@@ -100,7 +101,6 @@ from world.cellstore._format import (
     unpack_group,
 )
 from world.cellstore._legacy import LegacyShard, LegacyStore, load_verified, read_verified
-from world.fsutil import StrPath
 
 __all__ = ["FileCellStore", "StoreFailed", "StoreStats"]
 

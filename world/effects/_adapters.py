@@ -28,7 +28,7 @@ Invariants, for every adapter here:
   a stuck socket cannot hold the process open.
 
 Rejected alternative: asyncio adapters on the engine's loop. The engine loop is synchronous
-(``world.engine``) and a step must never wait on the network; threads plus a thread-safe
+(``world._engine``) and a step must never wait on the network; threads plus a thread-safe
 callback keep the loop free of I/O without making the engine async.
 """
 

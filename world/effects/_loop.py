@@ -31,13 +31,13 @@ from typing import Any, Final
 from air import cbor
 from air.errors import UnknownName
 from kernel.effects import Intent as KernelIntent
+from world._world import World
 from world.effects._adapters import Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter
 from world.effects._http import HttpAdapter
 from world.effects._receipts import ReceiptKey, ReceiptRefused
 from world.effects._timer import SimClock, TimerAdapter
 from world.errors import Interrupted
-from world.world import World
 
 __all__ = ["RECEIPT_WAIT_S", "EffectLoop", "LoopReport"]
 

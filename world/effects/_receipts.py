@@ -33,9 +33,9 @@ import blake3
 
 from air import cbor
 from air.errors import InvalidArgument, WorldError
-from world import fileio
+from world import _fileio as fileio
+from world._fsutil import atomic_write
 from world.effects._adapters import Receipt
-from world.fsutil import atomic_write
 
 __all__ = [
     "KEY_BYTES",

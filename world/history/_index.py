@@ -57,8 +57,8 @@ from air.errors import CborError, StorageError
 from kernel.cells import CellStore
 from kernel.core import Kernel
 from kernel.journal import JournalRecord
-from world import fileio
-from world.fsutil import write_unsynced
+from world import _fileio as fileio
+from world._fsutil import write_unsynced
 from world.journal._file import FileJournal
 
 __all__ = [

@@ -24,8 +24,8 @@ from air.errors import StoreDamaged
 from kernel.cells import MemoryCellStore
 from kernel.core import TICK_KINDS, Kernel, ReplayDivergence, first_difference
 from kernel.journal import MemoryJournal
-from world.runner import HostRunner
-from world.world import World
+from world._runner import HostRunner
+from world._world import World
 
 __all__ = ["Mismatch", "ReplayReport", "rebuild_world", "verify_world"]
 

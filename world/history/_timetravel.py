@@ -47,14 +47,14 @@ from kernel.cells import MemoryCellStore, key_hash
 from kernel.core import OWED_KINDS, Kernel
 from kernel.journal import JournalRecord, MemoryJournal
 from kernel.subjects import cell_subject
-from world import fileio
-from world._worlddir import remove_tree
+from world import _fileio as fileio
+from world._directory import remove_tree
+from world._fsutil import sync_paths, write_unsynced
+from world._runner import HostRunner
+from world._world import World
 from world.errors import WorldExists
-from world.fsutil import sync_paths, write_unsynced
 from world.history._index import cell_id, genesis_digest, read_cell
 from world.journal._file import FileJournal
-from world.runner import HostRunner
-from world.world import World
 
 __all__ = [
     "CellAt",

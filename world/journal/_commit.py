@@ -17,7 +17,7 @@ Crash. After a crash, every commit that returned is whole. Of a batch whose ``co
 returned, reopening finds a *prefix*: none, some or all of its records from the first, each
 whole (a torn last frame is dropped), never a later one without the earlier ones. Exactly:
 
-    process crash between two ``world.fileio`` operations (what the crash tests inject): all of
+    process crash between two ``world._fileio`` operations (what the crash tests inject): all of
         the batch if its ``write`` had completed (the page cache keeps it; ``fdatasync`` only
         matters for power loss), none of it otherwise;
     ``kill -9`` inside the ``write`` (Linux stops a multi-page write at a page boundary when a
@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Final
 
 from air.errors import StorageError
-from world import fileio
+from world import _fileio as fileio
 from world.journal._segments import Io, fsync_dir, truncate, unlink
 
 __all__ = ["Commit", "close_fd", "prepare_directory", "roll_back"]
 
 # Temp names of a segment or a seal being written: ours (``.<name>.new.tmp``) and those of
-# ``world.fsutil.atomic_write``, which wrote them before.
+# ``world._fsutil.atomic_write``, which wrote them before.
 _TEMP_NAME_RE: Final = re.compile(r"\.\d{20}\.log(\.seal)?\..*\.tmp")
 
 

@@ -6,7 +6,7 @@ the check of one segment and the torn-tail rule are in ``world.journal._segments
 ``world.journal._seals``, the undo of a failed commit in ``world.journal._commit``; the reports,
 the cutting that ``repair`` does and ``salvage`` are in ``world.journal._repair``. Every public
 name is importable from here. Every durable operation (creating a segment or a seal, writing,
-``fdatasync``, truncating, removing, directory syncs) goes through ``world.fileio``, and every
+``fdatasync``, truncating, removing, directory syncs) goes through ``world._fileio``, and every
 ``OSError`` leaves as a ``StorageError`` naming the operation, the path and the errno.
 
 Writing. ``append`` encodes and buffers; ``commit`` writes the buffered records as one *batch*:
@@ -46,7 +46,7 @@ So opening costs the last segment and a few small reads per earlier one, not the
 Comparing every seal's blake3 at every open was rejected (``world.journal._seals``). The last segment
 is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world.journal._segments``).
 
-Readers. ``readonly=True`` performs no operation through ``world.fileio`` at all (it works on a
+Readers. ``readonly=True`` performs no operation through ``world._fileio`` at all (it works on a
 read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
 tail at the end is read as the end (a live writer's commit in flight), not as damage.
 ``refresh()`` takes in what a writer committed since: it rescans only the last segment it knew,
@@ -74,7 +74,7 @@ from kernel.journal import (
     prepare_payload,
     record_prefix,
 )
-from world import fileio
+from world import _fileio as fileio
 from world.journal._commit import Commit, close_fd, prepare_directory, roll_back
 from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
 from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
@@ -473,7 +473,7 @@ class FileJournal:
 
 def verify(directory: str | os.PathLike[str]) -> VerifyReport:
     """Check every frame of the journal in ``directory`` strictly; change nothing (no operation
-    through ``world.fileio``)."""
+    through ``world._fileio``)."""
     path = Path(directory)
     if not path.is_dir():
         raise UsageError(f"no journal directory at {path}")

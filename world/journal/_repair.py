@@ -12,7 +12,7 @@ later segment is removed. Everything changed or removed is first copied to the b
 and the copies are synced, with the directory, before any original is touched; a backup never
 overwrites an existing file. Seals of the cut and removed segments are backed up and removed
 before the segments themselves, so that no seal outlives the bytes it describes. Every durable
-operation goes through ``world.fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
+operation goes through ``world._fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
 deciding whether to repair (``world journal verify --repair`` asks), or checking frames
 (``world.journal._segments``).
 """
@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from air.errors import CborError, UsageError
 from kernel.journal import JournalProblem, JournalRecord, decode_record_fast
-from world import fileio
+from world import _fileio as fileio
 from world.journal._segments import (
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,

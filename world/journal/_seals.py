@@ -45,7 +45,7 @@ import blake3
 
 from air import cbor
 from air.errors import CborError
-from world import fileio
+from world import _fileio as fileio
 from world.journal._segments import (
     _INDEX_STRIDE,
     FRAME_HEADER_BYTES,

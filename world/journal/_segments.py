@@ -3,7 +3,7 @@
 Private to ``world.journal._file``, which re-exports the public names here (the format constants,
 ``segment_name``, ``seal_name``, ``TornTail``) and decides when to scan, truncate, seal and read.
 The checks are pure (bytes in, a verdict out); the file helpers each touch one segment or one
-seal file, every durable operation through ``world.fileio``, and turn an ``OSError`` into a
+seal file, every durable operation through ``world._fileio``, and turn an ``OSError`` into a
 ``StorageError`` that names the operation and the path. Not here: the order of segments in a
 journal and the walk over them, the writer, and repair (``world.journal._file``,
 ``world.journal._repair``); reading, writing and trusting seals (``world.journal._seals``).
@@ -71,7 +71,7 @@ from kernel.journal import (
     decode_record_fast,
     record_prefix,
 )
-from world import fileio
+from world import _fileio as fileio
 
 SEGMENT_MAGIC: Final = b"WJRNL1\n"
 SEGMENT_VERSION: Final = 1

@@ -48,10 +48,10 @@ from air.errors import (
 from kernel._moves import apply_move, check_cell, imported_record
 from kernel.cells import NULL_KEY_CBOR, key_hash
 from kernel.journal import JournalRecord
-from world import fileio
+from world import _fileio as fileio
+from world._fsutil import atomic_write
+from world._world import World
 from world.errors import WorldStale
-from world.fsutil import atomic_write
-from world.world import World
 
 __all__ = [
     "EXPORT_FORMAT",

@@ -51,15 +51,15 @@ from air.loader import AirSource, LoadedAir, load_air
 from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
 from air.values import normalise
 from kernel._moves import imported_record, migrated_record
-from world import fileio
-from world._worlddir import build_world, remove_tree
-from world.airfiles import inspect_wasm, read_world_sources
-from world.cas import FileCas
+from world import _fileio as fileio
+from world._airfiles import inspect_wasm, read_world_sources
+from world._cas import FileCas
+from world._directory import build_world, remove_tree
+from world._fsutil import atomic_write, sync_paths, write_unsynced
+from world._world import World
 from world.effects._receipts import KEY_DIR, KEY_FILE
-from world.fsutil import atomic_write, sync_paths, write_unsynced
 from world.history._replay import verify_world
 from world.moves._cellfiles import journal_records
-from world.world import World
 
 __all__ = [
     "MigrationPlan",

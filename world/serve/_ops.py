@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord
 from kernel.subjects import SubjectPattern
+from world._views import RecordView, cells_page
+from world._world import World
 from world.serve._protocol import encode
-from world.views import RecordView, cells_page
-from world.world import World
 
 if TYPE_CHECKING:
     from world.journal._file import FileJournal

@@ -38,7 +38,7 @@ from typing import Any, Final
 import msgpack
 
 from air.errors import InvalidArgument, LimitExceeded, WorldError
-from world.fsutil import WorldLocked
+from world._fsutil import WorldLocked
 
 __all__ = [
     "BACKLOG",

@@ -56,6 +56,7 @@ from types import FrameType
 from typing import Any, Final
 
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
+from world._world import World
 from world.effects._loop import EffectLoop, LoopReport
 from world.errors import Interrupted
 from world.serve._ops import Deferred, Ops, plain_fields
@@ -71,7 +72,6 @@ from world.serve._protocol import (
     ok_reply,
     socket_path,
 )
-from world.world import World
 
 __all__ = [
     "CLIENTS_MAX",

@@ -32,8 +32,8 @@ from typing import Final
 from air import cbor
 from air.errors import HashMismatch, WrongMode
 from kernel.cells import ObjectMissing
-from world import fileio
-from world.fsutil import atomic_write, fsync_dir
+from world import _fileio as fileio
+from world._fsutil import atomic_write, fsync_dir
 
 __all__ = ["CAS_DIR", "PIN_SUFFIX", "SHARING", "FileCas", "pin_path", "pinned"]
 

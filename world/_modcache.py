@@ -2,7 +2,7 @@
 
 Implements ``kernel.modcache.ModuleCache`` so a world reopens without recompiling its reducers
 (wasmtime's serialized modules load in ~0.1 ms; compiling takes milliseconds per module).
-Writes go through ``world.fsutil.atomic_write`` (temp, fsync, rename, fsync dir), so a reader
+Writes go through ``world._fsutil.atomic_write`` (temp, fsync, rename, fsync dir), so a reader
 sees a whole entry or none. Keys are checked against ``kernel.modcache.CACHE_KEY_RE`` (hex and
 one dash), so a key can never name a path outside the directory.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from air.errors import InvalidArgument, StorageError
 from kernel.modcache import CACHE_KEY_RE
-from world import fileio
-from world.fsutil import StrPath, atomic_write
+from world import _fileio as fileio
+from world._fsutil import StrPath, atomic_write
 
 __all__ = ["FileModuleCache"]
 

@@ -1,5 +1,5 @@
 """The world directory's own files: building a new world, reading its AIR back, and throwing
-away a damaged cell store. Private to ``world.world`` and ``world.repair``."""
+away a damaged cell store. Private to ``world._world`` and ``world._repair``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from air import cbor
 from air.errors import StoreDamaged
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from kernel.subjects import make_subject
-from world import fileio
-from world.airfiles import read_world_sources
-from world.cas import FileCas
+from world import _fileio as fileio
+from world._airfiles import read_world_sources
+from world._cas import FileCas
+from world._fsutil import WorldLock, atomic_write, lock_world
 from world.effects._receipts import ReceiptKey
-from world.fsutil import WorldLock, atomic_write, lock_world
 from world.journal._file import FileJournal
 
 __all__ = [

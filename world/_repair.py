@@ -23,12 +23,12 @@ from typing import Any
 from air import cbor
 from air.errors import CborError, HashMismatch, StoreDamaged, WorldError
 from kernel.cells import ObjectMissing
-from world.cas import FileCas
+from world._cas import FileCas
+from world._fsutil import lock_world
+from world._world import NotAWorld, discard_store
 from world.cellstore._store import FileCellStore
-from world.fsutil import lock_world
 from world.journal import _file as file_journal
 from world.journal._file import RepairReport, VerifyReport
-from world.world import NotAWorld, discard_store
 
 __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]
 

@@ -197,7 +197,7 @@ def mkdir(path: StrPath, *, parents: bool = False, exist_ok: bool = False) -> No
 
 
 def sync() -> None:
-    """``sync()``: flush every file system (cheaper than many fsyncs; see ``world.fsutil``)."""
+    """``sync()``: flush every file system (cheaper than many fsyncs; see ``world._fsutil``)."""
     with _op("sync", "/"):
         os.sync()
 

@@ -67,19 +67,21 @@ from air.errors import (
 from air.loader import AirSource, LoadedAir, load_air
 from kernel.cells import CellStore, MemoryCellStore
 from kernel.core import Kernel, KernelLimits
-from world import fileio
-from world._reading import CellView, Reading
-from world._recovery import Recovery
-from world._worlddir import (
+from world import _fileio as fileio
+from world._airfiles import air_sources, builtin_sources, inspect_wasm
+from world._airfiles import read_file as _read_file
+from world._cas import FileCas
+from world._directory import (
     build_world,
     discard_store,
     load_world_air,
     read_sources,
     remove_tree,
 )
-from world.airfiles import air_sources, builtin_sources, inspect_wasm
-from world.airfiles import read_file as _read_file
-from world.cas import FileCas
+from world._fsutil import WorldLock, atomic_write, lock_world
+from world._reading import CellView, Reading
+from world._recovery import Recovery
+from world._runner import HostRunner
 from world.cellstore._store import FileCellStore
 from world.errors import (
     CheckpointAhead,
@@ -91,10 +93,8 @@ from world.errors import (
     WorldExists,
     WorldStale,
 )
-from world.fsutil import WorldLock, atomic_write, lock_world
 from world.history._index import HistoryWriter
 from world.journal._file import FileJournal
-from world.runner import HostRunner
 
 __all__ = [
     "SNAPSHOT_DIRTY_MAX",
@@ -130,7 +130,7 @@ READER_RETRIES_MAX: Final = 3
 
 
 class World(Reading, Recovery):
-    """An open world. Not thread-safe: one thread drives it (see ``world.engine`` for threads);
+    """An open world. Not thread-safe: one thread drives it (see ``world._engine`` for threads);
     ``interrupt`` alone may be called from a signal handler."""
 
     def __init__(

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Final, Literal, TypeAlias, TypeVar
 
 from air.errors import WorldError
-from world import fileio
-from world.fileio import StrPath, fsync_dir
+from world import _fileio as fileio
+from world._fileio import StrPath, fsync_dir
 
 __all__ = [
     "SYNC_EACH_MAX",

@@ -20,7 +20,7 @@ from air.values import to_sugar
 from kernel.journal import JournalRecord
 
 if TYPE_CHECKING:
-    from world.world import World
+    from world._world import World
 
 __all__ = ["RecordView", "cells_page", "plain"]
 

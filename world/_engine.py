@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from air.errors import WorldError, WrongMode
-from world.world import EventRejected, World
+from world._world import EventRejected, World
 
 __all__ = ["REJECTED_KEPT", "TICKS_PER_CYCLE_MAX", "Engine", "Rejected"]
 

@@ -5,14 +5,14 @@
     ├── ValueMismatch(pointer, code, detail)      a value does not match its AIR type
     ├── ExprError(pointer, code, detail)          Expr evaluation failed (deterministically)
     ├── ManifestError(diagnostics)                AIR failed validation; all diagnostics at once
-    ├── ReducerError(module, code, detail)        kernel.host: load or step failed
+    ├── ReducerError(module, code, detail)        kernel.wasm._host: load or step failed
     │   ├── ReducerLoadError                      rejected at load (not_wasm, imports, export_missing, ...)
     │   ├── ReducerTrap(trap_code)                code "trap"; trap_code e.g. "unreachable"
     │   │   ├── FuelExhausted(fuel_per_step)      code "fuel_exhausted"
     │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
     │   └── OutputTooLarge(output_bytes, output_bytes_max)
     ├── StepRejected(module, code, pointer, detail)  kernel.abi: output failed decoding/validation
-    ├── WasmFormatError(offset, detail)           kernel.wasminfo: bytes are not a wasm module
+    ├── WasmFormatError(offset, detail)           kernel.wasm._info: bytes are not a wasm module
     ├── JournalCorrupt(segment, offset, seq, reason)  kernel.journal: a bad record in the journal
     ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.divergence: replay differed
     ├── ObjectMissing(address)                    kernel.cells: nothing in the CAS at an address

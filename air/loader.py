@@ -65,7 +65,7 @@ class AirSource:
 
 
 class WasmInfo(Protocol):
-    """What the validator needs to know about a module binary (``kernel.wasminfo`` has it)."""
+    """What the validator needs to know about a module binary (``kernel.wasm._info`` has it)."""
 
     @property
     def imports(self) -> list[str]: ...

@@ -247,7 +247,7 @@ def check_command(
     """Check a wasm module against the reducer ABI: no imports, memory/alloc/step exports."""
     import blake3
 
-    from kernel.wasminfo import inspect_wasm_report
+    from kernel.wasm._info import inspect_wasm_report
     from world.sdk import BuildError, check_abi
 
     with handle_errors(json_output):

@@ -1,6 +1,6 @@
 /* One reducer step through wasmtime's C API in one native call.
  *
- * The same sequence as kernel/_fastcall.py, step for step, without a ctypes crossing per C
+ * The same sequence as kernel/wasm/_fastcall.py, step for step, without a ctypes crossing per C
  * call: a new store (limiter, fuel), a new instance from the pre-linked InstancePre, three
  * export lookups, alloc, write, step, read, store deleted. libwasmtime is not linked: the
  * function pointers come from the library wasmtime-py loaded (kernel.native passes them to
@@ -9,7 +9,7 @@
  * kernel.native before any session is made.
  *
  * Failures are returned, not raised, as a tuple the host turns into the very ReducerError the
- * Python path raises (kernel.host): ("error", opened, message, memory_bytes),
+ * Python path raises (kernel.wasm._host): ("error", opened, message, memory_bytes),
  * ("trap", code or None, opened, memory_bytes), ("alloc_oob", need, ptr), ("slot_oob",),
  * ("too_large", out_len), ("out_oob", out_ptr, out_len). The GIL is released while wasm runs. */
 #include "_native.h"

@@ -52,7 +52,6 @@ from kernel.abi import StepRejected
 from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
 from kernel.divergence import ReplayDivergence, first_difference, show_value
 from kernel.effects import CapDenied, EffectManager, Intent
-from kernel.host import ReducerError, ReducerLoadError
 from kernel.journal import Journal, JournalRecord
 from kernel.plans import (
     PlanEngine,
@@ -60,6 +59,7 @@ from kernel.plans import (
 )
 from kernel.scheduler import Delivery, Entity, Scheduler
 from kernel.subjects import make_subject
+from kernel.wasm._host import ReducerError, ReducerLoadError
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",

@@ -21,7 +21,7 @@ native function to its reference on random and mutated inputs (the outputs of re
 journal records, AIR values); ``tests/test_native_parity.py`` runs bundled worlds and hostile
 reducers through both paths and compares journal bytes, states and index roots;
 ``tests/test_native_asan.py`` runs both under AddressSanitizer. A wasm step that fails is
-returned by the C code as a tuple (see ``_native_wasm.c``) that ``kernel.host`` turns into the
+returned by the C code as a tuple (see ``_native_wasm.c``) that ``kernel.wasm._host`` turns into the
 same ``ReducerError`` the ctypes path raises.
 
 Selection. ``enabled()`` is a process-wide switch, on when the extension is built; the world

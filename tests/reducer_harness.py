@@ -1,6 +1,6 @@
 """A tiny, test-only harness that runs one reducer step with plain wasmtime.
 
-This is not the kernel's host (``kernel/host.py`` is): it exists so the SDK and the example
+This is not the kernel's host (``kernel/wasm/_host.py`` is): it exists so the SDK and the example
 reducers can be tested on their own. Per step it instantiates the module afresh (so nothing can
 carry over between steps), calls ``alloc(len)``, writes the input envelope, calls ``step`` in
 either ABI form -- multi-value ``step(ptr, len) -> (i32, i32)`` or ``step(retptr, ptr, len)`` with

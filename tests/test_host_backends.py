@@ -12,7 +12,7 @@ import pytest
 from air import cbor
 from air.errors import WorldError
 from kernel.abi import encode_input
-from kernel.host import HostLimits, ReducerHost
+from kernel.wasm._host import HostLimits, ReducerHost
 
 from host_wat import (
     CARRY_OVER_MODULES,

@@ -13,7 +13,7 @@ import wasmtime
 
 from air import cbor
 from kernel.abi import encode_input
-from kernel.host import ReducerHost
+from kernel.wasm._host import ReducerHost
 
 from host_wat import CARRY_OVER_MODULES, wasm
 

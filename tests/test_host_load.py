@@ -7,9 +7,9 @@ import pytest
 
 from air.cbor import content_hash
 from air.errors import HashMismatch, UsageError
-from kernel._engine import POOL_MEMORY_BYTES_MAX
-from kernel.host import HostLimits, ReducerHost, ReducerLoadError
-from kernel.modcache import InMemoryModuleCache, cache_key
+from kernel.wasm._engine import POOL_MEMORY_BYTES_MAX
+from kernel.wasm._host import HostLimits, ReducerHost, ReducerLoadError
+from kernel.wasm._modcache import InMemoryModuleCache, cache_key
 
 from host_wat import OK_OUTPUT, reducer, reducer_wat, wasm
 
@@ -152,7 +152,7 @@ def test_auto_picks_the_fast_backend_when_its_pinned_internals_are_present() -> 
 def test_auto_falls_back_to_the_public_api_when_the_fast_path_is_unavailable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kernel import _fastcall
+    from kernel.wasm import _fastcall
 
     monkeypatch.setattr(_fastcall, "PINNED_BINDINGS_DIGEST", "0" * 64)
     host = ReducerHost()

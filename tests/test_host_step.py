@@ -8,7 +8,7 @@ import pytest
 from air import cbor
 from air.errors import UsageError
 from kernel.abi import StepOutput, StepRejected
-from kernel.host import (
+from kernel.wasm._host import (
     FuelExhausted,
     HostLimits,
     MemoryLimitExceeded,

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.wasminfo import FuncSig, WasmFormatError, WasmProblem, inspect_wasm, inspect_wasm_report
+from kernel.wasm._info import (
+    FuncSig,
+    WasmFormatError,
+    WasmProblem,
+    inspect_wasm,
+    inspect_wasm_report,
+)
 
 from host_wat import reducer, reducer_wat, wasm
 

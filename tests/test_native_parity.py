@@ -21,7 +21,7 @@ import pytest
 from air import cbor
 from air.errors import WorldError
 from kernel import abi, native
-from kernel.host import HostLimits, ReducerHost
+from kernel.wasm._host import HostLimits, ReducerHost
 from world._world import World
 from world.effects._loop import EffectLoop
 from world.history._replay import verify_world

@@ -17,7 +17,7 @@ from typing import Any
 from air import jsontext
 from air.errors import Diagnostic, JsonError, ManifestError, StoreDamaged
 from air.loader import AirSource, LoadedAir, WasmInfo, load_air
-from kernel.wasminfo import inspect_wasm_report
+from kernel.wasm._info import inspect_wasm_report
 
 __all__ = [
     "air_sources",

@@ -1,9 +1,9 @@
 """The compiled-module cache on disk: one file per key, ``<dir>/<key>``, written atomically.
 
-Implements ``kernel.modcache.ModuleCache`` so a world reopens without recompiling its reducers
+Implements ``kernel.wasm._modcache.ModuleCache`` so a world reopens without recompiling its reducers
 (wasmtime's serialized modules load in ~0.1 ms; compiling takes milliseconds per module).
 Writes go through ``world._fsutil.atomic_write`` (temp, fsync, rename, fsync dir), so a reader
-sees a whole entry or none. Keys are checked against ``kernel.modcache.CACHE_KEY_RE`` (hex and
+sees a whole entry or none. Keys are checked against ``kernel.wasm._modcache.CACHE_KEY_RE`` (hex and
 one dash), so a key can never name a path outside the directory.
 
 Not here: deciding whether an entry is still good. The host frames entries with a checksum and
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from air.errors import InvalidArgument, StorageError
-from kernel.modcache import CACHE_KEY_RE
+from kernel.wasm._modcache import CACHE_KEY_RE
 from world import _fileio as fileio
 from world._fsutil import StrPath, atomic_write
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from air.loader import LoadedAir
 from kernel import native
-from kernel.host import HostLimits, Reducer, ReducerHost
+from kernel.wasm._host import HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache
 
 __all__ = ["HostRunner", "native_requested"]

@@ -33,8 +33,8 @@ from air import cbor  # noqa: E402
 from air.types import parse_type  # noqa: E402
 from air.values import SchemaCheckers  # noqa: E402
 from kernel import abi, native  # noqa: E402
-from kernel.host import Reducer, ReducerHost  # noqa: E402
-from kernel.modcache import InMemoryModuleCache  # noqa: E402
+from kernel.wasm._host import Reducer, ReducerHost  # noqa: E402
+from kernel.wasm._modcache import InMemoryModuleCache  # noqa: E402
 
 SCHEMAS = {"demo/CounterState@1": parse_type({"record": {"count": "nat", "events": "nat"}})}
 STATE = cbor.dumps({"count": 41, "events": 7})

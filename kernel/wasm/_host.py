@@ -46,9 +46,10 @@ import wasmtime
 
 from air.cbor import content_hash, digest
 from air.errors import HashMismatch, InvalidArgument, UnknownName, WorldError, WrongMode
-from kernel import _fastcall
 from kernel import native as native_path
-from kernel._engine import (
+from kernel.abi import StepOutput, decode_output
+from kernel.wasm import _fastcall
+from kernel.wasm._engine import (
     POOL_MEMORY_BYTES_MAX,
     POOL_TABLE_ELEMENTS_MAX,
     Backend,
@@ -58,16 +59,15 @@ from kernel._engine import (
     engine_for,
     trap_name,
 )
-from kernel._publiccall import PublicSession
-from kernel.abi import StepOutput, decode_output
-from kernel.modcache import ModuleCache, cache_key
-from kernel.wasminfo import (  # inspect_wasm* re-exported for the AIR validator's callback
+from kernel.wasm._info import (  # inspect_wasm* re-exported for the AIR validator's callback
     StepAbi,
     WasmFormatError,
     WasmInfo,
     inspect_wasm,
     inspect_wasm_report,
 )
+from kernel.wasm._modcache import ModuleCache, cache_key
+from kernel.wasm._publiccall import PublicSession
 
 __all__ = [
     "BackendChoice",

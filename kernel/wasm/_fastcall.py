@@ -31,7 +31,7 @@ from typing import Any, Final
 import blake3
 import wasmtime
 
-from kernel._engine import POOLING, WasmCallError, trap_name
+from kernel.wasm._engine import POOLING, WasmCallError, trap_name
 
 __all__ = [
     "PINNED_BINDINGS_DIGEST",

@@ -183,7 +183,7 @@ def engine_for(backend: Backend) -> EngineHandle:
     config = _public_config()
     digest = ""
     if backend == "fast":
-        from kernel import _fastcall  # the fast path is optional by design
+        from kernel.wasm import _fastcall  # the fast path is optional by design
 
         _fastcall.configure_pooling(config)
         digest = _fastcall.bindings_digest()

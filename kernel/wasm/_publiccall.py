@@ -12,7 +12,7 @@ from typing import Any
 
 import wasmtime
 
-from kernel._engine import WasmCallError, trap_name
+from kernel.wasm._engine import WasmCallError, trap_name
 
 __all__ = ["PublicSession"]
 

@@ -18,7 +18,7 @@ What is checked, per plan (each finding a diagnostic with a stable code, then th
 * Values: where an Expr's shape is known it is checked against the schema it must produce
   (effect params, the raised event, the key, the result) by ``air._plan_types``.
 
-Not here: running plans (``kernel.plans``), whether a guard can ever be true, or the earlier
+Not here: running plans (``kernel._plans``), whether a guard can ever be true, or the earlier
 step shapes the loader reports (``air._plan_old_shapes``).
 """
 

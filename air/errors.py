@@ -11,11 +11,11 @@
     │   │   ├── FuelExhausted(fuel_per_step)      code "fuel_exhausted"
     │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
     │   └── OutputTooLarge(output_bytes, output_bytes_max)
-    ├── StepRejected(module, code, pointer, detail)  kernel.abi: output failed decoding/validation
+    ├── StepRejected(module, code, pointer, detail)  kernel._abi: output failed decoding/validation
     ├── WasmFormatError(offset, detail)           kernel.wasm._info: bytes are not a wasm module
-    ├── JournalCorrupt(segment, offset, seq, reason)  kernel.journal: a bad record in the journal
-    ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.divergence: replay differed
-    ├── ObjectMissing(address)                    kernel.cells: nothing in the CAS at an address
+    ├── JournalCorrupt(segment, offset, seq, reason)  kernel._journal: a bad record in the journal
+    ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel._divergence: replay differed
+    ├── ObjectMissing(address)                    kernel._cells: nothing in the CAS at an address
     ├── WorldLocked(path, mode)                   world._fsutil: a lock that conflicts is held
     ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
     │   EventRejected, CheckpointMoved            world.errors: the world directory layer

@@ -12,7 +12,7 @@ from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
-    from kernel.effects import Intent
+    from kernel._effects import Intent
 
 __all__ = ["app"]
 

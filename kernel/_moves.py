@@ -30,13 +30,13 @@ from air import cbor
 from air.errors import KeyMismatch, UnknownName, ValueMismatch
 from air.types import Ref
 from air.values import normalise
-from kernel.cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, key_hash
-from kernel.divergence import ReplayDivergence
-from kernel.journal import JournalRecord
-from kernel.subjects import make_subject
+from kernel._cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, key_hash
+from kernel._divergence import ReplayDivergence
+from kernel._journal import JournalRecord
+from kernel._subjects import make_subject
 
-if TYPE_CHECKING:  # kernel.core imports this module for its dispatch
-    from kernel.core import Kernel
+if TYPE_CHECKING:  # kernel._core imports this module for its dispatch
+    from kernel._core import Kernel
 
 __all__ = [
     "CELL_IMPORTED",

@@ -1,9 +1,9 @@
 """Plan runs and effects inside the kernel: the half of ``Kernel`` that starts and ticks runs,
 turns effects into intents, and applies receipts and approvals.
 
-A mixin of ``kernel.core.Kernel`` (it uses the kernel's scheduler, journal and tables, declared
-below for the type checker). The rules it implements are in ``kernel.plans`` (the run engine)
-and ``kernel.effects`` (capabilities, policy, budgets); this module places their records in the
+A mixin of ``kernel._core.Kernel`` (it uses the kernel's scheduler, journal and tables, declared
+below for the type checker). The rules it implements are in ``kernel._plans`` (the run engine)
+and ``kernel._effects`` (capabilities, policy, budgets); this module places their records in the
 journal and their consequences in the scheduler, with the same discipline as a cell's tick:
 nothing changes in memory before the tick's records are appended.
 """
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import cbor2
 
 from air import cbor
-from kernel import abi
-from kernel.divergence import ReplayDivergence
-from kernel.effects import CapDenied, EffectManager, Intent, intent_hash
-from kernel.journal import JournalRecord
-from kernel.plans import (
+from kernel import _abi as abi
+from kernel._divergence import ReplayDivergence
+from kernel._effects import CapDenied, EffectManager, Intent, intent_hash
+from kernel._journal import JournalRecord
+from kernel._plans import (
     CONTINUE,
     DENIED,
     RECEIPT,
@@ -30,12 +30,12 @@ from kernel.plans import (
     RunOutcome,
     input_hash,
 )
-from kernel.scheduler import Delivery, Entity, Scheduler
-from kernel.subjects import make_subject
+from kernel._scheduler import Delivery, Entity, Scheduler
+from kernel._subjects import make_subject
 
 if TYPE_CHECKING:
     from air.loader import LoadedAir
-    from kernel.journal import Journal
+    from kernel._journal import Journal
 
 __all__ = ["Orchestration"]
 
@@ -112,7 +112,7 @@ class Orchestration:
         return where is None or self._engine.matches(run, where, value)
 
     def _tick_run(self, entity: Entity, delivery: Delivery, expected: JournalRecord | None) -> None:
-        """One tick of a plan run (``kernel.plans``): its records, then its consequences."""
+        """One tick of a plan run (``kernel._plans``): its records, then its consequences."""
         run_id = entity.run_id
         if run_id is None or run_id not in self.runs:
             raise ReplayDivergence(-1, entity.reducer, "a live run", f"no run {run_id}")

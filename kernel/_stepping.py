@@ -1,6 +1,6 @@
 """One cell's step inside the kernel: the envelope in, the output checked, the record body out.
 
-A mixin of ``kernel.core.Kernel`` (like ``_orchestration``; the kernel's tables it uses are
+A mixin of ``kernel._core.Kernel`` (like ``_orchestration``; the kernel's tables it uses are
 declared below for the type checker). ``_step`` runs a reducer on an entity's delivery and
 returns the ``step`` record's body with the decoded output; ``_validate`` holds the output to
 the reducer's declared schemas and effect rules (``abi.validate_output`` decides every error;
@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from air import cbor
 from air.errors import LimitExceeded, ValueMismatch
-from kernel import abi
-from kernel.subjects import cell_subject, make_subject
+from kernel import _abi as abi
+from kernel._subjects import cell_subject, make_subject
 
 if TYPE_CHECKING:
     from air.loader import LoadedAir
     from air.values import SchemaCheckers
-    from kernel.cells import CellEntry
-    from kernel.core import KernelLimits, Runner
-    from kernel.scheduler import Delivery, Entity
+    from kernel._cells import CellEntry
+    from kernel._core import KernelLimits, Runner
+    from kernel._scheduler import Delivery, Entity
 
 __all__ = ["Stepping"]
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from air import cbor
 from air.errors import HashMismatch, StoreDamaged, UsageError
-from kernel.cells import (
+from kernel._cells import (
     NULL_KEY_CBOR,
     NULL_KEY_HASH,
     CellEntry,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from kernel.journal import JournalRecord
+from kernel._journal import JournalRecord
 from world._world import World
 from world.effects._adapters import Receipt
 from world.effects._loop import EffectLoop, accept_receipt

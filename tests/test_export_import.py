@@ -2,7 +2,7 @@
 journaled as ``cell.imported`` so replay reproduces the world.
 
 Until ``Kernel.apply`` dispatches ``cell.imported``/``world.migrated`` itself (the hook in
-kernel/core.py), the ``move_hook`` fixture patches it to do so."""
+kernel/_core.py), the ``move_hook`` fixture patches it to do so."""
 
 from __future__ import annotations
 

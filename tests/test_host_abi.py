@@ -14,7 +14,7 @@ from air import cbor
 from air.errors import UsageError, ValueMismatch
 from air.types import Ref, parse_type
 from air.values import check
-from kernel.abi import (
+from kernel._abi import (
     DomainEventOut,
     EffectOut,
     StepOutput,

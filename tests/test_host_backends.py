@@ -11,7 +11,7 @@ import pytest
 
 from air import cbor
 from air.errors import WorldError
-from kernel.abi import encode_input
+from kernel._abi import encode_input
 from kernel.wasm._host import HostLimits, ReducerHost
 
 from host_wat import (

@@ -12,7 +12,7 @@ import pytest
 import wasmtime
 
 from air import cbor
-from kernel.abi import encode_input
+from kernel._abi import encode_input
 from kernel.wasm._host import ReducerHost
 
 from host_wat import CARRY_OVER_MODULES, wasm

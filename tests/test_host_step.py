@@ -7,7 +7,7 @@ import pytest
 
 from air import cbor
 from air.errors import UsageError
-from kernel.abi import StepOutput, StepRejected
+from kernel._abi import StepOutput, StepRejected
 from kernel.wasm._host import (
     FuelExhausted,
     HostLimits,

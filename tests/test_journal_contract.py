@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError
-from kernel.journal import (
+from kernel._journal import (
     Journal,
     JournalRecord,
     MemoryJournal,
@@ -22,7 +22,7 @@ from kernel.journal import (
     encode_record,
     record_prefix,
 )
-from kernel.subjects import (
+from kernel._subjects import (
     SubjectPattern,
     cell_subject,
     effect_subject,

@@ -20,7 +20,7 @@ import pytest
 import world.journal._file
 from air import cbor
 from air.errors import StorageError, UsageError
-from kernel.journal import PROBLEM_REASONS, JournalCorrupt, encode_record
+from kernel._journal import PROBLEM_REASONS, JournalCorrupt, encode_record
 from world import _fileio as fileio
 from world.journal._file import (
     FRAME_HEADER_BYTES,

@@ -1,7 +1,7 @@
 """``world migrate cells``: a v1 map-in-state reducer becomes a keyed one, one cell per entry.
 
 The issue asks for 10,000 keys; the test uses 1,000 to stay quick (same code path). Until
-``Kernel.apply`` dispatches ``cell.imported``/``world.migrated`` (the kernel/core.py hook), the
+``Kernel.apply`` dispatches ``cell.imported``/``world.migrated`` (the kernel/_core.py hook), the
 ``move_hook`` fixture and the crash child patch it."""
 
 from __future__ import annotations

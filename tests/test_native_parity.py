@@ -20,7 +20,8 @@ import pytest
 
 from air import cbor
 from air.errors import WorldError
-from kernel import abi, native
+from kernel import _abi as abi
+from kernel import native
 from kernel.wasm._host import HostLimits, ReducerHost
 from world._world import World
 from world.effects._loop import EffectLoop

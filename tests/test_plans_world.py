@@ -533,7 +533,7 @@ def test_a_grant_of_the_wrong_cap_type_is_refused_when_the_world_loads(tmp_path:
 
 
 HIDDEN_URL_BUG = (
-    "kernel/effects.py _url reads the URL differently from httpx: the authority is cut only at "
+    "kernel/_effects.py _url reads the URL differently from httpx: the authority is cut only at "
     "'/' and the host taken after the last '@', so '#@' or '?@' hides the real host; dot "
     "segments are not removed before the path_prefixes check, but httpx removes them"
 )

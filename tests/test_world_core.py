@@ -10,7 +10,7 @@ import pytest
 
 from air import cbor
 from air.errors import LimitExceeded, UsageError, ValueMismatch
-from kernel.core import KernelLimits
+from kernel._core import KernelLimits
 from world._engine import Engine
 from world._fsutil import WorldLocked
 from world._world import EventRejected, World, WorldExists

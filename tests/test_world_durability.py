@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from kernel.core import Kernel, ReplayDivergence
-from kernel.journal import JournalCorrupt, JournalRecord
+from kernel._core import Kernel, ReplayDivergence
+from kernel._journal import JournalCorrupt, JournalRecord
 from world._world import CheckpointAhead, World
 from world.history._replay import rebuild_world, verify_world
 

@@ -47,7 +47,7 @@ from world_fault_child import CRASH_STATUS, NO_FLUSH, SCRIPT, no_flush, run_scri
 from air import cbor
 from air.errors import JournalWriteFailed, StorageError, WorldError
 from cli.main import app
-from kernel.journal import JournalCorrupt
+from kernel._journal import JournalCorrupt
 from world import _fileio as fileio
 from world._engine import Engine
 from world._fsutil import WorldLocked

@@ -31,7 +31,7 @@ from typing import Final
 
 from air import cbor
 from air.errors import HashMismatch, WrongMode
-from kernel.cells import ObjectMissing
+from kernel._cells import ObjectMissing
 from world import _fileio as fileio
 from world._fsutil import atomic_write, fsync_dir
 
@@ -54,7 +54,7 @@ def pinned(object_path: str) -> bool:
 
 
 class FileCas:
-    """``kernel.cells.Cas`` over files under ``<world>/cas``.
+    """``kernel._cells.Cas`` over files under ``<world>/cas``.
 
     Construct a writable one only while holding the world's write lock: opening clears
     ``cas/.tmp``, which would break another process's put in flight. ``readonly=True`` writes

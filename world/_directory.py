@@ -11,7 +11,7 @@ from typing import Final
 from air import cbor
 from air.errors import StoreDamaged
 from air.loader import AirSource, LoadedAir, load_air, resolve_relative
-from kernel.subjects import make_subject
+from kernel._subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import read_world_sources
 from world._cas import FileCas

@@ -15,14 +15,14 @@ from air import cbor
 from air.errors import KeyMismatch, StoreDamaged, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel.cells import CellEntry
+from kernel._cells import CellEntry
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from air.loader import LoadedAir
-    from kernel.cells import CellStore
-    from kernel.core import Kernel
+    from kernel._cells import CellStore
+    from kernel._core import Kernel
     from world.journal._file import FileJournal
 
 __all__ = ["CellView", "Reading"]

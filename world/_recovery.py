@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from air import cbor
 from air.errors import CborError, HashMismatch, StoreDamaged
-from kernel.cells import MemoryCellStore, ObjectMissing
-from kernel.core import Kernel
-from kernel.journal import JournalRecord
+from kernel._cells import MemoryCellStore, ObjectMissing
+from kernel._core import Kernel
+from kernel._journal import JournalRecord
 from world import _fileio as fileio
 from world._directory import discard_store
 from world.cellstore._store import FileCellStore
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from air.loader import LoadedAir
-    from kernel.cells import CellStore
-    from kernel.core import KernelLimits
+    from kernel._cells import CellStore
+    from kernel._core import KernelLimits
     from world._cas import FileCas
     from world._runner import HostRunner
     from world.journal._file import FileJournal

@@ -22,7 +22,7 @@ from typing import Any
 
 from air import cbor
 from air.errors import CborError, HashMismatch, StoreDamaged, WorldError
-from kernel.cells import ObjectMissing
+from kernel._cells import ObjectMissing
 from world._cas import FileCas
 from world._fsutil import lock_world
 from world._world import NotAWorld, discard_store

@@ -17,7 +17,7 @@ from air.errors import InvalidArgument, StoreDamaged, UnknownName, WorldError
 from air.loader import LoadedAir
 from air.types import Ref, TypeNode
 from air.values import to_sugar
-from kernel.journal import JournalRecord
+from kernel._journal import JournalRecord
 
 if TYPE_CHECKING:
     from world._world import World

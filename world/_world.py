@@ -65,8 +65,8 @@ from air.errors import (
     WrongMode,
 )
 from air.loader import AirSource, LoadedAir, load_air
-from kernel.cells import CellStore, MemoryCellStore
-from kernel.core import Kernel, KernelLimits
+from kernel._cells import CellStore, MemoryCellStore
+from kernel._core import Kernel, KernelLimits
 from world import _fileio as fileio
 from world._airfiles import air_sources, builtin_sources, inspect_wasm
 from world._airfiles import read_file as _read_file

@@ -47,7 +47,7 @@ import wasmtime
 from air.cbor import content_hash, digest
 from air.errors import HashMismatch, InvalidArgument, UnknownName, WorldError, WrongMode
 from kernel import native as native_path
-from kernel.abi import StepOutput, decode_output
+from kernel._abi import StepOutput, decode_output
 from kernel.wasm import _fastcall
 from kernel.wasm._engine import (
     POOL_MEMORY_BYTES_MAX,

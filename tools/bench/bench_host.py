@@ -32,7 +32,8 @@ import wasmtime  # noqa: E402
 from air import cbor  # noqa: E402
 from air.types import parse_type  # noqa: E402
 from air.values import SchemaCheckers  # noqa: E402
-from kernel import abi, native  # noqa: E402
+from kernel import _abi as abi  # noqa: E402
+from kernel import native  # noqa: E402
 from kernel.wasm._host import Reducer, ReducerHost  # noqa: E402
 from kernel.wasm._modcache import InMemoryModuleCache  # noqa: E402
 

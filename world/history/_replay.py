@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Final
 
 from air.errors import StoreDamaged
-from kernel.cells import MemoryCellStore
-from kernel.core import TICK_KINDS, Kernel, ReplayDivergence, first_difference
-from kernel.journal import MemoryJournal
+from kernel._cells import MemoryCellStore
+from kernel._core import TICK_KINDS, Kernel, ReplayDivergence, first_difference
+from kernel._journal import MemoryJournal
 from world._runner import HostRunner
 from world._world import World
 

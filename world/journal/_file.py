@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from air.errors import JournalWriteFailed, StorageError, UsageError
-from kernel.journal import (
+from kernel._journal import (
     PROBLEM_REASONS,
     RECORD_BYTES_MAX,
     JournalProblem,

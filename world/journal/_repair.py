@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import CborError, UsageError
-from kernel.journal import JournalProblem, JournalRecord, decode_record_fast
+from kernel._journal import JournalProblem, JournalRecord, decode_record_fast
 from world import _fileio as fileio
 from world.journal._segments import (
     FRAME_HEADER_BYTES,

@@ -12,7 +12,7 @@ Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then fram
 
     header  magic b"WJRNL1\\n" (7) | format version u8 (= 1) | first seq u64 LE (= the file name)
     frame   payload length u32 LE | crc32(payload) u32 LE | crc32(the 8 bytes before) u32 LE
-            | payload (``kernel.journal.encode_record``: canonical CBOR of the record map)
+            | payload (``kernel._journal.encode_record``: canonical CBOR of the record map)
 
 Checksums are ``zlib.crc32``: one C call, about 0.1 µs for a small record against 0.5 µs for a
 truncated blake3, and a CRC catches every burst error up to 32 bits, which is what torn writes and
@@ -63,7 +63,7 @@ from types import TracebackType
 from typing import Any, BinaryIO, Final
 
 from air.errors import CborError, StorageError
-from kernel.journal import (
+from kernel._journal import (
     JournalCorrupt,
     JournalProblem,
     JournalRecord,

@@ -45,9 +45,9 @@ from air.errors import (
     WorldError,
     WrongMode,
 )
+from kernel._cells import NULL_KEY_CBOR, key_hash
+from kernel._journal import JournalRecord
 from kernel._moves import apply_move, check_cell, imported_record
-from kernel.cells import NULL_KEY_CBOR, key_hash
-from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world._world import World

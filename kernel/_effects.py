@@ -26,7 +26,7 @@ Receipts (``apply_receipt``) settle budget, move the clock (``timer.set``), and 
 the result goes. The manager's whole state is a CBOR-able object for snapshots.
 
 Not here: adapters, signatures (``world/`` verifies a receipt before it is journaled), or the
-records' placement in the journal (``kernel.core``).
+records' placement in the journal (``kernel._core``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ that does not match its schema, a denied effect) ends the run with status ``erro
 the world goes on. A run pins the manifest hash at its start.
 
 The engine is pure: it reads the run, the delivery and the kernel's tables, and returns the
-records to journal and the consequences (events to route, an intent) for ``kernel.core`` to
+records to journal and the consequences (events to route, an intent) for ``kernel._core`` to
 apply. A run's whole state is a CBOR-able list for snapshots.
 """
 
@@ -275,7 +275,7 @@ class PlanEngine:
                 "bind": step.bind.effect_id_as,
                 "step": step.id,
             }
-            return  # kernel.core checks and decides it, then journals the step
+            return  # kernel._core checks and decides it, then journals the step
         elif step.op == "await_receipt":
             wanted = evaluate(_expr(step.for_), env)
             if type(wanted) is not bytes or len(wanted) != 32:

@@ -44,21 +44,22 @@ from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, Wor
 from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
-from kernel import abi, native
+from kernel import _abi as abi
+from kernel import native
+from kernel._abi import StepRejected
+from kernel._cells import NULL_KEY_CBOR, CellEntry, CellStore
+from kernel._divergence import ReplayDivergence, first_difference, show_value
+from kernel._effects import CapDenied, EffectManager, Intent
+from kernel._journal import Journal, JournalRecord
 from kernel._moves import MOVE_KINDS, apply_move
 from kernel._orchestration import Orchestration
-from kernel._stepping import Stepping
-from kernel.abi import StepRejected
-from kernel.cells import NULL_KEY_CBOR, CellEntry, CellStore
-from kernel.divergence import ReplayDivergence, first_difference, show_value
-from kernel.effects import CapDenied, EffectManager, Intent
-from kernel.journal import Journal, JournalRecord
-from kernel.plans import (
+from kernel._plans import (
     PlanEngine,
     Run,
 )
-from kernel.scheduler import Delivery, Entity, Scheduler
-from kernel.subjects import make_subject
+from kernel._scheduler import Delivery, Entity, Scheduler
+from kernel._stepping import Stepping
+from kernel._subjects import make_subject
 from kernel.wasm._host import ReducerError, ReducerLoadError
 
 __all__ = [

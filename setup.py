@@ -11,7 +11,7 @@ Rejected: a committed copy inside ``world/`` (two copies to keep in step), symli
 not carry them), and ``package_data`` (it only takes files inside a package folder). Everything
 else is in ``pyproject.toml``; the sdist carries the two folders through ``MANIFEST.in``.
 
-The native step path (``kernel/_native*.c``, see ``kernel/native.py``) is a C extension built
+The native step path (``kernel/native/*.c``, see ``kernel/native/__init__.py``) is a C extension built
 here too. It is optional by design: where no compiler (or no Python headers) is found, the
 build prints one line, ``notice: native step path not built (...); using pure Python``, and
 installs the package without it; ``kernel.native.available()`` is then False and every native
@@ -53,16 +53,16 @@ class BuildPyWithBundle(build_py):
 
 
 NATIVE = Extension(
-    "kernel._native",
+    "kernel.native._native",
     sources=[
-        "kernel/_native.c",
-        "kernel/_native_cbor.c",
-        "kernel/_native_abi.c",
-        "kernel/_native_wasm.c",
-        "kernel/_native_norm.c",
-        "kernel/_native_shard.c",
+        "kernel/native/module.c",
+        "kernel/native/cbor.c",
+        "kernel/native/abi.c",
+        "kernel/native/wasm.c",
+        "kernel/native/norm.c",
+        "kernel/native/shard.c",
     ],
-    depends=["kernel/_native.h"],
+    depends=["kernel/native/native.h"],
     extra_compile_args=["-O2", "-std=c11", *os.environ.get("WORLD_NATIVE_CFLAGS", "").split()],
     extra_link_args=os.environ.get("WORLD_NATIVE_CFLAGS", "").split(),
     optional=True,

@@ -281,7 +281,7 @@ def _unzip(pairs: list[tuple[Any, Any]]) -> tuple[tuple[Any, ...], tuple[Any, ..
 
 
 def _from_native(found: tuple[Any, ...]) -> StepOutput:
-    """A ``StepOutput`` from what ``kernel._native.decode_output`` accepted."""
+    """A ``StepOutput`` from what ``kernel.native._native.decode_output`` accepted."""
     state_cbor, state, events, effects, ann_cbor, ann = found
     if not events and not effects and ann_cbor is None:
         return StepOutput(state_cbor, values=OutputValues(state))

@@ -1,6 +1,6 @@
 """The native step path's tests, run once under AddressSanitizer.
 
-Builds ``kernel._native`` with ``-fsanitize=address`` (through ``setup.py build_ext``, with
+Builds ``kernel.native._native`` with ``-fsanitize=address`` (through ``setup.py build_ext``, with
 ``WORLD_NATIVE_CFLAGS``) into a copy of the source tree in a temporary folder, then runs the
 parity and fuzz tests there in a subprocess with ``LD_PRELOAD`` of gcc's ``libasan`` (Python
 itself is not built with ASan, so the runtime must come first). Any invalid read or write in the
@@ -61,7 +61,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    built = list((tree / "kernel").glob("_native*.so"))
+    built = list((tree / "kernel" / "native").glob("_native*.so"))
     assert build.returncode == 0, build.stderr[-3000:]
     assert built, build.stderr[-3000:]
     assert b"__asan_report" in built[0].read_bytes(), "the extension was not built with ASan"
@@ -73,7 +73,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     where = subprocess.run(
-        [sys.executable, "-c", "import kernel._native as n; print(n.__file__)"],
+        [sys.executable, "-c", "import kernel.native._native as n; print(n.__file__)"],
         cwd=tree,
         env=env,
         capture_output=True,

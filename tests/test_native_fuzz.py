@@ -1,7 +1,7 @@
 """Bounded fuzzing of the native code that parses reducer output, journal bytes and AIR values.
 
 Differential: every input goes to the C function and to the pure-Python reference it stands
-for (``tools/fuzz/native_oracle.py``); they must agree as ``kernel/native.py`` promises. Three
+for (``tools/fuzz/native_oracle.py``); they must agree as ``kernel/native/__init__.py`` promises. Three
 sources of inputs, each bounded so the suite stays quick: a seeded mutation loop over real
 step outputs, journal records and canonical values (always runs); hypothesis-generated values
 for the encoders; and, where atheris is installed, a short coverage-guided libFuzzer run of

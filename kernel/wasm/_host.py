@@ -270,7 +270,7 @@ class Reducer:
 
     def _native_failure(self, outcome: tuple[Any, ...]) -> ReducerError:
         """The error the ctypes path raises for what the native step returned instead of bytes
-        (the tuples are listed in ``_native_wasm.c``)."""
+        (the tuples are listed in ``wasm.c``)."""
         kind, module = outcome[0], self.module_hash
         if kind == "error":
             _, opened, message, memory_bytes = outcome

@@ -1,7 +1,7 @@
 """Differential oracle for the native step path: every native function against its reference.
 
-Each ``check_*`` takes fuzz input, runs the C function (``kernel._native``) and the pure-Python
-reference it stands for, and raises ``Disagreement`` unless they agree as ``kernel/native.py``
+Each ``check_*`` takes fuzz input, runs the C function (``kernel.native._native``) and the pure-Python
+reference it stands for, and raises ``Disagreement`` unless they agree as ``kernel/native/__init__.py``
 promises: what the C code accepts, the reference accepts with the same result (types included:
 ``True`` is not ``1``); and for the strict decoders, what the C code refuses, the reference
 refuses too. ``check_bytes`` routes one fuzz input to all byte-level targets; ``Mutator`` turns

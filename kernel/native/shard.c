@@ -14,13 +14,13 @@
  * or deleted whose stored state slot was empty (maybe out of line), in key order, and the
  * (key hash, state hash, state) of every cell whose state goes out of line, in the dict's order.
  *
- * One-sided like the rest (see kernel/native.py): for anything it does not expect (a field of
+ * One-sided like the rest (see kernel/native/__init__.py): for anything it does not expect (a field of
  * the wrong size, ends that do not describe their data, a key hash that is not 32 bytes, a cell
  * that is not a pair of an entry with exact bytes and ints and bytes, an entry whose attribute
  * raises, a number past 64 bits, a field past 4 GiB) it returns None and the caller runs the
  * Python merge, which raises its own error where there is one. Reads only its
  * arguments; no file, clock or environment. */
-#include "_native.h"
+#include "native.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
-/* The module of the native step path: kernel._native. See kernel/native.py for the design,
+/* The module of the native step path: kernel.native._native. See kernel/native/__init__.py for the design,
  * the one-sided contract every function keeps, and how it is selected and tested. */
-#include "_native.h"
+#include "native.h"
 
 static PyMethodDef native_methods[] = {
     {"dumps", native_py_dumps, METH_O, "air.cbor.dumps for exact built-in types, or None."},
@@ -47,8 +47,8 @@ static PyModuleDef_Slot native_slots[] = {
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kernel._native",
-    .m_doc = "The native step path (see kernel/native.py).",
+    .m_name = "kernel.native._native",
+    .m_doc = "The native step path (see kernel/native/__init__.py).",
     .m_size = 0,
     .m_methods = native_methods,
     .m_slots = native_slots,

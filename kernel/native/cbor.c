@@ -7,7 +7,7 @@
  * one property that matters is: whatever is accepted here is accepted there and gives the same
  * bytes or the same value. tests/test_native_fuzz.py holds the two to that on random and mutated
  * inputs. */
-#include "_native.h"
+#include "native.h"
 
 #include <string.h>
 

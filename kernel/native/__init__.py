@@ -1,4 +1,4 @@
-"""The native step path: the kernel's hot functions in C (``kernel._native``), with the pure-Python
+"""The native step path: the kernel's hot functions in C (``kernel.native._native``), with the pure-Python
 functions they stand for kept as the reference and the fallback.
 
 What is native. One reducer step through wasmtime's C API in one call (``Session.step``: the
@@ -21,7 +21,7 @@ native function to its reference on random and mutated inputs (the outputs of re
 journal records, AIR values); ``tests/test_native_parity.py`` runs bundled worlds and hostile
 reducers through both paths and compares journal bytes, states and index roots;
 ``tests/test_native_asan.py`` runs both under AddressSanitizer. A wasm step that fails is
-returned by the C code as a tuple (see ``_native_wasm.c``) that ``kernel.wasm._host`` turns into the
+returned by the C code as a tuple (see ``wasm.c``) that ``kernel.wasm._host`` turns into the
 same ``ReducerError`` the ctypes path raises.
 
 Selection. ``enabled()`` is a process-wide switch, on when the extension is built; the world
@@ -52,11 +52,11 @@ from air.errors import WorldError
 from air.types import ListT, OptionT, Prim, Record, Schemas, TypeNode, Variant, resolve
 
 if TYPE_CHECKING:
-    from kernel._native import Spliced  # its one definition: the extension's stub
+    from kernel.native._native import Spliced  # its one definition: the extension's stub
 
 _ext: Any
 try:  # built by setup.py where a compiler is found; absent otherwise
-    import kernel._native as _ext
+    import kernel.native._native as _ext
 except ImportError:  # pragma: no cover - exercised by installs without a compiler
     _ext = None
 
@@ -159,7 +159,7 @@ def shard_splice(
     cells: dict[bytes, tuple[Any, bytes] | None],
     inline_bytes_max: int,
 ) -> Spliced | None:
-    """A packed shard's five fields merged with its dirty cells (``kernel/_native_shard.c`` and
+    """A packed shard's five fields merged with its dirty cells (``kernel/native/shard.c`` and
     ``world.cellstore._flush.splice`` say what goes in and comes out); None when not enabled or
     not the C code's input, and the caller runs the Python merge."""
     if _state["enabled"] and _ext is not None:
@@ -213,7 +213,7 @@ _P_PRIM, _P_RECORD, _P_VARIANT, _P_OPTION, _P_LIST, _P_DECLINE = range(6)
 
 
 def norm_program(node: TypeNode, schemas: Schemas, depth: int = 0) -> tuple[Any, ...]:
-    """``node`` compiled for the extension's ``normalise`` (layout in ``_native_norm.c``): refs
+    """``node`` compiled for the extension's ``normalise`` (layout in ``norm.c``): refs
     resolved; sets, maps, decimals and anything unresolvable compile to "decline"."""
     try:
         node = resolve(node, schemas)

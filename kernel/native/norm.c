@@ -10,7 +10,7 @@
  * and declines the rest (the tagged lens, integers or times written as text, base64, sets, maps,
  * decimals, anything off-schema), raising ValueError; kernel.native then runs the reference,
  * which normalises or raises the precise ValueMismatch. */
-#include "_native.h"
+#include "native.h"
 
 enum { P_PRIM, P_RECORD, P_VARIANT, P_OPTION, P_LIST, P_DECLINE };
 enum {

@@ -1,10 +1,10 @@
 /* The reducer envelope and journal records in C: kernel._abi.encode_input, the acceptance of
  * kernel._abi.decode_output, kernel._journal.encode_record's join and decode_record_fast's shape.
  *
- * One-sided like the codec (see _native_cbor.c): each function either does exactly what the
+ * One-sided like the codec (see cbor.c): each function either does exactly what the
  * pure-Python function does on success, or answers None, and the caller runs the Python one,
  * which raises the precise error (or, if the native code was merely stricter, succeeds). */
-#include "_native.h"
+#include "native.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-"""Types of the C extension ``kernel._native`` (see ``kernel/native.py``)."""
+"""Types of the C extension ``kernel.native._native`` (see ``kernel/native/__init__.py``)."""
 
 from typing import Any
 

@@ -12,7 +12,7 @@
  * Python path raises (kernel.wasm._host): ("error", opened, message, memory_bytes),
  * ("trap", code or None, opened, memory_bytes), ("alloc_oob", need, ptr), ("slot_oob",),
  * ("too_large", out_len), ("out_oob", out_ptr, out_len). The GIL is released while wasm runs. */
-#include "_native.h"
+#include "native.h"
 
 #include <string.h>
 
@@ -349,10 +349,10 @@ static PyMethodDef session_methods[] = {
 };
 
 PyTypeObject NativeSessionType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kernel._native.Session",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kernel.native._native.Session",
     .tp_basicsize = sizeof(SessionObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One reducer's step machinery on wasmtime's C API; see kernel/native.py.",
+    .tp_doc = "One reducer's step machinery on wasmtime's C API; see kernel/native/__init__.py.",
     .tp_methods = session_methods,
     .tp_init = (initproc)session_init,
     .tp_new = PyType_GenericNew,

@@ -1,4 +1,4 @@
-/* Shared declarations of the native step path (kernel/_native*.c). See kernel/native.py for
+/* Shared declarations of the native step path (kernel/native/*.c). See kernel/native/__init__.py for
  * what the extension does, its invariants and how it is tested. No file, clock, environment or
  * randomness is touched by any of this code (SPEC §2 holds for native code too). */
 #ifndef WORLD_KERNEL_NATIVE_H
@@ -42,8 +42,8 @@ int native_is_canonical(const uint8_t *data, size_t len);
 /* cbor2.CBORTag, set at module init (needed for dec128 values). */
 extern PyObject *native_tag_type;
 
-/* Python entry points defined in _native_cbor.c / _native_abi.c / _native_wasm.c /
- * _native_norm.c / _native_shard.c. */
+/* Python entry points defined in cbor.c / abi.c / wasm.c /
+ * norm.c / shard.c. */
 PyObject *native_py_dumps(PyObject *self, PyObject *obj);
 PyObject *native_py_loads(PyObject *self, PyObject *arg);
 PyObject *native_py_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t n);

@@ -1,4 +1,4 @@
-"""Plan checks for ``air.validate``: the AIR v1 step shapes (SPEC §3), refs, types and bounds.
+"""Plan checks for ``air._validate``: the AIR v1 step shapes (SPEC §3), refs, types and bounds.
 
 What is checked, per plan (each finding a diagnostic with a stable code, then the next check):
 
@@ -30,11 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from air import expr
+from air._diagnostics import escape_pointer
 from air._expr_eval import children
-from air._plan_types import PlanTypes, describe
-from air.diagnostics import escape_pointer
-from air.errors import ExprError
-from air.model import (
+from air._model import (
     Assign,
     AwaitEvent,
     AwaitReceipt,
@@ -44,11 +42,13 @@ from air.model import (
     End,
     RaiseEvent,
 )
+from air._plan_types import PlanTypes, describe
+from air.errors import ExprError
 from air.types import Prim, Ref, TypeNode, type_to_obj
 
 if TYPE_CHECKING:
-    from air.loader import Located
-    from air.validate import Ctx
+    from air._loader import Located
+    from air._validate import Ctx
 
 __all__ = ["check_plan"]
 

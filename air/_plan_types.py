@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from air import expr
-from air.diagnostics import escape_pointer
+from air._diagnostics import escape_pointer
 from air.errors import ValueMismatch
 from air.types import (
     ListT,

@@ -15,7 +15,7 @@ keep no declaration order: identity is by name, as in the canonical CBOR of valu
 
 Invariants: nodes are immutable and hashable; a ``Ref`` is resolved through a ``Schemas``
 mapping (name -> node) only when a value is checked, so recursive schemas are representable
-here (AIR v1 itself has none: ``air.loader`` refuses a cycle of schemas); map keys are
+here (AIR v1 itself has none: ``air._loader`` refuses a cycle of schemas); map keys are
 restricted to int, nat, text, uuid and hash (checked after refs resolve). A type expression is
 at most ``TYPE_DEPTH_MAX`` levels deep, so every walk of a node's own tree (``type_to_obj``,
 ``type_refs``) stays far from Python's recursion limit; member names are Unicode text (no lone

@@ -11,8 +11,8 @@ from rich.markup import escape
 from air.errors import Diagnostic, ManifestError
 from cli.common import console, emit_json, err_console, handle_errors
 
-if TYPE_CHECKING:  # air.loader (pydantic) is imported where used: `world --help` stays quick
-    from air.loader import LoadedAir
+if TYPE_CHECKING:  # air._loader (pydantic) is imported where used: `world --help` stays quick
+    from air._loader import LoadedAir
 
 __all__ = ["summary", "validate"]
 

@@ -40,8 +40,8 @@ from typing import Any, Final, Protocol
 import cbor2
 
 from air import cbor
+from air._loader import LoadedAir
 from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, WorldError
-from air.loader import LoadedAir
 from air.types import Ref
 from air.values import SchemaCheckers, normalise
 from kernel import _abi as abi

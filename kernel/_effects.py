@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from air import cbor
+from air._loader import LoadedAir
 from air.errors import WorldError
-from air.loader import LoadedAir
 from air.types import parse_type
 from air.values import normalise
 

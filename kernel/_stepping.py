@@ -20,7 +20,7 @@ from kernel import _abi as abi
 from kernel._subjects import cell_subject, make_subject
 
 if TYPE_CHECKING:
-    from air.loader import LoadedAir
+    from air._loader import LoadedAir
     from air.values import SchemaCheckers
     from kernel._cells import CellEntry
     from kernel._core import KernelLimits, Runner

@@ -1,6 +1,6 @@
 """Bad input to the ``air/`` layer is a structured error, never a traceback: JSON text
 (``air.jsontext``), values through the Python API (``air.values``), CBOR (``air.cbor``), AIR
-files (``air.loader`` / ``world._airfiles``) and a world's stored sources. Each named limit is hit
+files (``air._loader`` / ``world._airfiles``) and a world's stored sources. Each named limit is hit
 here, once just inside it and once just past it."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from air import cbor
+from air._loader import AirSource, load_air
 from air.errors import CborError, JsonError, ManifestError, StoreDamaged, ValueMismatch
 from air.jsontext import JSON_DEPTH_MAX, JSON_NUMBER_DIGITS_MAX, loads
-from air.loader import AirSource, load_air
 from air.types import (
     TYPE_DEPTH_MAX,
     ListT,

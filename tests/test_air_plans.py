@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from air import expr
+from air._loader import AirSource, LoadedAir, load_air
+from air._model import RaiseEvent
 from air.errors import ManifestError
-from air.loader import AirSource, LoadedAir, load_air
-from air.model import RaiseEvent
 from world._airfiles import builtin_sources, load_air_path
 
 from worldkit import ROOT, const_wasm, output, write_world_air

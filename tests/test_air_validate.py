@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from air._loader import AirSource, LoadedAir, load_air
 from air.errors import ManifestError
-from air.loader import AirSource, LoadedAir, load_air
 from world._airfiles import builtin_sources, load_air_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Every diagnostic code that ``air/diagnostics.py`` lists has one minimal AIR input that
+"""Every diagnostic code that ``air/_diagnostics.py`` lists has one minimal AIR input that
 produces exactly that code (and only it) at a known JSON pointer; and no code is produced
 anywhere in the loader or validator without being listed there."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import wasmtime
 
-import air.diagnostics
+import air._diagnostics
+from air._loader import AirSource, load_air
 from air.errors import ManifestError
-from air.loader import AirSource, load_air
 from world._airfiles import builtin_sources, inspect_wasm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -403,7 +403,7 @@ CASES: dict[str, tuple[Case, str]] = {
 
 
 def _listed_codes() -> list[str]:
-    doc = air.diagnostics.__doc__ or ""
+    doc = air._diagnostics.__doc__ or ""
     return re.findall(r"^    (air\.[\w.<>]+)", doc, flags=re.MULTILINE)
 
 

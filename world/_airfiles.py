@@ -2,7 +2,7 @@
 ``sys/`` defs shipped in the ``air`` package, with module binaries read relative to their file;
 and reading back the AIR sources a world stored (``<world>/air/sources.json``).
 
-This is the I/O half of ``air.loader.load_air``; the pure half never opens a file. Nothing read
+This is the I/O half of ``air._loader.load_air``; the pure half never opens a file. Nothing read
 here raises a bare Python error: an author's file that cannot be read is a ``ManifestError``
 diagnostic (bytes that are not UTF-8 go to the loader, which says where), and a world's own
 ``sources.json`` that is not what the world wrote is ``StoreDamaged`` naming the file.
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from air import jsontext
+from air._loader import AirSource, LoadedAir, WasmInfo, load_air
 from air.errors import Diagnostic, JsonError, ManifestError, StoreDamaged
-from air.loader import AirSource, LoadedAir, WasmInfo, load_air
 from kernel.wasm._info import inspect_wasm_report
 
 __all__ = [

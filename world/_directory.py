@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Final
 
 from air import cbor
+from air._loader import AirSource, LoadedAir, load_air, resolve_relative
 from air.errors import StoreDamaged
-from air.loader import AirSource, LoadedAir, load_air, resolve_relative
 from kernel._subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import read_world_sources

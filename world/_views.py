@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from air import cbor
+from air._loader import LoadedAir
 from air.errors import InvalidArgument, StoreDamaged, UnknownName, WorldError
-from air.loader import LoadedAir
 from air.types import Ref, TypeNode
 from air.values import to_sugar
 from kernel._journal import JournalRecord

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
+from air._loader import AirSource, LoadedAir, load_air
 from air.errors import (
     InvalidArgument,
     LimitExceeded,
@@ -64,7 +65,6 @@ from air.errors import (
     WorldError,
     WrongMode,
 )
-from air.loader import AirSource, LoadedAir, load_air
 from kernel._cells import CellStore, MemoryCellStore
 from kernel._core import Kernel, KernelLimits
 from world import _fileio as fileio

@@ -6,7 +6,7 @@ host can refuse a module before wasmtime sees it. ABI problems (an import, a mis
 mistyped ``memory``/``alloc``/``step``) are reported as data in ``WasmInfo.problems``; only
 bytes that are not a core wasm module at all raise ``WasmFormatError``.
 ``inspect_wasm_report`` is the never-raising variant (``WasmInfo.error`` set instead), shaped
-for ``air.loader.InspectWasm``.
+for ``air._loader.InspectWasm``.
 
 What this is not: a validator of function bodies. Code validity is wasmtime's job at load
 time; this parser only walks section headers and the four sections above. Type forms from the

@@ -38,8 +38,8 @@ from typing import Any
 import cbor2
 
 from air import cbor
+from air._loader import LoadedAir
 from air.errors import KeyMismatch, UnknownName, WorldError
-from air.loader import LoadedAir
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import _abi as abi

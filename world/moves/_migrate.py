@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
+from air._loader import AirSource, LoadedAir, load_air
 from air.errors import ManifestError, UnknownName, ValueMismatch, WorldError
-from air.loader import AirSource, LoadedAir, load_air
 from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
 from air.values import normalise
 from kernel._moves import imported_record, migrated_record

@@ -7,7 +7,7 @@ filesystem or wasmtime.
 Pipeline: parse JSON (``air.jsontext``) → shape-check each def (a plan's steps in an earlier
 shape first, ``air._plan_old_shapes.old_step_shapes``; then pydantic) → names (format, duplicates,
 one manifest) → schema types, and no cycles among schemas → semantic validation
-(``air.validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
+(``air._validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
 errors raise one ``ManifestError`` at the end. Bad input of any kind, down to a binary file or
 10,000 nested brackets, is a diagnostic naming the file, never an exception of its own.
 
@@ -36,10 +36,8 @@ from typing import Any, Protocol
 import pydantic
 
 from air import jsontext
-from air._plan_old_shapes import old_step_shapes
-from air.diagnostics import Diagnostics, escape_pointer
-from air.errors import JsonError, ValueMismatch
-from air.model import (
+from air._diagnostics import Diagnostics, escape_pointer
+from air._model import (
     AIR_KINDS,
     DefCap,
     DefEffect,
@@ -49,6 +47,8 @@ from air.model import (
     DefSchema,
     Manifest,
 )
+from air._plan_old_shapes import old_step_shapes
+from air.errors import JsonError, ValueMismatch
 from air.types import TypeNode, is_def_name, parse_type, type_refs
 
 __all__ = ["AirSource", "LoadedAir", "Located", "WasmInfo", "load_air"]
@@ -350,7 +350,8 @@ def load_air(
     inspect_wasm: InspectWasm | None = None,
 ) -> LoadedAir:
     """Load and validate AIR; raise ``ManifestError`` with every error diagnostic found."""
-    from air import canonical, validate
+    from air import _canonical as canonical
+    from air import _validate as validate
 
     diags = Diagnostics()
     docs = _parse_documents(sources, diags)

@@ -2,9 +2,9 @@
 
 These models check *shape* only: field names, required fields, simple types. Types, values and
 expressions inside them stay raw JSON (``Any``) here and are parsed by ``air.types``,
-``air.values`` and ``air.expr`` in ``air.loader``, which knows the JSON pointer of each and so
+``air.values`` and ``air.expr`` in ``air._loader``, which knows the JSON pointer of each and so
 can report every problem at once. Cross-references (unknown names, keyed routes, cycles) are
-``air.validate``'s job.
+``air._validate``'s job.
 
 Every model forbids unknown fields, so a typo such as ``key_feild`` is an error, not a silent
 default.
@@ -13,7 +13,7 @@ Plans, caps, grants and policies have the AIR v1 shapes (SPEC §3), so AIR writt
 loads unchanged: a step's ``bind`` names the var it fills (``effect_id_as`` for an effect id,
 ``as`` for a value), ``await_receipt.for`` is an Expr, ``raise_event.event`` is the event value.
 The project's earlier step shapes (no ``bind``, ``for`` naming a step, ``raise_event`` with
-``value``, ``assign`` with ``var``/``value``) are recognised by ``air.loader`` before these
+``value``, ``assign`` with ``var``/``value``) are recognised by ``air._loader`` before these
 models see the plan, so an author gets one ``air.plan.step.old_shape`` saying what to write
 instead of a list of missing and unknown fields.
 """

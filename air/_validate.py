@@ -1,7 +1,7 @@
 """Semantic validation of AIR: cross-references, routing, effects, capabilities, wasm, plans.
 
-Runs after shapes and names are known (``air.loader``). Each check records diagnostics with a
-stable code (``air.diagnostics``) and carries on. Checks that need a def that failed to parse are
+Runs after shapes and names are known (``air._loader``). Each check records diagnostics with a
+stable code (``air._diagnostics``) and carries on. Checks that need a def that failed to parse are
 skipped for that def rather than reported twice: a name the loader could not parse
 (``LoadedAir.unparsed``) is not reported unknown where it is used. Plans are checked by
 ``air._plan_checks``.
@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from air import cbor
-from air._plan_checks import check_plan
-from air.diagnostics import Diagnostics, escape_pointer
-from air.errors import ValueMismatch
-from air.model import (
+from air._diagnostics import Diagnostics, escape_pointer
+from air._model import (
     DefCap,
     DefEffect,
     DefModule,
@@ -35,6 +33,8 @@ from air.model import (
     DefPolicy,
     DefSchema,
 )
+from air._plan_checks import check_plan
+from air.errors import ValueMismatch
 from air.types import (
     ListT,
     OptionT,
@@ -50,7 +50,7 @@ from air.types import (
 from air.values import normalise
 
 if TYPE_CHECKING:
-    from air.loader import InspectWasm, LoadedAir, Located, ReadWasm
+    from air._loader import InspectWasm, LoadedAir, Located, ReadWasm
 
 __all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "validate"]
 
@@ -251,7 +251,7 @@ def _wasm(
 ) -> None:
     """Hash and inspect the module's binary. With no ``read_wasm`` the caller asked for no
     binaries: nothing is read or reported, and a written ``wasm_hash`` is taken as it is."""
-    from air.loader import resolve_relative
+    from air._loader import resolve_relative
 
     model: DefModule = loc.model
     if model.wasm is None and model.wasm_hash is None:

@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 from air.errors import StorageError, UnknownName
 from cli import moves
 from world import _fileio as fileio
+from world._directory import recover_swap
 from world._world import World
-from world.moves._migrate import MigrationRefused, migrate_cells, recover_migration
+from world.moves._migrate import MigrationRefused, migrate_cells
 
 from worldkit import COUNTER, EVENT, ROOT, add
 
@@ -195,7 +196,7 @@ def test_a_crash_at_any_point_leaves_the_old_or_the_new_world(tmp_path: Path) ->
         shutil.copytree(pristine, case / "w")
         crashed = _child(case / "w", at)
         assert crashed.returncode == 137, (at, crashed.stderr)
-        recover_migration(case / "w")
+        recover_swap(case / "w")
         with World.open(case / "w", readonly=True) as world:
             keyed = world.air.modules[COUNTER].key_schema is not None
             if not keyed:
@@ -238,7 +239,7 @@ def test_an_io_error_at_any_point_leaves_the_old_or_the_new_world(
         with fileio.fault_hook(hook), pytest.raises(StorageError) as failed:
             migrate_cells(case, COUNTER, "key")
         assert failed.value.errno_name == errno.errorcode[code]
-        recover_migration(case)
+        recover_swap(case)
         with World.open(case, readonly=True) as world:
             keyed = world.air.modules[COUNTER].key_schema is not None
             if not keyed:

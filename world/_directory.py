@@ -1,5 +1,20 @@
-"""The world directory's own files: building a new world, reading its AIR back, and throwing
-away a damaged cell store. Private to ``world._world`` and ``world._repair``."""
+"""The world directory's own files: building a new world, reading its AIR back, throwing away a
+damaged cell store, and swapping a rebuilt world in for an old one.
+
+The swap (``swap_in``; ``world migrate cells`` builds the new world in ``swap_paths(path)[0]``,
+``.<name>.migrating`` beside the world, checks and syncs it first)::
+
+    1. rename .<name>.migrating -> .<name>.ready          (fsync parent)
+    2. rename <name>            -> <backup>               (fsync parent)
+    3. rename .<name>.ready     -> <name>                 (fsync parent)
+
+A kill at any point leaves: before 2, the old world in place (a leftover ``.migrating`` or
+``.ready`` folder is garbage); between 2 and 3, no ``<name>`` but a complete ``.ready``:
+``recover_swap(path)`` finishes step 3 (``World.open`` calls it when the folder is missing;
+a reader, which renames nothing, reads the world in ``.ready`` instead: ``swapped_in``); after
+3, the new world. Rejected: one rename of a symlink (atomic, but then every world folder is a
+symlink, and tools that copy or lock it must follow links).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +25,7 @@ from typing import Final
 
 from air import cbor
 from air._loader import AirSource, LoadedAir, load_air, resolve_relative
-from air.errors import StoreDamaged
+from air.errors import StoreDamaged, WorldError
 from kernel._subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import read_world_sources
@@ -25,10 +40,16 @@ __all__ = [
     "discard_store",
     "load_world_air",
     "read_sources",
+    "recover_swap",
     "remove_tree",
+    "swap_in",
+    "swap_paths",
+    "swapped_in",
 ]
 
 FORMAT: Final = 1
+STAGING_SUFFIX: Final = ".migrating"
+READY_SUFFIX: Final = ".ready"
 
 
 def build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLock:
@@ -104,3 +125,61 @@ def load_world_air(path: Path) -> LoadedAir:
             "does not match the AIR sources; the world directory was altered",
         )
     return air
+
+
+# --- swapping a rebuilt world in --------------------------------------------------------------
+
+
+def swap_paths(path: Path) -> tuple[Path, Path]:
+    """The folders a swap uses beside ``path``: (``.<name>.migrating``, ``.<name>.ready``)."""
+    parent = path.absolute().parent
+    return parent / f".{path.name}{STAGING_SUFFIX}", parent / f".{path.name}{READY_SUFFIX}"
+
+
+def _rename(source: Path, target: Path) -> None:
+    fileio.replace(source, target)
+    fileio.fsync_dir(target.parent)
+
+
+def swap_in(path: Path, backup: Path) -> None:
+    """Swap the complete, synced world in ``swap_paths(path)[0]`` in for ``path``, which moves
+    to ``backup`` (the three renames of the module docstring)."""
+    staging, ready = swap_paths(path)
+    _rename(staging, ready)
+    _rename(path, backup)
+    _rename(ready, path)
+
+
+def swapped_in(path: Path) -> Path | None:
+    """The complete new world of a swap that a crash stopped between its renames (``path``
+    missing, ``.<name>.ready`` beside it), for a reader, which renames nothing: it reads the
+    world there until a writer's open moves it into place."""
+    path = Path(path)
+    _staging, ready = swap_paths(path)
+    if not path.exists() and (ready / "air" / "sources.json").is_file():
+        return ready
+    return None
+
+
+def recover_swap(path: Path) -> bool:
+    """Finish or undo a swap a crash interrupted; True if it changed anything.
+
+    A missing world folder beside a ``.ready`` one is a crash between the swap's renames:
+    the new world is complete, so it is moved into place. A ``.migrating`` or ``.ready``
+    folder beside a present world is left over from a crash before the swap: removed."""
+    path = Path(path)
+    staging, ready = swap_paths(path)
+    changed = False
+    with fileio.storage_errors("recover migration"):
+        if not path.exists() and ready.is_dir():
+            try:
+                _rename(ready, path)
+            except WorldError:
+                if not path.exists():  # another process did it meanwhile
+                    raise
+            changed = True
+        for leftover in (staging, ready):
+            if leftover.exists() and path.exists():
+                remove_tree(leftover)
+                changed = True
+    return changed

@@ -76,7 +76,9 @@ from world._directory import (
     discard_store,
     load_world_air,
     read_sources,
+    recover_swap,
     remove_tree,
+    swapped_in,
 )
 from world._fsutil import WorldLock, atomic_write, lock_world
 from world._reading import CellView, Reading
@@ -235,12 +237,10 @@ class World(Reading, Recovery):
         ``readonly`` takes the shared lock and writes nothing (see the module docstring)."""
         path = Path(path)
         if not (path / "air" / "sources.json").is_file():
-            from world.moves._migrate import recover_migration, swapped_in  # lazy: it imports this
-
-            if readonly:  # a crash between a migration's renames: read the new world there
+            if readonly:  # a crash between a swap's renames: read the new world there
                 path = swapped_in(path) or path
             else:
-                recover_migration(path)  # ... or finish the swap
+                recover_swap(path)  # ... or finish the swap
         if not (path / "air" / "sources.json").is_file() or not (path / "journal").is_dir():
             raise NotAWorld(str(path))
         for attempt in range(READER_RETRIES_MAX + 1):

@@ -22,19 +22,10 @@ the old journal, which would make replay need the old manifest for a prefix of t
 (two eras of AIR in one world, for one tool). Lost in the rebase: dead letters, step counters
 and the logical clock (the world is quiet, so nothing pending depends on them).
 
-All or nothing. The new world is built beside the old one and swapped in by renames::
-
-    1. build <parent>/.<name>.migrating (a whole world: AIR, CAS objects copied, receipt
-       key copied, journal, checkpoint), verify it replays from genesis, sync
-    2. rename .<name>.migrating -> .<name>.ready          (fsync parent)
-    3. rename <name>            -> <name>.bak-<N>         (fsync parent)
-    4. rename .<name>.ready     -> <name>                 (fsync parent)
-
-A kill at any point leaves: before 3, the old world in place (a leftover ``.migrating`` or
-``.ready`` folder is garbage); between 3 and 4, no ``<name>`` but a complete ``.ready``:
-``recover_migration(path)`` finishes step 4 (``World.open`` calls it when the folder is
-missing); after 4, the new world. Rejected: one rename of a symlink (atomic, but then every
-world folder is a symlink, and tools that copy or lock it must follow links).
+All or nothing. The new world is built beside the old one in ``.<name>.migrating``, checked
+(it must replay from genesis exactly) and synced, then swapped in by renames
+(``world._directory.swap_in``, whose docstring says what a kill at each point leaves and how
+``World.open`` finishes a swap a crash interrupted).
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from air import cbor
 from air._loader import AirSource, LoadedAir, load_air
@@ -54,7 +45,7 @@ from kernel._moves import imported_record, migrated_record
 from world import _fileio as fileio
 from world._airfiles import inspect_wasm, read_world_sources
 from world._cas import FileCas
-from world._directory import build_world, remove_tree
+from world._directory import build_world, recover_swap, remove_tree, swap_in, swap_paths
 from world._fsutil import atomic_write, sync_paths, write_unsynced
 from world._world import World
 from world.effects._receipts import KEY_DIR, KEY_FILE
@@ -66,12 +57,7 @@ __all__ = [
     "MigrationRefused",
     "migrate_cells",
     "plan_migration",
-    "recover_migration",
-    "swapped_in",
 ]
-
-STAGING_SUFFIX: Final = ".migrating"
-READY_SUFFIX: Final = ".ready"
 
 Cell = tuple[str, bytes | None, bytes]
 
@@ -284,11 +270,6 @@ def plan_migration(world: World, reducer: str, key_field: str) -> MigrationPlan:
 # --- building and swapping ------------------------------------------------------------------
 
 
-def _siblings(path: Path) -> tuple[Path, Path]:
-    parent = path.absolute().parent
-    return parent / f".{path.name}{STAGING_SUFFIX}", parent / f".{path.name}{READY_SUFFIX}"
-
-
 def _backup_path(path: Path) -> Path:
     parent = path.absolute().parent
     taken = [p.name.rpartition("-")[2] for p in parent.glob(f"{path.name}.bak-*")]
@@ -342,11 +323,6 @@ def _build(old: World, plan: MigrationPlan, staging: Path, progress: Callable[[i
     sync_paths([], [], force=True)  # the copies above were written unsynced
 
 
-def _rename(source: Path, target: Path) -> None:
-    fileio.replace(source, target)
-    fileio.fsync_dir(target.parent)
-
-
 def migrate_cells(
     path: Path,
     reducer: str,
@@ -362,8 +338,8 @@ def migrate_cells(
     ``total`` is twice their number plus one, for journaling them, replaying them, and the
     swap; the counts grow and the last call, after the swap, has ``done == total``."""
     path = Path(path)
-    recover_migration(path)
-    staging, ready = _siblings(path)
+    recover_swap(path)
+    staging, ready = swap_paths(path)
     with World.open(path, readonly=True) as old:  # the shared lock keeps writers out
         plan = plan_migration(old, reducer, key_field)
         if dry_run:
@@ -384,44 +360,7 @@ def migrate_cells(
                 remove_tree(staging)
                 raise
             backup = _backup_path(path)
-            _rename(staging, ready)
-            _rename(path, backup)
-            _rename(ready, path)
+            swap_in(path, backup)
     report(total)
     plan.backup = str(backup)
     return plan
-
-
-def swapped_in(path: Path) -> Path | None:
-    """The complete new world of a migration that a crash stopped between the swap's renames
-    (``path`` missing, ``.<name>.ready`` beside it), for a reader, which renames nothing: it
-    reads the world there until a writer's open moves it into place."""
-    path = Path(path)
-    _staging, ready = _siblings(path)
-    if not path.exists() and (ready / "air" / "sources.json").is_file():
-        return ready
-    return None
-
-
-def recover_migration(path: Path) -> bool:
-    """Finish or undo a migration a crash interrupted; True if it changed anything.
-
-    A missing world folder beside a ``.ready`` one is a crash between the swap's renames:
-    the new world is complete, so it is moved into place. A ``.migrating`` or ``.ready``
-    folder beside a present world is left over from a crash before the swap: removed."""
-    path = Path(path)
-    staging, ready = _siblings(path)
-    changed = False
-    with fileio.storage_errors("recover migration"):
-        if not path.exists() and ready.is_dir():
-            try:
-                _rename(ready, path)
-            except WorldError:
-                if not path.exists():  # another process did it meanwhile
-                    raise
-            changed = True
-        for leftover in (staging, ready):
-            if leftover.exists() and path.exists():
-                remove_tree(leftover)
-                changed = True
-    return changed

@@ -20,8 +20,9 @@ Invariants:
   accepts a serialized module (version, target, every Cranelift flag, CPU features): the bytes
   of an empty module serialized by this engine. So a cache entry is found only by an engine
   that would accept it, and a different wasmtime or config recompiles.
-- Engines are memoised per backend for the process: their configuration is constant, and
-  modules compiled by one engine only run on that engine.
+- Engines are memoised per backend for the process (``kernel.wasm._host.engine_for``, which
+  builds them from these settings and, for the fast backend, ``_fastcall``'s pooling setup):
+  their configuration is constant, and modules compiled by one engine only run on that engine.
 
 Residual nondeterminism, recorded here so nobody assumes otherwise: the native stack depth at
 which deep recursion traps (``stack_overflow``) depends on Cranelift's frame sizes, so it can
@@ -35,7 +36,6 @@ instead (see ``_fastcall``) and the cache key by wasmtime's own serialized engin
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
@@ -51,7 +51,9 @@ __all__ = [
     "EngineHandle",
     "Session",
     "WasmCallError",
-    "engine_for",
+    "fingerprint",
+    "public_config",
+    "settings_text",
     "trap_name",
 ]
 
@@ -157,35 +159,24 @@ def trap_name(code: int) -> str:
         return f"trap_{code}"
 
 
-def _public_config() -> wasmtime.Config:
+def public_config() -> wasmtime.Config:
+    """A ``wasmtime.Config`` with ``ENGINE_FLAGS`` set (the fast backend adds ``POOLING``)."""
     config = wasmtime.Config()
     for name, value in ENGINE_FLAGS:
         setattr(config, name, value)
     return config
 
 
-def _fingerprint(engine: wasmtime.Engine, settings: str) -> str:
+def fingerprint(engine: wasmtime.Engine, settings: str) -> str:
+    """The engine fingerprint: ``settings`` (``settings_text``) and the serialized header."""
     header = bytes(wasmtime.Module(engine, _EMPTY_MODULE).serialize())
     return blake3.blake3(settings.encode() + b"\n" + header).hexdigest()
 
 
-def _settings_text(backend: Backend, bindings_digest: str) -> str:
+def settings_text(backend: Backend, bindings_digest: str) -> str:
+    """Every setting of an engine of ``backend``, as text (the fast one names its bindings)."""
     parts = [f"{name}={value!r}" for name, value in ENGINE_FLAGS]
     if backend == "fast":
         parts += [f"pool.{name}={value}" for name, value in POOLING]
         parts.append(f"bindings={bindings_digest}")
     return ";".join(parts)
-
-
-@functools.cache
-def engine_for(backend: Backend) -> EngineHandle:
-    """The process-wide engine for ``backend`` (the fast one uses the pooling allocator)."""
-    config = _public_config()
-    digest = ""
-    if backend == "fast":
-        from kernel.wasm import _fastcall  # the fast path is optional by design
-
-        _fastcall.configure_pooling(config)
-        digest = _fastcall.bindings_digest()
-    engine = wasmtime.Engine(config)
-    return EngineHandle(engine, backend, _fingerprint(engine, _settings_text(backend, digest)))

@@ -39,6 +39,7 @@ Not thread-safe: one step at a time per ``Reducer``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -56,7 +57,9 @@ from kernel.wasm._engine import (
     EngineHandle,
     Session,
     WasmCallError,
-    engine_for,
+    fingerprint,
+    public_config,
+    settings_text,
     trap_name,
 )
 from kernel.wasm._info import (  # inspect_wasm* re-exported for the AIR validator's callback
@@ -328,6 +331,19 @@ def _resolve_backend(requested: BackendChoice) -> tuple[Backend, str]:
     if requested == "fast":
         raise WrongMode("use the fast backend", f"unavailable: {reason}")
     return "public", reason
+
+
+@functools.cache
+def engine_for(backend: Backend) -> EngineHandle:
+    """The process-wide engine for ``backend``: ``_engine``'s settings; the fast one adds the
+    pooling allocator through ``_fastcall`` and names its bindings in the fingerprint."""
+    config = public_config()
+    digest = ""
+    if backend == "fast":
+        _fastcall.configure_pooling(config)
+        digest = _fastcall.bindings_digest()
+    engine = wasmtime.Engine(config)
+    return EngineHandle(engine, backend, fingerprint(engine, settings_text(backend, digest)))
 
 
 class ReducerHost:

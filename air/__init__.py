@@ -1,4 +1,57 @@
 """AIR: the world's control plane. Types, values, canonical CBOR, manifests, Expr.
 
-Pure: nothing here reads files, clocks, randomness or the environment.
+Invariants:
+- Pure: nothing here reads files, clocks, randomness or the environment (``tests/test_purity.py``).
+- One canonical form: every value is normalised by its schema before it is hashed or stored,
+  and its bytes are canonical CBOR (RFC 8949 core deterministic encoding, map keys in bytewise
+  order); a content address is ``blake3:<hex>`` of those bytes.
+- Loading never raises on bad input of its own: every finding is a ``Diagnostic`` naming the
+  file, a JSON pointer and a stable code, all of them raised at once as ``ManifestError``.
+
+Public modules: ``cbor`` (``dumps``, ``loads``, ``content_hash``), ``errors`` (the error tree of
+the whole project), ``jsontext`` (the one strict JSON reader), ``types`` (type nodes and their
+JSON forms), ``values`` (normalise, check, sugar), ``expr`` (the Expr language). This face
+exports the rest of the supported API: loading (``load_air`` and what it takes and gives) and
+the compiled value checkers.
+
+Private parts: ``_loader`` (the loading pipeline), ``_loaded`` (what it produces), ``_model``
+(pydantic shapes), ``_validate``, ``_ctx`` and ``_plan_checks`` (semantic validation),
+``_plan_types`` and ``_plan_old_shapes`` (plan typing, earlier step shapes), ``_canonical``
+(canonical forms and hashes), ``_diagnostics`` (the codes), ``_scalars`` and ``_checkers``
+(primitive values, compiled checks), ``_expr_eval`` (the evaluator).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from air._checkers import SchemaCheckers, compile_checker
+    from air._loaded import AirSource, LoadedAir, Located, WasmInfo, resolve_relative
+    from air._loader import load_air
+
+__all__ = [
+    "AirSource",
+    "LoadedAir",
+    "Located",
+    "SchemaCheckers",
+    "WasmInfo",
+    "compile_checker",
+    "load_air",
+    "resolve_relative",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use: ``world --help`` imports ``air.errors``
+    alone, and pydantic (the loader's) must not come with it."""
+    if name not in __all__:
+        raise AttributeError(f"module 'air' has no attribute {name!r}")
+    from air import _checkers, _loaded, _loader
+
+    for module in (_loaded, _loader, _checkers):
+        if name in vars(module):
+            value = vars(module)[name]
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'air' has no attribute {name!r}")  # pragma: no cover

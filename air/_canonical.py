@@ -12,17 +12,15 @@ picks the raised event's schema).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from air import cbor, expr
 from air._diagnostics import Diagnostics
+from air._loaded import LoadedAir, Located
 from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, Manifest
 from air.errors import CborError, ValueMismatch
 from air.types import parse_type, type_to_obj
 from air.values import normalise
-
-if TYPE_CHECKING:
-    from air._loader import LoadedAir, Located
 
 __all__ = ["def_canonical", "fill_hashes", "manifest_canonical"]
 

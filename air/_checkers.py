@@ -60,7 +60,7 @@ from air.types import (
 )
 from air.values import INT_MAX, INT_MIN, NAT_MAX, VALUE_DEPTH_MAX, check
 
-__all__ = ["compile_checker", "dec128_is_canonical"]
+__all__ = ["SchemaCheckers", "compile_checker", "dec128_is_canonical"]
 
 _Fast: TypeAlias = Callable[[Any], bool]
 _TAG: Final = cbor.Tag
@@ -332,3 +332,18 @@ def _map(key: _Fast, value: _Fast) -> _Fast:
         return type(obj) is dict and all(map(key, obj)) and all(map(value, obj.values()))
 
     return map_
+
+
+class SchemaCheckers:
+    """``check(Ref(name), obj, schemas)`` for fixed ``schemas``: compiled per name on first use."""
+
+    def __init__(self, schemas: Schemas) -> None:
+        self._schemas = schemas
+        self._by_name: dict[str, Callable[[Any], None]] = {}
+
+    def check(self, name: str, obj: Any) -> None:
+        """Raise ``ValueMismatch`` unless ``obj`` is the canonical form of a value of ``name``."""
+        checker = self._by_name.get(name)
+        if checker is None:
+            checker = self._by_name[name] = compile_checker(Ref(name), self._schemas)
+        checker(obj)

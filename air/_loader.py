@@ -28,22 +28,18 @@ Choices:
 
 from __future__ import annotations
 
-import posixpath
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import pydantic
 
+from air import _canonical as canonical
+from air import _validate as validate
 from air import jsontext
 from air._diagnostics import Diagnostics, escape_pointer
+from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm
 from air._model import (
     AIR_KINDS,
-    DefCap,
-    DefEffect,
-    DefModule,
-    DefPlan,
-    DefPolicy,
     DefSchema,
     Manifest,
 )
@@ -51,87 +47,7 @@ from air._plan_old_shapes import old_step_shapes
 from air.errors import JsonError, ValueMismatch
 from air.types import TypeNode, is_def_name, parse_type, type_refs
 
-__all__ = ["AirSource", "LoadedAir", "Located", "WasmInfo", "load_air"]
-
-
-@dataclass(frozen=True)
-class AirSource:
-    """One AIR document: its path (for diagnostics and relative wasm paths) and JSON text
-    (``bytes`` are read as UTF-8; ``world._airfiles`` passes them only when they are not)."""
-
-    file: str
-    text: str | bytes
-    builtin: bool = False
-
-
-class WasmInfo(Protocol):
-    """What the validator needs to know about a module binary (``kernel.wasm._info`` has it)."""
-
-    @property
-    def imports(self) -> list[str]: ...
-    @property
-    def exports(self) -> dict[str, str]: ...
-    @property
-    def error(self) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class Located:
-    """A parsed def with where it came from."""
-
-    file: str
-    pointer: str
-    model: Any
-    raw: Any
-    builtin: bool = False
-
-
-ReadWasm = Callable[[str], bytes | None]
-InspectWasm = Callable[[bytes], WasmInfo]
-
-
-@dataclass
-class LoadedAir:
-    """A validated world definition. ``defs`` maps every def name to its located model."""
-
-    manifest: Manifest
-    manifest_file: str
-    defs: dict[str, Located]
-    schemas: dict[str, TypeNode]
-    key_types: dict[str, TypeNode]
-    wasm_hashes: dict[str, str]
-    wasm_bytes: dict[str, bytes]
-    def_hashes: dict[str, str] = field(default_factory=dict)
-    def_cbor: dict[str, bytes] = field(default_factory=dict)
-    manifest_cbor: bytes = b""
-    manifest_hash: str = ""
-    warnings: list[Any] = field(default_factory=list)
-    unparsed: set[str] = field(default_factory=set)
-    """Names of defs whose shape was rejected: their uses are not reported as unknown too."""
-
-    def of_kind(self, model_type: type) -> dict[str, Any]:
-        return {n: d.model for n, d in self.defs.items() if isinstance(d.model, model_type)}
-
-    @property
-    def modules(self) -> dict[str, DefModule]:
-        return self.of_kind(DefModule)
-
-    @property
-    def plans(self) -> dict[str, DefPlan]:
-        return self.of_kind(DefPlan)
-
-    @property
-    def effects(self) -> dict[str, DefEffect]:
-        """By effect kind (``timer.set``), not by def name."""
-        return {e.effect_kind: e for e in self.of_kind(DefEffect).values()}
-
-    @property
-    def caps(self) -> dict[str, DefCap]:
-        return self.of_kind(DefCap)
-
-    @property
-    def policies(self) -> dict[str, DefPolicy]:
-        return self.of_kind(DefPolicy)
+__all__ = ["load_air"]
 
 
 def _parse_documents(
@@ -350,9 +266,6 @@ def load_air(
     inspect_wasm: InspectWasm | None = None,
 ) -> LoadedAir:
     """Load and validate AIR; raise ``ManifestError`` with every error diagnostic found."""
-    from air import _canonical as canonical
-    from air import _validate as validate
-
     diags = Diagnostics()
     docs = _parse_documents(sources, diags)
     located, unparsed = _shapes(docs, diags)
@@ -378,10 +291,3 @@ def load_air(
     diags.raise_if_errors()
     air.warnings = diags.warnings
     return air
-
-
-def resolve_relative(air_file: str, path: str) -> str:
-    """A path written in an AIR file, resolved against that file's folder (POSIX syntax)."""
-    if posixpath.isabs(path):
-        return posixpath.normpath(path)
-    return posixpath.normpath(posixpath.join(posixpath.dirname(air_file), path))

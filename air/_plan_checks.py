@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from air import expr
+from air._ctx import Ctx
 from air._diagnostics import escape_pointer
 from air._expr_eval import children
+from air._loaded import Located
 from air._model import (
     Assign,
     AwaitEvent,
@@ -45,10 +47,6 @@ from air._model import (
 from air._plan_types import PlanTypes, describe
 from air.errors import ExprError
 from air.types import Prim, Ref, TypeNode, type_to_obj
-
-if TYPE_CHECKING:
-    from air._loader import Located
-    from air._validate import Ctx
 
 __all__ = ["check_plan"]
 

@@ -20,11 +20,12 @@ slot of its cap type, bound or with one grant: ``air.module.effect_unbound`` oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from air import cbor
+from air._ctx import Ctx
 from air._diagnostics import Diagnostics, escape_pointer
+from air._loaded import InspectWasm, LoadedAir, Located, ReadWasm, resolve_relative
 from air._model import (
     DefCap,
     DefEffect,
@@ -44,13 +45,9 @@ from air.types import (
     TypeNode,
     parse_type,
     resolve,
-    type_refs,
     type_to_obj,
 )
 from air.values import normalise
-
-if TYPE_CHECKING:
-    from air._loader import InspectWasm, LoadedAir, Located, ReadWasm
 
 __all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "validate"]
 
@@ -62,65 +59,6 @@ BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
     "timer": frozenset(),
 }
 """The fields the kernel enforces for each built-in cap type: all a custom defcap may have."""
-
-
-@dataclass
-class Ctx:
-    """What every check needs: the AIR so far and the diagnostics, with lookup helpers."""
-
-    air: LoadedAir
-    diags: Diagnostics
-
-    def loc(self, name: str) -> Located:
-        return self.air.defs[name]
-
-    def is_kind(self, name: str, model_type: type) -> bool:
-        return name in self.air.defs and isinstance(self.air.defs[name].model, model_type)
-
-    def need(self, name: str, model_type: type, file: str, pointer: str, code: str) -> bool:
-        if self.is_kind(name, model_type):
-            return True
-        if name not in self.air.unparsed:  # else its own diagnostics say what is wrong
-            self.diags.add(file, pointer, code, f"unknown {code.rsplit('_', 1)[-1]} {name}")
-        return False
-
-    def need_schema(self, name: str, file: str, pointer: str) -> bool:
-        if name in self.air.schemas:
-            return True
-        if not self.is_kind(name, DefSchema) and name not in self.air.unparsed:
-            self.diags.add(file, pointer, "air.ref.unknown_schema", f"unknown schema {name}")
-        return False
-
-    def cap_type(self, cap: str) -> str | None:
-        """The cap type of defcap ``cap``; None if there is no such defcap."""
-        return self.loc(cap).model.cap_type if self.is_kind(cap, DefCap) else None
-
-    def type_field(self, loc: Located, raw: Any, pointer: str) -> TypeNode | None:
-        """Parse a type written in a def at ``pointer``; None (reported) if bad or unknown."""
-        try:
-            node = parse_type(raw, loc.pointer + pointer)
-        except ValueMismatch as exc:
-            self.diags.add(loc.file, exc.pointer, "air.type.invalid", exc.detail)
-            return None
-        ok = all(
-            self.need_schema(ref, loc.file, loc.pointer + pointer)
-            for ref in sorted(type_refs(node))
-        )
-        return node if ok else None
-
-    def effect_for(self, kind: str, origin: str, file: str, pointer: str) -> DefEffect | None:
-        """The defeffect of ``kind`` if ``origin`` may emit it; else None, reported."""
-        effect = self.air.effects.get(kind)
-        if effect is None:
-            detail = f"no defeffect provides effect kind {kind!r}"
-            self.diags.add(file, pointer, "air.ref.unknown_effect", detail)
-            return None
-        if origin not in effect.origins:
-            allowed = " or ".join(effect.origins)
-            detail = f"effect {kind} may be emitted by {allowed}, not a {origin}"
-            self.diags.add(file, pointer, "air.effect.origin", detail)
-            return None
-        return effect
 
 
 def validate(
@@ -251,7 +189,6 @@ def _wasm(
 ) -> None:
     """Hash and inspect the module's binary. With no ``read_wasm`` the caller asked for no
     binaries: nothing is read or reported, and a written ``wasm_hash`` is taken as it is."""
-    from air._loader import resolve_relative
 
     model: DefModule = loc.model
     if model.wasm is None and model.wasm_hash is None:

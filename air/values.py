@@ -41,7 +41,6 @@ Bad input from the Python API is a ``ValueMismatch`` too, never a bare Python er
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any, Final
 
 from air import cbor
@@ -65,7 +64,6 @@ from air.types import (
     OptionT,
     Prim,
     Record,
-    Ref,
     Schemas,
     SetT,
     TypeNode,
@@ -78,9 +76,7 @@ __all__ = [
     "INT_MIN",
     "NAT_MAX",
     "VALUE_DEPTH_MAX",
-    "SchemaCheckers",
     "check",
-    "compile_checker",
     "dec128_decode",
     "dec128_encode",
     "normalise",
@@ -294,34 +290,6 @@ def _check_collection(node: TypeNode, obj: Any, schemas: Schemas, pointer: str, 
         encoded = [cbor.dumps(item) for item in obj]
         if any(a >= b for a, b in itertools.pairwise(encoded)):
             raise mismatch(pointer, "set.order", "set elements must be unique and sorted")
-
-
-def compile_checker(node: TypeNode, schemas: Schemas) -> Callable[[Any], None]:
-    """Compile ``node`` once; the result raises exactly as ``check(node, obj, schemas)`` does.
-
-    Same decision for every input and, on rejection, the same ``ValueMismatch`` (code, pointer,
-    detail), because a rejection is handed to ``check`` itself. ``schemas`` is read now: later
-    changes to the mapping are not seen.
-    """
-    # Imported here: air._checkers builds on this module (``check``, the integer bounds).
-    from air._checkers import compile_checker as compile_
-
-    return compile_(node, schemas)
-
-
-class SchemaCheckers:
-    """``check(Ref(name), obj, schemas)`` for fixed ``schemas``: compiled per name on first use."""
-
-    def __init__(self, schemas: Schemas) -> None:
-        self._schemas = schemas
-        self._by_name: dict[str, Callable[[Any], None]] = {}
-
-    def check(self, name: str, obj: Any) -> None:
-        """Raise ``ValueMismatch`` unless ``obj`` is the canonical form of a value of ``name``."""
-        checker = self._by_name.get(name)
-        if checker is None:
-            checker = self._by_name[name] = compile_checker(Ref(name), self._schemas)
-        checker(obj)
 
 
 # --- display ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from air.errors import Diagnostic, ManifestError
 from cli.common import console, emit_json, err_console, handle_errors
 
 if TYPE_CHECKING:  # air._loader (pydantic) is imported where used: `world --help` stays quick
-    from air._loader import LoadedAir
+    from air import LoadedAir
 
 __all__ = ["summary", "validate"]
 

@@ -39,11 +39,10 @@ from typing import Any, Final, Protocol
 
 import cbor2
 
-from air import cbor
-from air._loader import LoadedAir
+from air import LoadedAir, SchemaCheckers, cbor
 from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, WorldError
 from air.types import Ref
-from air.values import SchemaCheckers, normalise
+from air.values import normalise
 from kernel import _abi as abi
 from kernel import native
 from kernel._abi import StepRejected

@@ -35,8 +35,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from air import cbor
-from air._loader import LoadedAir
+from air import LoadedAir, cbor
 from air.errors import WorldError
 from air.types import parse_type
 from air.values import normalise

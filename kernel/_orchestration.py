@@ -34,7 +34,7 @@ from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._subjects import make_subject
 
 if TYPE_CHECKING:
-    from air._loader import LoadedAir
+    from air import LoadedAir
     from kernel._journal import Journal
 
 __all__ = ["Orchestration"]

@@ -20,8 +20,7 @@ from kernel import _abi as abi
 from kernel._subjects import cell_subject, make_subject
 
 if TYPE_CHECKING:
-    from air._loader import LoadedAir
-    from air.values import SchemaCheckers
+    from air import LoadedAir, SchemaCheckers
     from kernel._cells import CellEntry
     from kernel._core import KernelLimits, Runner
     from kernel._scheduler import Delivery, Entity

@@ -14,8 +14,7 @@ import cbor2
 import pytest
 from typer.testing import CliRunner
 
-from air import cbor
-from air._loader import AirSource, load_air
+from air import AirSource, cbor, compile_checker, load_air
 from air.errors import CborError, JsonError, ManifestError, StoreDamaged, ValueMismatch
 from air.jsontext import JSON_DEPTH_MAX, JSON_NUMBER_DIGITS_MAX, loads
 from air.types import (
@@ -30,7 +29,7 @@ from air.types import (
     Variant,
     parse_type,
 )
-from air.values import VALUE_DEPTH_MAX, check, compile_checker, normalise, to_sugar
+from air.values import VALUE_DEPTH_MAX, check, normalise, to_sugar
 from cli.main import app
 from world._airfiles import air_sources, builtin_sources, load_air_path, read_world_sources
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from air import expr
-from air._loader import AirSource, LoadedAir, load_air
+from air import AirSource, LoadedAir, expr, load_air
 from air._model import RaiseEvent
 from air.errors import ManifestError
 from world._airfiles import builtin_sources, load_air_path

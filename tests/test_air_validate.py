@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from air._loader import AirSource, LoadedAir, load_air
+from air import AirSource, LoadedAir, load_air
 from air.errors import ManifestError
 from world._airfiles import builtin_sources, load_air_path
 

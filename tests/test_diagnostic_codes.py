@@ -16,7 +16,7 @@ import pytest
 import wasmtime
 
 import air._diagnostics
-from air._loader import AirSource, load_air
+from air import AirSource, load_air
 from air.errors import ManifestError
 from world._airfiles import builtin_sources, inspect_wasm
 

@@ -176,7 +176,7 @@ def test_random_schemas_and_values_normalise_the_same() -> None:
 
 
 def test_the_example_worlds_events_normalise_the_same() -> None:
-    from air._loader import load_air
+    from air import load_air
     from air.types import Ref
     from world._airfiles import air_sources, builtin_sources, inspect_wasm, read_file
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from air import cbor
+from air import SchemaCheckers, cbor, compile_checker
 from air._checkers import dec128_is_canonical
 from air.errors import ValueMismatch
 from air.types import (
@@ -36,9 +36,7 @@ from air.values import (
     INT_MAX,
     INT_MIN,
     NAT_MAX,
-    SchemaCheckers,
     check,
-    compile_checker,
     dec128_decode,
     dec128_encode,
     normalise,

@@ -14,8 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from air import jsontext
-from air._loader import AirSource, LoadedAir, WasmInfo, load_air
+from air import AirSource, LoadedAir, WasmInfo, jsontext, load_air
 from air.errors import Diagnostic, JsonError, ManifestError, StoreDamaged
 from kernel.wasm._info import inspect_wasm_report
 

@@ -23,8 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from air import cbor
-from air._loader import AirSource, LoadedAir, load_air, resolve_relative
+from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
 from air.errors import StoreDamaged, WorldError
 from kernel._subjects import make_subject
 from world import _fileio as fileio

@@ -20,7 +20,7 @@ from kernel._cells import CellEntry
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from air._loader import LoadedAir
+    from air import LoadedAir
     from kernel._cells import CellStore
     from kernel._core import Kernel
     from world.journal._file import FileJournal

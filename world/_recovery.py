@@ -21,7 +21,7 @@ from world.errors import CheckpointAhead, CheckpointMoved, GenesisMismatch
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from air._loader import LoadedAir
+    from air import LoadedAir
     from kernel._cells import CellStore
     from kernel._core import KernelLimits
     from world._cas import FileCas

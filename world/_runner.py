@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from air._loader import LoadedAir
+from air import LoadedAir
 from kernel import native
 from kernel.wasm._host import HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from air import cbor
-from air._loader import LoadedAir
+from air import LoadedAir, cbor
 from air.errors import InvalidArgument, StoreDamaged, UnknownName, WorldError
 from air.types import Ref, TypeNode
 from air.values import to_sugar

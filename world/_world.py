@@ -55,8 +55,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from air import cbor
-from air._loader import AirSource, LoadedAir, load_air
+from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import (
     InvalidArgument,
     LimitExceeded,

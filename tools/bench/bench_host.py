@@ -29,9 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 import wasmtime  # noqa: E402
 
-from air import cbor  # noqa: E402
+from air import SchemaCheckers, cbor  # noqa: E402
 from air.types import parse_type  # noqa: E402
-from air.values import SchemaCheckers  # noqa: E402
 from kernel import _abi as abi  # noqa: E402
 from kernel import native  # noqa: E402
 from kernel.wasm._host import Reducer, ReducerHost  # noqa: E402

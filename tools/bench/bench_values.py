@@ -26,9 +26,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from air import SchemaCheckers, compile_checker  # noqa: E402
 from air.errors import ValueMismatch  # noqa: E402 - the repo root goes on sys.path first
 from air.types import Ref, TypeNode, parse_type  # noqa: E402
-from air.values import SchemaCheckers, check, compile_checker, normalise  # noqa: E402
+from air.values import check, normalise  # noqa: E402
 
 SCHEMAS: dict[str, TypeNode] = {
     name: parse_type(obj)

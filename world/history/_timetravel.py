@@ -37,8 +37,7 @@ from typing import Any
 
 import cbor2
 
-from air import cbor
-from air._loader import LoadedAir
+from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName, WorldError
 from air.types import Ref
 from air.values import normalise, to_sugar

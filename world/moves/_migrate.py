@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air import cbor
-from air._loader import AirSource, LoadedAir, load_air
+from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import ManifestError, UnknownName, ValueMismatch, WorldError
 from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
 from air.values import normalise

@@ -51,7 +51,7 @@ def ls(
     """List intents: parked (awaiting approval), queued (in flight), done, denied."""
     with handle_errors(json_output), opened(directory, readonly=True) as world:
         rows = [_row(i) for _h, i in sorted(world.kernel.effects.intents.items())]
-        dead = len([d for d in world.kernel.dead_letters if d.code.startswith("effect")])
+        dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
     if json_output:
         emit_json({"ok": True, "intents": rows, "dead_effects": dead})
         return

@@ -20,9 +20,15 @@ is routed again, ``step``/``step.failed`` runs the next tick and compares the re
 have written with the one in the journal, raising ``ReplayDivergence`` at the first difference.
 Recovery (snapshot + journal tail) and ``world replay --verify`` (from genesis) both use it.
 
+Parts. The kernel owns, as objects: its ``Recorder`` (a tick's records appended, or compared
+on replay), its ``Scheduler`` (mailboxes, fair ready queue), ``CellSteps`` (one cell's step),
+``PlanRuns`` (the live plan runs), ``EffectManager`` (intents, capabilities, policy, budgets)
+and ``DeadLetters``. This module routes between them: events to mailboxes and runs, a tick to
+a cell or a run, receipts and approvals to where their intent came from.
+
 Native path. Normalising sent events, canonical encoding of keys and replay comparisons go
 through ``kernel.native`` (C when built and enabled, the pure functions otherwise, the same bytes
-either way); one cell's step is the ``_stepping`` mixin.
+either way).
 
 Semantics (SPEC §6): a keyed route takes the key from the normalised event's ``key_field``; the
 first event for a key steps the cell with ``state=null``; a reducer returning ``state=null``
@@ -33,9 +39,8 @@ its reason, its delivery goes to the dead-letter list, and the world goes on.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from dataclasses import dataclass
+from typing import Any, Final
 
 import cbor2
 
@@ -46,44 +51,35 @@ from air.values import normalise
 from kernel import _abi as abi
 from kernel import native
 from kernel._abi import StepRejected
-from kernel._cells import NULL_KEY_CBOR, CellEntry, CellStore
-from kernel._divergence import ReplayDivergence, first_difference, show_value
+from kernel._cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, CellStore, key_hash
+from kernel._deadletters import DeadLetter, DeadLetters
+from kernel._divergence import ReplayDivergence
 from kernel._effects import CapDenied, EffectManager, Intent
 from kernel._journal import Journal, JournalRecord
-from kernel._moves import MOVE_KINDS, apply_move
-from kernel._orchestration import Orchestration
-from kernel._plans import (
-    PlanEngine,
-    Run,
-)
+from kernel._moves import MOVE_KINDS, moved_cell
+from kernel._plans import PlanEngine
+from kernel._recorder import Record, Recorder
+from kernel._runs import PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
-from kernel._stepping import Stepping
+from kernel._steps import CellSteps, Runner
 from kernel._subjects import make_subject
 from kernel.wasm._host import ReducerError, ReducerLoadError
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",
+    "OWED_KINDS",
     "TICK_KINDS",
     "DeadLetter",
     "Kernel",
     "KernelLimits",
-    "ReplayDivergence",
     "Runner",
-    "first_difference",
     "reducer_fault",
-    "show_value",
 ]
 
 EVENTS_PER_STEP_MAX: Final = 64
 STEPS_PER_RUN_MAX: Final = 1_000_000
 DEAD_LETTERS_KEPT: Final = 10_000
 _ENTITIES_CACHED_MAX: Final = 65_536  # per reducer
-
-
-class Runner(Protocol):
-    """Runs one reducer step: canonical envelope in, raw output bytes out (or a WorldError)."""
-
-    def run(self, reducer: str, input_cbor: bytes) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -96,78 +92,59 @@ class KernelLimits:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    seq: int
-    reducer: str
-    key_cbor: bytes | None
-    schema: str
-    value_cbor: bytes
-    code: str
-    detail: str
-
-    def to_obj(self) -> list[Any]:
-        return [
-            self.seq,
-            self.reducer,
-            self.key_cbor,
-            self.schema,
-            self.value_cbor,
-            self.code,
-            self.detail,
-        ]
-
-
-@dataclass(frozen=True)
 class _Route:
     reducer: str
     key_field: str | None
 
 
-@dataclass
-class Kernel(Stepping, Orchestration):
-    air: LoadedAir
-    journal: Journal
-    cells: CellStore
-    runner: Runner
-    limits: KernelLimits = field(default_factory=KernelLimits)
-    scheduler: Scheduler = field(default_factory=Scheduler)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    steps_total: int = 0
-    dead_letters_total: int = 0
-    _routes: dict[str, list[_Route]] = field(default_factory=dict)
-    _module_hash: dict[str, str] = field(default_factory=dict)
-    _manifest_raw: bytes = b""
-    _reducer_effects: dict[str, str] = field(default_factory=dict)
-    _modules: dict[str, Any] = field(default_factory=dict)
-    _event_subjects: dict[str, str] = field(default_factory=dict)
-    _checkers: SchemaCheckers = field(init=False)
-    consistent: bool = True
-    runs: dict[int, Run] = field(default_factory=dict)
-    runs_started: int = 0
-    effects: EffectManager = field(init=False)
-    _engine: PlanEngine = field(init=False)
-    _triggers: dict[str, list[Any]] = field(default_factory=dict)
-    _owed: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
-    _subjects: dict[str, dict[Entity, str]] = field(default_factory=dict)
-    _output_rules: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    _norm_programs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    _entities: dict[str, dict[bytes | None, Entity]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for route in self.air.manifest.routing.events:
+class Kernel:
+    def __init__(
+        self,
+        air: LoadedAir,
+        journal: Journal,
+        cells: CellStore,
+        runner: Runner,
+        limits: KernelLimits | None = None,
+    ) -> None:
+        self.air = air
+        self.journal = journal
+        self.cells = cells
+        self.limits = limits or KernelLimits()
+        self.recorder = Recorder(journal)
+        self.scheduler = Scheduler()
+        self.steps = CellSteps(
+            air, runner, self.limits.events_per_step_max, SchemaCheckers(air.schemas)
+        )
+        self.effects = EffectManager(air)
+        self.dead_letters = DeadLetters(self.limits.dead_letters_kept)
+        self.plans = PlanRuns(
+            air,
+            PlanEngine(air, self.steps.check_schema, air.key_types),
+            self.scheduler,
+            self.recorder,
+            self.effects,
+            self.dead_letters,
+        )
+        self.steps_total = 0
+        self._routes: dict[str, list[_Route]] = {}
+        for route in air.manifest.routing.events:
             self._routes.setdefault(route.event, []).append(_Route(route.reducer, route.key_field))
-        self._modules = self.air.modules  # computed once: LoadedAir.modules builds a dict per call
-        for name in self._modules:
-            self._module_hash[name] = self.air.wasm_hashes[name].removeprefix("blake3:")
-        self._manifest_raw = cbor.hash_to_raw(self.air.manifest_hash)
-        self._checkers = SchemaCheckers(self.air.schemas)
-        self._reducer_effects = {
-            k: e.params_schema for k, e in self.air.effects.items() if "reducer" in e.origins
+        self._module_hash = {
+            name: air.wasm_hashes[name].removeprefix("blake3:") for name in air.modules
         }
-        self.effects = EffectManager(self.air)
-        self._engine = PlanEngine(self.air, self._check_schema, self.air.key_types)
-        for trigger in self.air.manifest.triggers:
-            self._triggers.setdefault(trigger.event, []).append(trigger)
+        self._manifest_raw = cbor.hash_to_raw(air.manifest_hash)
+        self._event_subjects: dict[str, str] = {}
+        self._norm_programs: dict[str, tuple[Any, ...]] = {}
+        self._entities: dict[str, dict[bytes | None, Entity]] = {}
+
+    @property
+    def consistent(self) -> bool:
+        """Whether memory equals the journal's records (``kernel._recorder`` says when not)."""
+        return self.recorder.consistent
+
+    @consistent.setter
+    def consistent(self, value: bool) -> None:
+        self.recorder.consistent = value
 
     # --- ingress ----------------------------------------------------------------------------
 
@@ -175,8 +152,9 @@ class Kernel(Stepping, Orchestration):
         """Normalise an outside value (either lens) by its schema: (canonical CBOR, value)."""
         if schema not in self.air.schemas:
             raise UnknownName("event schema", schema, sorted(self._routes))
-        if schema not in self._routes and schema not in self._triggers:
-            raise UnknownName("route for", schema, sorted(self._routes | self._triggers))
+        triggers = self.plans.triggers
+        if schema not in self._routes and schema not in triggers:
+            raise UnknownName("route for", schema, sorted(self._routes | triggers))
         program = self._norm_programs.get(schema)
         if program is None:
             program = self._norm_programs[schema] = native.norm_program(
@@ -212,8 +190,8 @@ class Kernel(Stepping, Orchestration):
                 self._entity(route.reducer, key_cbor), Delivery(src_seq, index, schema, value_cbor)
             )
             index += 1
-        if schema in self._triggers or self.runs:
-            index = self._observe(src_seq, index, schema, value_cbor, value)
+        if self.plans.watching(schema):
+            index = self.plans.observe(src_seq, index, schema, value_cbor, value)
         return index
 
     def _entity(self, reducer: str, key_cbor: bytes | None) -> Entity:
@@ -255,112 +233,47 @@ class Kernel(Stepping, Orchestration):
             return False
         entity, delivery = taken
         if entity.run_id is not None:
-            self._tick_run(entity, delivery, expected)
+            self.plans.tick(entity, delivery, expected)
+            self.steps_total += 1
+            self.recorder.consistent = True
             return True
         current = self._load_state(entity)
         out: abi.StepOutput | None = None
-        extra: list[tuple[str, str, dict[str, Any]]] = []
+        extra: list[Record] = []
         intents: list[Intent] = []
         try:
-            kind, body, out = self._step(entity, delivery, current)
+            kind, body, out = self.steps.run(entity, delivery, current)
             if out.effects:
-                extra, intents = self._reducer_effects_of(entity, delivery, out)
+                extra, intents = self.effects.reducer_intents(entity, delivery, out)
         except WorldError as exc:
             if not reducer_fault(exc):
                 raise
-            kind, body, out = "step.failed", self._failure_body(entity, delivery, exc), None
+            kind, body, out = "step.failed", self.steps.failure_body(entity, delivery, exc), None
         except CapDenied as denied:
-            kind, body, out = "step.failed", self._failure_body(entity, delivery, denied), None
-            extra, intents = [], []
-        records = [(kind, self._entity_subject(entity, kind), body), *extra]
-        seq = self._append(records, expected)
+            kind, body = "step.failed", self.steps.failure_body(entity, delivery, denied)
+            out, extra, intents = None, [], []
+        records = [(kind, self.steps.subject(entity, kind), body), *extra]
+        seq = self.recorder.append(records, expected)
         self.scheduler.consume()
         self.steps_total += 1
         if out is None:
-            self._dead_letter(seq, entity.reducer, entity.key_cbor, delivery, body["reason"])
+            self.dead_letters.add(seq, entity.reducer, entity.key_cbor, delivery, body["reason"])
         else:
             self._commit_step(seq, entity, current, body["state_hash"], out)
             for intent in intents:
                 self.effects.add(intent)
-        self.consistent = True
+        self.recorder.consistent = True
         return True
-
-    def _append(
-        self, records: list[tuple[str, str, dict[str, Any]]], expected: JournalRecord | None
-    ) -> int:
-        """Journal a tick's records (or, replaying, check the first against ``expected`` and
-        owe the rest to the records that follow it); return the first one's seq. Leaves
-        ``consistent`` False: the caller applies the tick to memory, then sets it True."""
-        appended_before = self.journal.seq_next
-        self.consistent = False
-        try:
-            kind, subject, body = records[0]
-            seq = self._record(kind, subject, body, expected)
-            for kind, subject, body in records[1:]:
-                if expected is None:
-                    self.journal.append(kind, subject, body)
-                else:
-                    self._owed.append((kind, subject, body))
-        except BaseException:
-            # Trusted again only if no record got in; otherwise the journal holds a step whose
-            # delivery is still queued, and memory must not be checkpointed.
-            self.consistent = self.journal.seq_next == appended_before
-            raise
-        return seq
 
     def _observed(self, schema: str) -> bool:
         """Whether anything takes an event of ``schema``: a route, a trigger, a waiting run."""
-        return (
-            schema in self._routes
-            or schema in self._triggers
-            or any((r.waiting or {}).get("event") == schema for r in self.runs.values())
-        )
+        return schema in self._routes or self.plans.observes(schema)
 
     def _store_key(self, entity: Entity) -> tuple[str, bytes]:
         return self._module_hash[entity.reducer], entity.store_key_hash
 
     def _load_state(self, entity: Entity) -> tuple[CellEntry, bytes] | None:
         return self.cells.get(*self._store_key(entity))
-
-    def _record(
-        self, kind: str, subject: str, body: dict[str, Any], expected: JournalRecord | None
-    ) -> int:
-        if expected is None:
-            return self.journal.append(kind, subject, body)
-        actual = native.dumps({"kind": kind, "subject": subject, "body": body})
-        wanted = native.dumps(
-            {"kind": expected.kind, "subject": expected.subject, "body": expected.body}
-        )
-        if actual != wanted:
-            name, was, now = first_difference(
-                {"kind": expected.kind, "subject": expected.subject, "body": expected.body},
-                {"kind": kind, "subject": subject, "body": body},
-            )
-            raise ReplayDivergence(expected.seq, subject, was, now, name)
-        return expected.seq
-
-    def _dead_letter(
-        self,
-        seq: int,
-        reducer: str,
-        key_cbor: bytes | None,
-        delivery: Delivery,
-        reason: dict[str, Any],
-    ) -> None:
-        letter = DeadLetter(
-            seq,
-            reducer,
-            key_cbor,
-            delivery.schema,
-            delivery.value_cbor,
-            reason["code"],
-            reason["detail"],
-        )
-        self.dead_letters.append(letter)
-        self.dead_letters_total += 1
-        excess = len(self.dead_letters) - self.limits.dead_letters_kept
-        if excess > 0:
-            del self.dead_letters[:excess]
 
     def _commit_step(
         self,
@@ -387,19 +300,97 @@ class Kernel(Stepping, Orchestration):
                 # Nothing vanishes: an emitted event no route takes is a dead letter of its step.
                 unrouted = Delivery(seq, index, event.schema, event.value_cbor)
                 reason = {"code": "no_route", "detail": f"no route for emitted {event.schema}"}
-                self._dead_letter(seq, entity.reducer, entity.key_cbor, unrouted, reason)
+                self.dead_letters.add(seq, entity.reducer, entity.key_cbor, unrouted, reason)
                 continue
             index = self._route(seq, index, event.schema, event.value_cbor, value)
+
+    # --- receipts, approvals and moves (inputs, like event.in) -----------------------------
+
+    def ingest_receipt(self, body: dict[str, Any]) -> int:
+        """Journal a receipt (``{intent_hash, adapter_id, status, payload, sig}``, verified
+        by the caller) and deliver it; return its seq."""
+        subject = make_subject("world", "effect", body["intent_hash"].hex(), "receipt")
+        seq = self.journal.append("receipt", subject, body)
+        self._apply_receipt(seq, body)
+        return seq
+
+    def _apply_receipt(self, seq: int, body: dict[str, Any]) -> None:
+        payload = cbor2.loads(body["payload"])
+        intent = self.effects.apply_receipt(body["intent_hash"], body["status"], payload)
+        if intent is None:
+            return
+        origin = intent.origin
+        if body["status"] != "ok":
+            reducer = str(origin.get("name"))
+            letter = Delivery(seq, 0, intent.kind, body["payload"])
+            reason = {"code": "effect_failed", "detail": f"{intent.kind} ended {body['status']}"}
+            self.dead_letters.add(seq, reducer, origin.get("key"), letter, reason)
+        if origin["kind"] == "plan":
+            self.plans.receipt_arrived(seq, intent)
+            return
+        effect = self.air.effects.get(intent.kind)
+        schema = None if effect is None else effect.receipt_event
+        if schema is None:
+            return
+        value = {
+            "intent_hash": intent.intent_hash,
+            "status": body["status"],
+            "requested": cbor2.loads(intent.params_cbor),
+            "receipt": payload,
+        }
+        self.scheduler.deliver(
+            Entity(str(origin["name"]), origin.get("key")),
+            Delivery(seq, 0, schema, cbor.dumps(value)),
+        )
+
+    def ingest_approval(self, intent_hash_raw: bytes, approved: bool) -> int:
+        """Journal an approver's decision on a parked intent and apply it; return its seq."""
+        body = {"intent_hash": intent_hash_raw, "approved": approved}
+        subject = make_subject("world", "effect", intent_hash_raw.hex(), "approval")
+        seq = self.journal.append("effect.approval", subject, body)
+        self._apply_approval(seq, body)
+        return seq
+
+    def _apply_approval(self, seq: int, body: dict[str, Any]) -> None:
+        intent = self.effects.approve(body["intent_hash"], bool(body["approved"]))
+        if intent is None or body["approved"]:
+            return
+        origin = intent.origin
+        if origin["kind"] == "plan":
+            self.plans.denied(seq, intent)
+        elif origin["kind"] == "reducer":
+            letter = Delivery(seq, 0, intent.kind, intent.params_cbor)
+            reason = {"code": "effect_denied", "detail": "an approver denied it"}
+            self.dead_letters.add(seq, str(origin["name"]), origin.get("key"), letter, reason)
+
+    def ingest_move(self, kind: str, subject: str, body: dict[str, Any]) -> int:
+        """Journal a record that moves cells in (``kernel._moves``) and apply it; its seq."""
+        seq = self.journal.append(kind, subject, body)
+        self._apply_move(JournalRecord(seq, subject, kind, body))
+        return seq
+
+    def _apply_move(self, record: JournalRecord) -> None:
+        cell = moved_cell(self.air, record)
+        if cell is None:
+            return
+        reducer, key_cbor, state_cbor = cell
+        khash = NULL_KEY_HASH if key_cbor is None else key_hash(key_cbor)
+        entry = CellEntry.of(
+            NULL_KEY_CBOR if key_cbor is None else key_cbor,
+            state_cbor,
+            last_active=record.seq,
+            manifest_hash=self._manifest_raw,
+        )
+        self.cells.put(self.module_hash(reducer), khash, entry, state_cbor)
 
     # --- replay -----------------------------------------------------------------------------
 
     def apply(self, record: JournalRecord) -> None:
         """Re-execute one journal record (recovery and verification). A tick that journals
         several records is run at its first; the others are compared as they come."""
-        if self._owed:
-            kind, subject, body = self._owed.popleft()
-            self._record(kind, subject, body, record)
-        elif record.kind == "event.in":
+        if self.recorder.settle(record):
+            return
+        if record.kind == "event.in":
             self._route(record.seq, 0, record.body["schema"], record.body["value"])
         elif record.kind in TICK_KINDS:
             self.tick(expected=record)
@@ -408,17 +399,15 @@ class Kernel(Stepping, Orchestration):
         elif record.kind == "effect.approval":
             self._apply_approval(record.seq, record.body)
         elif record.kind in MOVE_KINDS:
-            apply_move(self, record)
+            self._apply_move(record)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
         # other kinds (world.created) carry no kernel state
 
-    def owed_records(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def owed_records(self) -> list[Record]:
         """Records the last replayed tick produced that the journal does not hold (it was cut
         inside a tick's commit): the caller appends them to complete the tick."""
-        owed = list(self._owed)
-        self._owed.clear()
-        return owed
+        return self.recorder.take_owed()
 
     # --- views ------------------------------------------------------------------------------
 
@@ -438,21 +427,19 @@ class Kernel(Stepping, Orchestration):
             "seq_next": seq_next,
             "manifest_hash": self._manifest_raw,
             "scheduler": self.scheduler.to_obj(),
-            "dead_letters": [d.to_obj() for d in self.dead_letters],
+            "dead_letters": [d.to_obj() for d in self.dead_letters.letters],
             "steps_total": self.steps_total,
-            "dead_letters_total": self.dead_letters_total,
-            "runs": [run.to_obj() for _id, run in sorted(self.runs.items())],
-            "runs_started": self.runs_started,
+            "dead_letters_total": self.dead_letters.total,
+            "runs": self.plans.to_obj(),
+            "runs_started": self.plans.started,
             "effects": self.effects.to_obj(),
         }
 
     def restore(self, obj: dict[str, Any]) -> None:
-        self.scheduler = Scheduler.from_obj(obj["scheduler"])
-        self.dead_letters = [DeadLetter(*d) for d in obj["dead_letters"]]
+        self.scheduler.restore(obj["scheduler"])
+        self.dead_letters.restore(obj["dead_letters"], obj["dead_letters_total"])
         self.steps_total = obj["steps_total"]
-        self.dead_letters_total = obj["dead_letters_total"]
-        self.runs = {r[0]: Run.from_obj(r) for r in obj.get("runs", [])}
-        self.runs_started = obj.get("runs_started", 0)
+        self.plans.restore(obj.get("runs", []), obj.get("runs_started", 0))
         self.effects.restore(obj.get("effects"))
 
 

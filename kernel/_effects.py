@@ -25,8 +25,12 @@ Enqueue, in order (the first failure wins and is the journaled reason):
 Receipts (``apply_receipt``) settle budget, move the clock (``timer.set``), and return where
 the result goes. The manager's whole state is a CBOR-able object for snapshots.
 
+Intents are made here too (``intent_for``: the check, the decision and the hash), with the
+two records that journal one (``records_of``: ``effect.queued`` and ``policy.decision``), and
+for a reducer step's micro-effects, the grant each uses (``grant_for``: its cap slot's binding).
+
 Not here: adapters, signatures (``world/`` verifies a receipt before it is journaled), or the
-records' placement in the journal (``kernel._core``).
+records' placement in the journal (``kernel._core``, ``kernel._runs``).
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import cbor2
+
 from air import LoadedAir, cbor
 from air.errors import WorldError
 from air.types import parse_type
 from air.values import normalise
+from kernel._abi import StepOutput
+from kernel._scheduler import Delivery, Entity
+from kernel._subjects import make_subject
 
 __all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]
 
@@ -93,12 +102,115 @@ class Intent:
         return cls(*obj)
 
 
+Record = tuple[str, str, dict[str, Any]]
+
+
 @dataclass
 class EffectManager:
     air: LoadedAir
     intents: dict[bytes, Intent] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)  # grant name -> bytes used
     now_ns: int = 0
+    _modules: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._modules = self.air.modules  # computed once: LoadedAir.modules builds a dict
+
+    # --- intents ----------------------------------------------------------------------------
+
+    def intent_for(
+        self, kind: str, params: Any, cap: str, origin: dict[str, Any], idem: str
+    ) -> Intent:
+        """Capability check (``CapDenied``), then policy: an intent ``queued``, ``parked`` or
+        ``denied`` (``reserved`` holds the bytes it reserves). Not yet added (``add``)."""
+        reserved = self.check_cap(kind, params, cap)
+        decision, rule = self.decide(kind, params, cap, origin)
+        params_cbor = cbor.dumps(params)
+        status = {"allow": "queued", "require_approval": "parked"}.get(decision, "denied")
+        return Intent(
+            intent_hash(kind, params_cbor, cap, idem),
+            kind,
+            params_cbor,
+            cap,
+            {**origin, "rule_index": rule, "decision": decision},
+            status,
+            reserved if status != "denied" else 0,
+        )
+
+    def records_of(self, intent: Intent) -> list[Record]:
+        """The records that journal ``intent``: ``effect.queued`` and ``policy.decision``."""
+        hexed = intent.intent_hash.hex()
+        origin = {k: v for k, v in intent.origin.items() if k not in ("rule_index", "decision")}
+        return [
+            (
+                "effect.queued",
+                make_subject("world", "effect", hexed, "queued"),
+                {
+                    "origin": origin,
+                    "intent_hash": intent.intent_hash,
+                    "kind": intent.kind,
+                    "params": intent.params_cbor,
+                    "cap": intent.cap,
+                },
+            ),
+            (
+                "policy.decision",
+                make_subject("world", "effect", hexed, "decision"),
+                {
+                    "intent_hash": intent.intent_hash,
+                    "rule_index": intent.origin["rule_index"],
+                    "decision": intent.origin["decision"],
+                },
+            ),
+        ]
+
+    def reducer_intents(
+        self, entity: Entity, delivery: Delivery, out: StepOutput
+    ) -> tuple[list[Record], list[Intent]]:
+        """A reducer step's micro-effects as intents and their records; ``CapDenied`` if one
+        is refused (by its capability, or by policy: a reducer's effect cannot park)."""
+        records: list[Record] = []
+        intents = []
+        key_hex = entity.store_key_hash.hex()
+        for index, effect in enumerate(out.effects):
+            cap = self.grant_for(entity.reducer, effect.kind, effect.cap_slot)
+            params = cbor2.loads(effect.params_cbor)
+            origin: dict[str, Any] = {
+                "kind": "reducer",
+                "name": entity.reducer,
+                "key": entity.key_cbor,
+            }
+            idem = f"cell:{entity.reducer}:{key_hex}:{delivery.src_seq}:{delivery.index}:{index}"
+            intent = self.intent_for(effect.kind, params, cap, origin, idem)
+            if intent.status == "denied":
+                raise CapDenied("policy.denied", f"policy denied {effect.kind}")
+            records += self.records_of(intent)
+            intents.append(intent)
+        return records, intents
+
+    def grant_for(self, reducer: str, kind: str, cap_slot: str | None) -> str:
+        """The cap grant a reducer's effect uses: its slot's binding in ``module_bindings``;
+        without a slot, the one slot of the effect's cap type (validation ensures one)."""
+        abi_slots = dict(self._modules[reducer].abi.reducer.cap_slots)
+        effect = self.air.effects.get(kind)
+        if cap_slot is None:
+            want = None if effect is None else effect.cap_type
+            fits = [
+                slot
+                for slot, cap in sorted(abi_slots.items())
+                if (c := self.air.caps.get(cap)) is not None and c.cap_type == want
+            ]
+            if len(fits) != 1:
+                raise CapDenied("cap.slot_missing", f"{reducer} has no single slot for {kind}")
+            cap_slot = fits[0]
+        binding = self.air.manifest.module_bindings.get(reducer)
+        if binding is not None and cap_slot in binding.slots:
+            return str(binding.slots[cap_slot])
+        cap_name = abi_slots.get(cap_slot)
+        grants = [g.name for g in self.air.manifest.defaults.cap_grants if g.cap == cap_name]
+        if len(grants) != 1:
+            raise CapDenied("cap.grant_missing", f"no grant bound to slot {cap_slot} of {reducer}")
+        return grants[0]
 
     # --- enqueue ----------------------------------------------------------------------------
 

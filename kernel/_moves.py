@@ -6,13 +6,14 @@
     world.migrated  /world/manifest/migrated                      {manifest_hash, reducer,
                                                                    key_field, cells, migrated_from}
 
-This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.moves._cellfiles``,
-``world.moves._migrate``): it builds those records and applies them to a ``Kernel``. Applying is the
-same live and on replay, so a world that imported cells replays from genesis to the same
-store: ``cell.imported`` puts ``state`` into the kernel's cell store as the cell of ``key``
-(``last_active`` = the record's seq, pinned manifest = the kernel's manifest), replacing a cell
-that was there; ``world.migrated`` holds no state and only checks that it names the manifest
-the kernel runs (a migrated world's journal is a rebase: see ``world.moves._migrate``).
+This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.moves``):
+it builds those records and says what applying one means (``moved_cell``); ``Kernel`` applies
+them (``ingest_move`` live, ``apply`` on replay) the same way, so a world that imported cells
+replays from genesis to the same store: ``cell.imported`` puts ``state`` into the kernel's cell
+store as the cell of ``key`` (``last_active`` = the record's seq, pinned manifest = the
+kernel's manifest), replacing a cell that was there; ``world.migrated`` holds no state and only
+checks that it names the manifest the kernel runs (a migrated world's journal is a rebase: see
+``world.moves``).
 
 Invariant, checked again at every apply (a journal is input too): the key is the canonical
 CBOR of a key of the reducer's key schema (absent for a non-keyed reducer), and the state
@@ -24,36 +25,36 @@ Not here: reading or writing files, verifying export checksums, deciding what to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from air import cbor
+from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName, ValueMismatch
 from air.types import Ref
 from air.values import normalise
-from kernel._cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, key_hash
+from kernel._cells import key_hash
 from kernel._divergence import ReplayDivergence
 from kernel._journal import JournalRecord
 from kernel._subjects import make_subject
-
-if TYPE_CHECKING:  # kernel._core imports this module for its dispatch
-    from kernel._core import Kernel
 
 __all__ = [
     "CELL_IMPORTED",
     "MOVE_KINDS",
     "WORLD_MIGRATED",
-    "apply_move",
+    "Cell",
     "check_cell",
     "imported_record",
     "migrated_record",
+    "moved_cell",
 ]
 
 CELL_IMPORTED: Final = "cell.imported"
 WORLD_MIGRATED: Final = "world.migrated"
 MOVE_KINDS: Final = frozenset((CELL_IMPORTED, WORLD_MIGRATED))
-"""Record kinds ``Kernel.apply`` hands to ``apply_move``."""
+"""The record kinds that move cells (``Kernel.apply`` applies them through ``moved_cell``)."""
 
 Record = tuple[str, str, dict[str, Any]]
+Cell = tuple[str, bytes | None, bytes]
+"""``(reducer, key_cbor, state_cbor)``: ``key_cbor`` None for a non-keyed reducer."""
 
 
 def imported_record(reducer: str, key_cbor: bytes | None, state_cbor: bytes) -> Record:
@@ -84,47 +85,39 @@ def migrated_record(
     return WORLD_MIGRATED, make_subject("world", "manifest", "migrated"), body
 
 
-def check_cell(kernel: Kernel, reducer: str, key_cbor: bytes | None, state_cbor: bytes) -> None:
+def check_cell(air: LoadedAir, reducer: str, key_cbor: bytes | None, state_cbor: bytes) -> None:
     """Refuse a cell the reducer could not hold: an unknown reducer, a key (or none) against
     its keyed-ness, a key not canonical for the key schema, a state not of the state schema."""
-    module = kernel.air.modules.get(reducer)
+    module = air.modules.get(reducer)
     if module is None:
-        raise UnknownName("reducer", reducer, sorted(kernel.air.modules))
+        raise UnknownName("reducer", reducer, sorted(air.modules))
     keyed = module.key_schema is not None
     if keyed != (key_cbor is not None):
         raise KeyMismatch(reducer, keyed=keyed)
     if key_cbor is not None:
         key = cbor.loads(key_cbor)
-        if (
-            cbor.dumps(normalise(kernel.air.key_types[reducer], key, kernel.air.schemas))
-            != key_cbor
-        ):
+        if cbor.dumps(normalise(air.key_types[reducer], key, air.schemas)) != key_cbor:
             raise ValueMismatch("/key", "key.not_canonical", "key is not in its schema's form")
     state_schema = module.abi.reducer.state
-    state = normalise(Ref(state_schema), cbor.loads(state_cbor), kernel.air.schemas, "/state")
+    state = normalise(Ref(state_schema), cbor.loads(state_cbor), air.schemas, "/state")
     if cbor.dumps(state) != state_cbor:
         raise ValueMismatch("/state", "state.not_canonical", "state is not in its schema's form")
 
 
-def apply_move(kernel: Kernel, record: JournalRecord) -> None:
-    """Apply a ``cell.imported`` or ``world.migrated`` record (live and on replay)."""
+def moved_cell(air: LoadedAir, record: JournalRecord) -> Cell | None:
+    """What applying a ``cell.imported`` or ``world.migrated`` record puts in the cell store:
+    the checked ``(reducer, key_cbor, state_cbor)`` of an import (``check_cell``), None for a
+    migration, after checking that it names the manifest of ``air`` (``ReplayDivergence``)."""
     body = record.body
     if record.kind == WORLD_MIGRATED:
-        wanted = cbor.hash_to_raw(kernel.air.manifest_hash)
+        wanted = cbor.hash_to_raw(air.manifest_hash)
         if body.get("manifest_hash") != wanted:
             found = body.get("manifest_hash")
             shown = cbor.raw_to_hash(found) if isinstance(found, bytes) else repr(found)
             raise ReplayDivergence(
-                record.seq, record.subject, shown, kernel.air.manifest_hash, "manifest_hash"
+                record.seq, record.subject, shown, air.manifest_hash, "manifest_hash"
             )
-        return
+        return None
     reducer, key_cbor, state_cbor = body["reducer"], body["key"], body["state"]
-    check_cell(kernel, reducer, key_cbor, state_cbor)
-    khash = NULL_KEY_HASH if key_cbor is None else key_hash(key_cbor)
-    entry = CellEntry.of(
-        NULL_KEY_CBOR if key_cbor is None else key_cbor,
-        state_cbor,
-        last_active=record.seq,
-        manifest_hash=cbor.hash_to_raw(kernel.air.manifest_hash),
-    )
-    kernel.cells.put(kernel.module_hash(reducer), khash, entry, state_cbor)
+    check_cell(air, reducer, key_cbor, state_cbor)
+    return reducer, key_cbor, state_cbor

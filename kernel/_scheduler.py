@@ -135,13 +135,6 @@ class Scheduler:
         else:
             del self._mailboxes[entity]
 
-    def next(self) -> tuple[Entity, Delivery] | None:
-        """Take one delivery from the entity at the front (``peek`` then ``consume``)."""
-        taken = self.peek()
-        if taken is not None:
-            self.consume()
-        return taken
-
     def drop(self, entity: Entity) -> list[Delivery]:
         """Remove ``entity``'s mailbox (a run that ended); return what it still held."""
         box = self._mailboxes.pop(entity, None)
@@ -157,21 +150,18 @@ class Scheduler:
     def ready_count(self) -> int:
         return len(self._ready)
 
-    def mailbox_len(self, entity: Entity) -> int:
-        box = self._mailboxes.get(entity)
-        return len(box) if box else 0
-
     def to_obj(self) -> list[Any]:
         return [
             [entity.to_obj(), [d.to_obj() for d in self._mailboxes[entity]]]
             for entity in self._ready
         ]
 
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> Scheduler:
-        sched = cls()
+    def restore(self, obj: list[Any]) -> None:
+        """Replace every mailbox with those of ``to_obj``'s object, in its ready order."""
+        self._mailboxes.clear()
+        self._ready.clear()
+        self.pending = 0
         for entity_obj, deliveries in obj:
             entity = Entity.from_obj(entity_obj)
             for src_seq, index, schema, value_cbor in deliveries:
-                sched.deliver(entity, Delivery(src_seq, index, schema, value_cbor))
-        return sched
+                self.deliver(entity, Delivery(src_seq, index, schema, value_cbor))

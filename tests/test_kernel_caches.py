@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import kernel._core
-import kernel._stepping
+import kernel._steps
 import kernel._subjects
 from air import cbor
 from kernel._scheduler import Entity
@@ -30,7 +30,7 @@ def _run(path: Path) -> tuple[bytes, dict[str, int]]:
             world.run_until_idle()
         sizes = {
             "entities": max(len(c) for c in world.kernel._entities.values()),
-            "subjects": max(len(c) for c in world.kernel._subjects.values()),
+            "subjects": max(len(c) for c in world.kernel.steps.subjects.values()),
             "encoded": len(kernel._subjects.subject_encodings),
             "kinds": len(kernel._subjects.kind_encodings),
         }
@@ -46,7 +46,7 @@ def test_caches_at_their_limits_change_no_byte(
 ) -> None:
     wide, _sizes = _run(tmp_path / "wide")
     monkeypatch.setattr(kernel._core, "_ENTITIES_CACHED_MAX", 3)
-    monkeypatch.setattr(kernel._stepping, "_SUBJECTS_CACHED_MAX", 3)
+    monkeypatch.setattr(kernel._steps, "_SUBJECTS_CACHED_MAX", 3)
     monkeypatch.setattr(kernel._subjects, "_ENCODED_CACHE_MAX", 3)
     kernel._subjects.subject_encodings.clear()
     kernel._subjects.kind_encodings.clear()

@@ -127,7 +127,7 @@ def v1_world_by_events(path: Path, keys: int) -> dict[str, Any]:
         world.send_many([(EVENT, add("k1", 100))])
         world.run_until_idle()
         state = world.state(COUNTER)
-        assert world.kernel.dead_letters == []
+        assert world.kernel.dead_letters.letters == []
     assert isinstance(state, dict)
     assert len(state) == keys
     return state
@@ -217,7 +217,7 @@ def test_a_v1_counter_world_of_10000_keys_migrates_to_10000_equal_cells(scratch:
             ]
         )
         world.run_until_idle()
-        assert world.kernel.dead_letters == []
+        assert world.kernel.dead_letters.letters == []
         assert world.state(COUNTER, "k7") == {"count": 8, "events": 2}
         assert world.state(COUNTER, "k9999") == {
             "count": before["k9999"]["count"] + 2,
@@ -375,7 +375,7 @@ def test_a_kill_at_every_durable_write_leaves_the_old_or_the_new_world(
         with World.open(world_dir) as world:
             world.send_many([(EVENT, add("k3", 5)), (EVENT, add("fresh", 1))])
             world.run_until_idle()
-            assert world.kernel.dead_letters == []
+            assert world.kernel.dead_letters.letters == []
             if which == "new":
                 assert world.state(COUNTER, "k3") == {"count": 8, "events": 2}
                 assert world.state(COUNTER, "fresh") == {"count": 1, "events": 1}

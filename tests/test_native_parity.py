@@ -287,7 +287,7 @@ def test_the_hostile_world_fails_each_bad_step_the_same_way(
     World.create(tmp_path / "w", _hostile_air(tmp_path / "air")).close()
     _drive(tmp_path / "w", _hostile_events(), timers=False)
     with World.open(tmp_path / "w", readonly=True) as world:
-        codes = sorted({d.code for d in world.kernel.dead_letters})
+        codes = sorted({d.code for d in world.kernel.dead_letters.letters})
     assert {"fuel_exhausted", "trap", "memory_limit", "output_too_large"} <= set(codes)
     assert {"output_out_of_bounds", "output_not_cbor", "output_shape", "schema_mismatch"} <= set(
         codes

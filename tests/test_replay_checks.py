@@ -199,8 +199,8 @@ def test_verify_catches_a_dead_letter_missing_from_the_checkpoint(tmp_path: Path
     with World.create(tmp_path / "w", air) as world:
         world.send("t/Start@1", {"n": 0})
         world.run_until_idle()
-        assert [d.code for d in world.kernel.dead_letters] == ["trap"]
-        world.kernel.dead_letters.clear()
+        assert [d.code for d in world.kernel.dead_letters.letters] == ["trap"]
+        world.kernel.dead_letters.letters.clear()
         world.snapshot()
     report = verify_world(tmp_path / "w")
     assert [m.field.split(".")[0] for m in report.mismatches] == ["dead_letters"]

@@ -140,7 +140,7 @@ def test_events_per_step_limit_fails_the_step_not_the_world(tmp_path: Path) -> N
     with World.create(tmp_path / "w", _emitter_world(tmp_path), limits) as world:
         world.send("t/Start@1", {"n": 0})
         world.run_until_idle()
-        (letter,) = world.kernel.dead_letters
+        (letter,) = world.kernel.dead_letters.letters
         assert letter.code == "events_per_step_max"
         assert world.state("t/A@1") is None
 
@@ -235,15 +235,15 @@ def test_a_hostile_reducer_fails_its_step_cleanly_and_the_world_keeps_running(
         assert world.run_until_idle() == 2
         assert world.state("t/Bad@1") is None
         assert world.state("t/Good@1") == {"n": 9}
-        (letter,) = world.kernel.dead_letters
+        (letter,) = world.kernel.dead_letters.letters
         assert code in letter.code
         assert world.info()["dead_letters_total"] == 1
         assert [k for k, _ in _steps(world)] == ["step.failed", "step"]
     with World.open(tmp_path / "w") as world:
-        assert len(world.kernel.dead_letters) == 1
+        assert len(world.kernel.dead_letters.letters) == 1
         world.send(PING, {"n": 2})
         world.run_until_idle()
-        assert len(world.kernel.dead_letters) == 2
+        assert len(world.kernel.dead_letters.letters) == 2
     assert verify_world(tmp_path / "w").ok, "step.failed records replay to the same failure"
 
 
@@ -262,7 +262,7 @@ def test_dead_letters_kept_is_a_bounded_window_but_the_total_counts_all(tmp_path
     with World.create(tmp_path / "w", air, KernelLimits(dead_letters_kept=2)) as world:
         world.send_many([(PING, {"n": n}) for n in range(5)])
         world.run_until_idle()
-        assert [letter.seq for letter in world.kernel.dead_letters] == [9, 10]
+        assert [letter.seq for letter in world.kernel.dead_letters.letters] == [9, 10]
         assert world.info()["dead_letters_total"] == 5
 
 

@@ -349,7 +349,7 @@ def _interrupt_at(world: World, point: str, k: int, action: Callable[[], None]) 
     kernel = world.kernel
     targets = {
         "before_tick": (kernel, "tick", False),
-        "in_reducer": (kernel.runner, "run", False),
+        "in_reducer": (kernel.steps.runner, "run", False),
         "after_append": (world.journal, "append", True),
         "in_store": (kernel.cells, "put", False),
         "after_tick": (kernel, "tick", True),
@@ -683,7 +683,7 @@ def test_an_emitted_event_with_no_route_becomes_a_no_route_dead_letter(tmp_path:
         world.run_until_idle()
         assert world.state("t/A@1") == {"n": 1}
     with World.open(tmp_path / "w") as world:
-        letters = [(d.code, d.schema, d.reducer) for d in world.kernel.dead_letters]
+        letters = [(d.code, d.schema, d.reducer) for d in world.kernel.dead_letters.letters]
     assert letters == [("no_route", ping, "t/A@1")]
     assert verify_world(tmp_path / "w").ok
 

@@ -130,9 +130,9 @@ class Reading:
                     "code": d.code,
                     "detail": d.detail,
                 }
-                for d in self.kernel.dead_letters[-20:]
+                for d in self.kernel.dead_letters.letters[-20:]
             ],
-            "dead_letters_total": self.kernel.dead_letters_total,
+            "dead_letters_total": self.kernel.dead_letters.total,
             "runs": [
                 {
                     "run_id": run.run_id,
@@ -140,9 +140,9 @@ class Reading:
                     "done": list(run.done),
                     "waiting": None if run.waiting is None else run.waiting["step"],
                 }
-                for _id, run in sorted(self.kernel.runs.items())
+                for _id, run in sorted(self.kernel.plans.runs.items())
             ],
-            "runs_started": self.kernel.runs_started,
+            "runs_started": self.kernel.plans.started,
             "effects": _effect_counts(self.kernel.effects.intents.values()),
             "logical_now_ns": self.kernel.effects.now_ns,
             "notices": list(self.notices),

@@ -22,7 +22,8 @@ from typing import Final
 
 from air.errors import StoreDamaged
 from kernel._cells import MemoryCellStore
-from kernel._core import TICK_KINDS, Kernel, ReplayDivergence, first_difference
+from kernel._core import TICK_KINDS, Kernel
+from kernel._divergence import ReplayDivergence, first_difference
 from kernel._journal import MemoryJournal
 from world._runner import HostRunner
 from world._world import World

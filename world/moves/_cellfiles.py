@@ -46,8 +46,7 @@ from air.errors import (
     WrongMode,
 )
 from kernel._cells import NULL_KEY_CBOR, key_hash
-from kernel._journal import JournalRecord
-from kernel._moves import apply_move, check_cell, imported_record
+from kernel._moves import check_cell, imported_record
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world._world import World
@@ -282,7 +281,7 @@ def _target_key(world: World, path: Path, cell: CellFile) -> bytes | None:
         )
     key = None if module.key_schema is None and cell.key_cbor == NULL_KEY_CBOR else cell.key_cbor
     try:
-        check_cell(world.kernel, cell.reducer, key, cell.state_cbor)
+        check_cell(world.air, cell.reducer, key, cell.state_cbor)
     except (CborError, ValueMismatch, KeyMismatch) as exc:
         raise CellFileRefused(str(path), f"does not fit {cell.reducer}'s schemas: {exc}") from exc
     return key
@@ -304,9 +303,7 @@ def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]
     seqs = []
     world.kernel.consistent = False
     for kind, subject, body in records:
-        seq = world.journal.append(kind, subject, body)
-        apply_move(world.kernel, JournalRecord(seq, subject, kind, body))
-        seqs.append(seq)
+        seqs.append(world.kernel.ingest_move(kind, subject, body))
     world.kernel.consistent = True
     world.commit()
     return seqs

@@ -1,52 +1,58 @@
-"""One cell's step inside the kernel: the envelope in, the output checked, the record body out.
+"""One cell's step: the envelope in, the output checked, the record body out.
 
-A mixin of ``kernel._core.Kernel`` (like ``_orchestration``; the kernel's tables it uses are
-declared below for the type checker). ``_step`` runs a reducer on an entity's delivery and
-returns the ``step`` record's body with the decoded output; ``_validate`` holds the output to
-the reducer's declared schemas and effect rules (``abi.validate_output`` decides every error;
-the state-only output, the common one, takes one compiled check first); ``_failure_body`` is
-the body of ``step.failed``. ``_entity_subject`` caches each entity's record subjects.
+``CellSteps`` is owned by ``kernel._core.Kernel``. ``run`` runs a reducer on an entity's
+delivery (through the ``Runner``, the WASM host behind a narrow interface) and returns the
+``step`` record's body with the decoded output; ``validate`` holds the output to the reducer's
+declared schemas and effect rules (``abi.validate_output`` decides every error; the state-only
+output, the common one, takes one compiled check first); ``failure_body`` is the body of
+``step.failed``. ``subject`` caches each entity's record subjects (bounded).
 
 Nothing here changes kernel state other than its caches: the tick appends and applies.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from air import cbor
+from air import LoadedAir, SchemaCheckers, cbor
 from air.errors import LimitExceeded, ValueMismatch
 from kernel import _abi as abi
+from kernel._cells import CellEntry
+from kernel._scheduler import Delivery, Entity
 from kernel._subjects import cell_subject, make_subject
 
-if TYPE_CHECKING:
-    from air import LoadedAir, SchemaCheckers
-    from kernel._cells import CellEntry
-    from kernel._core import KernelLimits, Runner
-    from kernel._scheduler import Delivery, Entity
-
-__all__ = ["Stepping"]
+__all__ = ["CellSteps", "Runner"]
 
 _SUBJECTS_CACHED_MAX: Final = 65_536  # per record kind (leaf)
 
 
-class Stepping:
-    if TYPE_CHECKING:
-        air: LoadedAir
-        runner: Runner
-        limits: KernelLimits
-        _modules: dict[str, Any]
-        _checkers: SchemaCheckers
-        _reducer_effects: dict[str, str]
-        _subjects: dict[str, dict[Entity, str]]
-        _output_rules: dict[str, tuple[Any, ...]]
+class Runner(Protocol):
+    """Runs one reducer step: canonical envelope in, raw output bytes out (or a WorldError)."""
 
-    def _entity_subject(self, entity: Entity, leaf: str) -> str:
+    def run(self, reducer: str, input_cbor: bytes) -> bytes: ...
+
+
+class CellSteps:
+    def __init__(
+        self, air: LoadedAir, runner: Runner, events_per_step_max: int, checkers: SchemaCheckers
+    ) -> None:
+        self.air = air
+        self.runner = runner
+        self.events_per_step_max = events_per_step_max
+        self.checkers = checkers
+        self.modules = air.modules  # computed once: LoadedAir.modules builds a dict per call
+        self.reducer_effects = {
+            k: e.params_schema for k, e in air.effects.items() if "reducer" in e.origins
+        }
+        self.subjects: dict[str, dict[Entity, str]] = {}
+        self._output_rules: dict[str, tuple[Any, ...]] = {}
+
+    def subject(self, entity: Entity, leaf: str) -> str:
         """The subject of ``entity``'s records of kind ``leaf``, cached per leaf and entity
         (no tuple built per lookup; the entity's hash is computed once)."""
-        cached = self._subjects.get(leaf)
+        cached = self.subjects.get(leaf)
         if cached is None:
-            cached = self._subjects[leaf] = {}
+            cached = self.subjects[leaf] = {}
         subject = cached.get(entity)
         if subject is not None:
             return subject
@@ -59,10 +65,10 @@ class Stepping:
         cached[entity] = subject
         return subject
 
-    def _step(
+    def run(
         self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
     ) -> tuple[str, dict[str, Any], abi.StepOutput]:
-        module = self._modules[entity.reducer]
+        module = self.modules[entity.reducer]
         cell_mode = module.key_schema is not None
         state_cbor = current[1] if current else None
         envelope = abi.encode_input(
@@ -70,7 +76,7 @@ class Stepping:
         )
         raw = self.runner.run(entity.reducer, envelope)
         out = abi.decode_output(raw, module=entity.reducer)
-        self._validate(entity, out)
+        self.validate(entity, out)
         body: dict[str, Any] = {
             "reducer": entity.reducer,
             "key": entity.key_cbor,
@@ -86,12 +92,12 @@ class Stepping:
             body["effects"] = [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects]
         return "step", body, out
 
-    def _validate(self, entity: Entity, out: abi.StepOutput) -> None:
-        if len(out.domain_events) > self.limits.events_per_step_max:
-            raise LimitExceeded("events_per_step_max", self.limits.events_per_step_max)
+    def validate(self, entity: Entity, out: abi.StepOutput) -> None:
+        if len(out.domain_events) > self.events_per_step_max:
+            raise LimitExceeded("events_per_step_max", self.events_per_step_max)
         rules = self._output_rules.get(entity.reducer)
         if rules is None:
-            reducer_abi = self._modules[entity.reducer].abi.reducer
+            reducer_abi = self.modules[entity.reducer].abi.reducer
             rules = self._output_rules[entity.reducer] = (
                 reducer_abi.state,
                 frozenset(reducer_abi.effects_emitted),
@@ -105,28 +111,30 @@ class Stepping:
             # explained by validate_output below, the one place errors are made.
             try:
                 if out.state_cbor is not None:
-                    self._checkers.check(state_schema, values.state)
+                    self.checkers.check(state_schema, values.state)
                 return
             except ValueMismatch:
                 pass
         abi.validate_output(
             out,
-            check=self._check_schema,
+            check=self.check_schema,
             state_schema=state_schema,
             effects_emitted=effects_emitted,
-            reducer_effect_kinds=self._reducer_effects,
-            effect_params=self._reducer_effects,
+            reducer_effect_kinds=self.reducer_effects,
+            effect_params=self.reducer_effects,
             ann_schema=ann_schema,
             cap_slots=cap_slots,
             module=entity.reducer,
         )
 
-    def _check_schema(self, name: str, obj: Any) -> None:
+    def check_schema(self, name: str, obj: Any) -> None:
+        """``ValueMismatch`` unless ``obj`` is a canonical value of schema ``name`` (an unknown
+        name is ``schema.unknown``): the check behind reducer outputs and plan values."""
         if name not in self.air.schemas:
             raise ValueMismatch("/", "schema.unknown", f"unknown schema {name}")
-        self._checkers.check(name, obj)
+        self.checkers.check(name, obj)
 
-    def _failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
+    def failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
         code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__
         return {
             "reducer": entity.reducer,

@@ -1,0 +1,241 @@
+"""Plan runs inside the kernel: starting them, ticking them, handing them receipts and denials.
+
+``PlanRuns`` is owned by ``kernel._core.Kernel`` and holds every live run. The rules of one run
+are ``kernel._plans`` (the pure run engine); the rules of its effects are ``kernel._effects``
+(capabilities, policy, budgets). This module places their records in the journal (through the
+kernel's ``Recorder``) and their consequences in the scheduler, with the same discipline as a
+cell's tick: nothing changes in memory before the tick's records are appended (a run is worked
+on as a copy and put back after).
+
+Runs observe every journaled event (``observe``): a trigger starts a run (the next ``run_id``),
+and a run waiting in ``await_event`` for that schema, since before the event, with its
+correlation and ``where``, gets it. A run is an entity of the scheduler beside the cells, so one
+tick (``tick``) executes one thing of one run.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import cbor2
+
+from air import LoadedAir, cbor
+from kernel._deadletters import DeadLetters
+from kernel._divergence import ReplayDivergence
+from kernel._effects import CapDenied, EffectManager, Intent
+from kernel._journal import JournalRecord
+from kernel._plans import (
+    CONTINUE,
+    DENIED,
+    RECEIPT,
+    START,
+    PlanEngine,
+    Run,
+    RunOutcome,
+    input_hash,
+)
+from kernel._recorder import Record, Recorder
+from kernel._scheduler import Delivery, Entity, Scheduler
+from kernel._subjects import make_subject
+
+__all__ = ["PlanRuns"]
+
+
+class PlanRuns:
+    def __init__(
+        self,
+        air: LoadedAir,
+        engine: PlanEngine,
+        scheduler: Scheduler,
+        recorder: Recorder,
+        effects: EffectManager,
+        dead_letters: DeadLetters,
+    ) -> None:
+        self.engine = engine
+        self.scheduler = scheduler
+        self.recorder = recorder
+        self.effects = effects
+        self.dead_letters = dead_letters
+        self.manifest_raw = cbor.hash_to_raw(air.manifest_hash)
+        self.triggers: dict[str, list[Any]] = {}
+        for trigger in air.manifest.triggers:
+            self.triggers.setdefault(trigger.event, []).append(trigger)
+        self.runs: dict[int, Run] = {}
+        self.started = 0
+        """Runs started so far: the next run's id."""
+
+    # --- events ------------------------------------------------------------------------------
+
+    def watching(self, schema: str) -> bool:
+        """Whether an event of ``schema`` may start or wake a run (a quick test before
+        ``observe``): a trigger takes it, or any run is live."""
+        return schema in self.triggers or bool(self.runs)
+
+    def observes(self, schema: str) -> bool:
+        """Whether an event of ``schema`` is taken now: a trigger, or a run waiting for it."""
+        return schema in self.triggers or any(
+            (r.waiting or {}).get("event") == schema for r in self.runs.values()
+        )
+
+    def observe(self, src_seq: int, index: int, schema: str, value_cbor: bytes, value: Any) -> int:
+        """Plans see every journaled event: triggers start runs, and a run waiting for this
+        schema (since before ``src_seq``, with its correlation and ``where``) gets it. Returns
+        the next delivery index of record ``src_seq``."""
+        if value is None:
+            value = cbor2.loads(value_cbor)
+        for trigger in self.triggers.get(schema, ()):
+            run_id = self.started
+            self.started += 1
+            by = trigger.correlate_by
+            correlation = value.get(by) if by and isinstance(value, dict) else None
+            self.runs[run_id] = Run(run_id, trigger.plan, value, correlation, by, self.manifest_raw)
+            self.scheduler.deliver(
+                Entity(trigger.plan, None, run_id=run_id),
+                Delivery(src_seq, index, START, value_cbor),
+            )
+            index += 1
+        for run in list(self.runs.values()):
+            if self._awaits(run, schema, value, src_seq):
+                waiting = run.waiting
+                if waiting is not None:
+                    waiting["matched"] = True
+                self.scheduler.deliver(
+                    Entity(run.plan, None, run_id=run.run_id),
+                    Delivery(src_seq, index, schema, value_cbor),
+                )
+                index += 1
+        return index
+
+    def _awaits(self, run: Run, schema: str, value: Any, src_seq: int) -> bool:
+        waiting = run.waiting
+        if waiting is None or waiting.get("event") != schema or waiting.get("matched"):
+            return False
+        if src_seq <= waiting.get("since", src_seq):
+            return False  # future-only: journaled after the run began to wait
+        if run.correlate_by is not None and (
+            not isinstance(value, dict) or value.get(run.correlate_by) != run.correlation
+        ):
+            return False
+        where = self.engine.where_of(run, waiting["step"])
+        return where is None or self.engine.matches(run, where, value)
+
+    # --- ticks -------------------------------------------------------------------------------
+
+    def tick(self, entity: Entity, delivery: Delivery, expected: JournalRecord | None) -> None:
+        """One tick of a plan run (``kernel._plans``): its records, then its consequences."""
+        run_id = entity.run_id
+        if run_id is None or run_id not in self.runs:
+            raise ReplayDivergence(-1, entity.reducer, "a live run", f"no run {run_id}")
+        work = copy.deepcopy(self.runs[run_id])  # the run changes only once its records are in
+        subject = make_subject("world", "run", work.plan, str(run_id))
+        intent: Intent | None = None
+        if delivery.schema == START:
+            body = {
+                "plan": work.plan,
+                "run_id": run_id,
+                "input_hash": input_hash(work.input),
+                "manifest_hash": work.manifest_hash,
+            }
+            records: list[Record] = [("plan.started", f"{subject}/started", body)]
+            out = RunOutcome(again=True)
+        else:
+            value = None
+            if delivery.schema not in (CONTINUE, DENIED):
+                value = cbor2.loads(delivery.value_cbor)
+            out = self.engine.tick(work, delivery.schema, value)
+            effect_records: list[Record] = []
+            if out.effect is not None:
+                intent, effect_records = self._plan_effect(work, out)
+            records = [(k, f"{subject}/{k.removeprefix('plan.')}", b) for k, b in out.records]
+            records[1:1] = effect_records
+        seq = self.recorder.append(records, expected)
+        self.scheduler.consume()
+        if out.ended:
+            self.runs.pop(run_id, None)
+            for left in self.scheduler.drop(entity):  # an ended run takes nothing more
+                reason = {"code": "run_ended", "detail": f"run {run_id} had already ended"}
+                self.dead_letters.add(seq, work.plan, None, left, reason)
+        else:
+            self.runs[run_id] = work
+            if work.waiting is not None and "since" not in work.waiting:
+                work.waiting["since"] = seq
+        if intent is not None:
+            self.effects.add(intent)
+        index = 0
+        for schema, value_cbor, reducer, key_cbor in out.raised:
+            self.scheduler.deliver(
+                Entity(reducer, key_cbor), Delivery(seq, index, schema, value_cbor)
+            )
+            index = self.observe(seq, index + 1, schema, value_cbor, None)
+        if out.again:
+            self.scheduler.deliver(entity, Delivery(seq, index, CONTINUE, b""))
+        elif not out.ended and work.waiting is not None and "intent" in work.waiting:
+            self.hand_receipt(seq, index, work)
+
+    def _plan_effect(self, work: Run, out: RunOutcome) -> tuple[Intent | None, list[Record]]:
+        """A plan step's effect: check and decide it, bind its id; a refusal ends the run."""
+        effect = out.effect or {}
+        origin = {"kind": "plan", "name": work.plan, "run_id": work.run_id, "step": effect["step"]}
+        idem = f"run:{work.run_id}:{effect['step']}"
+        try:
+            intent = self.effects.intent_for(
+                effect["kind"], effect["params"], effect["cap"], origin, idem
+            )
+        except CapDenied as denied:
+            self.engine.fail(work, out, denied.code, denied.detail)
+            return None, []
+        step_body = {
+            "run_id": work.run_id,
+            "step": effect["step"],
+            "op": "emit_effect",
+            "intent_hash": intent.intent_hash,
+        }
+        if intent.status == "denied":
+            self.engine.fail(work, out, "policy.denied", f"policy denied {effect['kind']}")
+            out.records.insert(0, ("plan.step", step_body))
+        else:
+            out.records = [("plan.step", step_body)]
+            work.vars[effect["bind"]] = intent.intent_hash
+            work.results[effect["step"]] = intent.intent_hash
+            work.done.append(effect["step"])
+            out.again = True
+        return intent, self.effects.records_of(intent)
+
+    # --- receipts and approvals ----------------------------------------------------------------
+
+    def hand_receipt(self, seq: int, index: int, run: Run) -> int:
+        """If the intent a run waits for already has its receipt, deliver it to the run."""
+        waiting = run.waiting or {}
+        intent = self.effects.intents.get(waiting.get("intent", b""))
+        if intent is None or intent.receipt is None or waiting.get("matched"):
+            return index
+        waiting["matched"] = True
+        self.scheduler.deliver(
+            Entity(run.plan, None, run_id=run.run_id),
+            Delivery(seq, index, RECEIPT, cbor.dumps(intent.receipt["payload"])),
+        )
+        return index + 1
+
+    def receipt_arrived(self, seq: int, intent: Intent) -> None:
+        """The receipt (record ``seq``) of a plan's ``intent`` is in: to its run, if it waits."""
+        run = self.runs.get(intent.origin["run_id"])
+        if run is not None and (run.waiting or {}).get("intent") == intent.intent_hash:
+            self.hand_receipt(seq, 0, run)
+
+    def denied(self, seq: int, intent: Intent) -> None:
+        """An approver denied a plan's parked ``intent`` (record ``seq``): its run is told."""
+        run = self.runs.get(intent.origin["run_id"])
+        if run is not None:
+            self.scheduler.deliver(
+                Entity(run.plan, None, run_id=run.run_id), Delivery(seq, 0, DENIED, b"")
+            )
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    def to_obj(self) -> list[Any]:
+        return [run.to_obj() for _id, run in sorted(self.runs.items())]
+
+    def restore(self, runs: list[Any], started: int) -> None:
+        self.runs = {r[0]: Run.from_obj(r) for r in runs}
+        self.started = started

@@ -304,4 +304,4 @@ def test_the_native_switch_follows_world_native(
             world.send(COUNTER, {"key": "a", "op": {"$tag": "Add", "$value": 1}})
             world.run_until_idle()
             assert native.enabled() is wanted
-            assert world._runner.native is wanted
+            assert world.kernel.steps.runner.native is wanted

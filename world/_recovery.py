@@ -1,80 +1,104 @@
 """Opening a world: load the checkpoint, re-execute the journal after it, and rebuild from
-genesis when derived state is damaged. The recovery half of ``world._world.World`` (a mixin; the
-rules are in that module's docstring: derived state never loses or blocks, the genesis record
-is checked at every open, a reader whose checkpoint a live writer replaced retries).
+genesis when derived state is damaged.
+
+``Recovery`` is owned by ``world._world.World`` and holds what every recovery of that world
+uses (its folder, AIR, journal, CAS, reducer runner, limits, and whether it may write). It
+returns what it recovered (``Recovered``: the cell store, the kernel, the checkpoint's journal
+position, and the records a cut commit owed the journal); the world takes them, appends the
+owed records and commits, and after a rebuild checkpoints. The rules it keeps are in
+``world._world``'s docstring: derived state never loses or blocks, the genesis record is
+checked at every open, a reader whose checkpoint a live writer replaced retries.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
 
-from air import cbor
+from air import LoadedAir, cbor
 from air.errors import CborError, HashMismatch, StoreDamaged
-from kernel._cells import MemoryCellStore, ObjectMissing
-from kernel._core import Kernel
+from kernel._cells import CellStore, MemoryCellStore, ObjectMissing
+from kernel._core import Kernel, KernelLimits
 from kernel._journal import JournalRecord
+from kernel._recorder import Record
 from world import _fileio as fileio
+from world._cas import FileCas
 from world._directory import discard_store
+from world._runner import HostRunner
 from world.cellstore._store import FileCellStore
 from world.errors import CheckpointAhead, CheckpointMoved, GenesisMismatch
+from world.journal._file import FileJournal
 
-if TYPE_CHECKING:
-    from pathlib import Path
+__all__ = ["Recovered", "Recovery"]
 
-    from air import LoadedAir
-    from kernel._cells import CellStore
-    from kernel._core import KernelLimits
-    from world._cas import FileCas
-    from world._runner import HostRunner
-    from world.journal._file import FileJournal
 
-__all__ = ["Recovery"]
+@dataclass
+class Recovered:
+    """A world's memory brought up to its journal."""
+
+    store: CellStore
+    kernel: Kernel
+    checkpoint_seq: int
+    """The journal position the checkpoint covers (0: none, or rebuilt from genesis)."""
+    owed: list[Record]
+    """Records of the last tick that a crash cut from the journal (a writer appends them)."""
+    damage: StoreDamaged | None
+    """What made it rebuild from genesis (None: it did not); a writer checkpoints at once."""
 
 
 class Recovery:
-    if TYPE_CHECKING:
-        path: Path
-        air: LoadedAir
-        readonly: bool
-        limits: KernelLimits
-        notices: list[str]
-        cas: FileCas
-        journal: FileJournal
-        store: CellStore
-        kernel: Kernel
-        _runner: HostRunner
-        _damage: StoreDamaged | None
-        _checkpoint_seq: int
+    def __init__(
+        self,
+        path: Path,
+        air: LoadedAir,
+        journal: FileJournal,
+        cas: FileCas,
+        runner: HostRunner,
+        limits: KernelLimits,
+        *,
+        readonly: bool,
+    ) -> None:
+        self.path = path
+        self.air = air
+        self.journal = journal
+        self.cas = cas
+        self.runner = runner
+        self.limits = limits
+        self.readonly = readonly
 
-        def commit(self) -> int: ...
+    def kernel(self, store: CellStore) -> Kernel:
+        """A new kernel over ``store``: nothing applied yet."""
+        return Kernel(self.air, self.journal, store, self.runner, self.limits)
 
-        def _checkpoint_quietly(self) -> None: ...
-
-    def _recover(self) -> None:
-        """Load the checkpoint and re-execute the journal after it; rebuild from genesis if
-        derived state is damaged. The genesis record is checked first, whatever the checkpoint
-        covers: a journal that another manifest started is never replayed onto this one."""
+    def recover(self, store: CellStore, damage: StoreDamaged | None) -> Recovered:
+        """Load the checkpoint of ``store`` and re-execute the journal after it; rebuild from
+        genesis if derived state is damaged (``damage``: found before, when the store was
+        opened). The genesis record is checked first, whatever the checkpoint covers: a
+        journal that another manifest started is never replayed onto this one."""
         genesis = next(iter(self.journal.read(0)), None)
         if genesis is None or genesis.kind != "world.created":
             raise GenesisMismatch("(no genesis record)", self.air.manifest_hash)
         self._check_genesis(genesis)
         try:
-            if self._damage is not None:
-                raise self._damage
-            self._replay_from(self._restore_checkpoint())
-        except StoreDamaged as damage:
-            self._rebuild(damage)
+            if damage is not None:
+                raise damage
+            kernel = self.kernel(store)
+            seq_from = self._restore_checkpoint(store, kernel)
+            self._replay(store, kernel, seq_from)
+        except StoreDamaged as found:
+            return self.rebuild(found, store)
+        return Recovered(store, kernel, seq_from, kernel.owed_records(), None)
 
-    def _restore_checkpoint(self) -> int:
-        checkpoint = self.store.last_checkpoint()
+    def _restore_checkpoint(self, store: CellStore, kernel: Kernel) -> int:
+        checkpoint = store.last_checkpoint()
         if not checkpoint:
             return 0
-        if isinstance(self.store, FileCellStore):
-            ours = set(self.kernel.module_hashes())
-            strangers = [m for m in self.store.checkpoint_modules() if m not in ours]
+        if isinstance(store, FileCellStore):
+            ours = set(kernel.module_hashes())
+            strangers = [m for m in store.checkpoint_modules() if m not in ours]
             if strangers:
                 raise StoreDamaged(
-                    self.store.checkpoint_path,
+                    store.checkpoint_path,
                     f"holds cells of module {strangers[0]}, which this world does not have",
                 )
         address = ""
@@ -84,65 +108,39 @@ class Recovery:
             seq_from = snap["seq_next"]
             if seq_from > self.journal.seq_next:
                 raise CheckpointAhead(seq_from, self.journal.seq_next)
-            self.kernel.restore(snap)
+            kernel.restore(snap)
         except (ObjectMissing, HashMismatch, CborError, KeyError, TypeError, ValueError) as exc:
             where = str(self.cas.path_of(address)) if address else str(self.path / "state")
             raise StoreDamaged(where, f"snapshot object unusable: {exc}") from exc
-        self._checkpoint_seq = seq_from
         return int(seq_from)
 
-    def _replay_from(self, seq_from: int) -> None:
+    def _replay(self, store: CellStore, kernel: Kernel, seq_from: int) -> None:
         try:
             for record in self.journal.read(seq_from):
                 self._check_genesis(record)
-                self.kernel.apply(record)
-            self._complete_tick()
+                kernel.apply(record)
         except StoreDamaged:
-            if self.readonly and self._checkpoint_replaced():
+            if self.readonly and _checkpoint_replaced(store):
                 raise CheckpointMoved() from None
             raise
 
-    def _complete_tick(self) -> None:
-        """A crash inside a commit can keep the first records of a tick and lose the rest
-        (a commit is durable as a prefix). Replay re-derived them: a writer journals them
-        again, so the journal is whole; a reader only has them in memory."""
-        owed = self.kernel.owed_records()
-        if owed and not self.readonly:
-            for kind, subject, body in owed:
-                self.journal.append(kind, subject, body)
-            self.commit()
-
-    def _checkpoint_replaced(self) -> bool:
-        store = self.store
-        return (
-            isinstance(store, FileCellStore)
-            and store.current_checkpoint_digest() != store.checkpoint_digest
-        )
-
-    def _rebuild(self, damage: StoreDamaged) -> None:
-        """Throw the derived state away and re-execute the whole journal (checked)."""
-        if self.readonly and self._checkpoint_replaced():
+    def rebuild(self, damage: StoreDamaged, store: CellStore) -> Recovered:
+        """Throw the derived state in ``store`` away and re-execute the whole journal
+        (checked). A writer starts a new, empty file store; a reader rebuilds in memory."""
+        if self.readonly and _checkpoint_replaced(store):
             raise CheckpointMoved() from damage
-        where = "in memory" if self.readonly else "and checkpointed"
-        self.notices.append(
-            f"derived state damaged: {damage.path}: {damage.reason}; rebuilt from the journal "
-            f"{where}"
-        )
         if self.readonly:
-            self.store = MemoryCellStore()
+            store = MemoryCellStore()
         else:
             self.journal.commit()
             with fileio.storage_errors("rebuild"):
                 discard_store(self.path)
-                self.store = FileCellStore(self.path)
-        self.kernel = Kernel(self.air, self.journal, self.store, self._runner, self.limits)
-        self._checkpoint_seq = 0
+                store = FileCellStore(self.path)
+        kernel = self.kernel(store)
         for record in self.journal.read(0):
             self._check_genesis(record)
-            self.kernel.apply(record)
-        self._complete_tick()
-        if not self.readonly:
-            self._checkpoint_quietly()
+            kernel.apply(record)
+        return Recovered(store, kernel, 0, kernel.owed_records(), damage)
 
     def _check_genesis(self, record: JournalRecord) -> None:
         if record.kind != "world.created":
@@ -152,3 +150,11 @@ class Recovery:
         if found != wanted:
             actual = cbor.raw_to_hash(found) if isinstance(found, bytes) else repr(found)
             raise GenesisMismatch(actual, self.air.manifest_hash)
+
+
+def _checkpoint_replaced(store: CellStore) -> bool:
+    """Whether a live writer replaced the checkpoint this reader's ``store`` opened."""
+    return (
+        isinstance(store, FileCellStore)
+        and store.current_checkpoint_digest() != store.checkpoint_digest
+    )

@@ -51,9 +51,9 @@ Failure rules (issue 7):
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import (
@@ -65,8 +65,9 @@ from air.errors import (
     WrongMode,
 )
 from kernel._cells import CellStore, MemoryCellStore
-from kernel._core import Kernel, KernelLimits
+from kernel._core import KernelLimits
 from world import _fileio as fileio
+from world import _reading
 from world._airfiles import air_sources, builtin_sources, inspect_wasm
 from world._airfiles import read_file as _read_file
 from world._cas import FileCas
@@ -80,8 +81,8 @@ from world._directory import (
     swapped_in,
 )
 from world._fsutil import WorldLock, atomic_write, lock_world
-from world._reading import CellView, Reading
-from world._recovery import Recovery
+from world._reading import CellView
+from world._recovery import Recovered, Recovery
 from world._runner import HostRunner
 from world.cellstore._store import FileCellStore
 from world.errors import (
@@ -129,8 +130,10 @@ records that changed no cell (queued deliveries, failed steps, plan records)."""
 READER_RETRIES_MAX: Final = 3
 """A reader whose checkpoint a live writer replaced under it retries the open this often."""
 
+T = TypeVar("T")
 
-class World(Reading, Recovery):
+
+class World:
     """An open world. Not thread-safe: one thread drives it (see ``world._engine`` for threads);
     ``interrupt`` alone may be called from a signal handler."""
 
@@ -156,13 +159,17 @@ class World(Reading, Recovery):
         self.cas = FileCas(path, readonly=readonly)
         self.journal = FileJournal.open(path / "journal", readonly=readonly)
         self._damage: StoreDamaged | None = None
+        """Found when the store was opened, before recovery (which then rebuilds)."""
         self.store: CellStore
         try:
             self.store = FileCellStore(path, readonly=readonly)
         except StoreDamaged as damage:  # a garbage checkpoint.cbor or flush intent
             self._damage, self.store = damage, MemoryCellStore()
-        self._runner = HostRunner(air, path / "cache", readonly=readonly)
-        self.kernel = Kernel(air, self.journal, self.store, self._runner, limits)
+        runner = HostRunner(air, path / "cache", readonly=readonly)
+        self._recovery = Recovery(
+            path, air, self.journal, self.cas, runner, limits, readonly=readonly
+        )
+        self.kernel = self._recovery.kernel(self.store)
         self._checkpoint_seq = 0
         self._history = None if readonly else HistoryWriter(path, self.journal)
 
@@ -303,6 +310,64 @@ class World(Reading, Recovery):
         """Whether an interrupt was asked for since the last call (for loops outside World)."""
         asked, self._interrupt = self._interrupt, False
         return asked
+
+    # --- recovery ---------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Bring memory up to the journal (``world._recovery``)."""
+        self._take(self._recovery.recover(self.store, self._damage))
+        self._damage = None
+
+    def _rebuild(self, damage: StoreDamaged) -> None:
+        """Throw the derived state away and re-execute the whole journal (checked)."""
+        self._take(self._recovery.rebuild(damage, self.store))
+
+    def _take(self, recovered: Recovered) -> None:
+        """Take what recovery brought; a writer completes a tick a crash cut short (its
+        records were re-derived) and checkpoints a rebuild."""
+        damage = recovered.damage
+        if damage is not None:
+            where = "in memory" if self.readonly else "and checkpointed"
+            self.notices.append(
+                f"derived state damaged: {damage.path}: {damage.reason}; rebuilt from the "
+                f"journal {where}"
+            )
+        self.store, self.kernel = recovered.store, recovered.kernel
+        self._checkpoint_seq = recovered.checkpoint_seq
+        if recovered.owed and not self.readonly:
+            for kind, subject, body in recovered.owed:
+                self.journal.append(kind, subject, body)
+            self.commit()
+        if damage is not None and not self.readonly:
+            self._checkpoint_quietly()
+
+    # --- reading (``world._reading``) ----------------------------------------------------
+
+    def read(self, fn: Callable[[], T]) -> T:
+        """``fn()``, a read of derived state; if it finds it damaged, rebuild once from the
+        journal and call it again."""
+        try:
+            return fn()
+        except StoreDamaged as damage:
+            self._rebuild(damage)
+            return fn()
+
+    def key_cbor(self, reducer: str, key: Any) -> bytes:
+        return _reading.key_cbor(self.air, reducer, key)
+
+    def state(self, reducer: str, key: Any = None) -> Any:
+        """A reducer's state as sugar JSON (a cell's, given ``key``); None if absent."""
+        return _reading.state(self, reducer, key)
+
+    def cells(self, reducer: str) -> Iterator[CellView]:
+        """Every cell of a keyed reducer, in key-hash order."""
+        return _reading.cells(self, reducer)
+
+    def cell_count(self, reducer: str) -> int:
+        return _reading.cell_count(self, reducer)
+
+    def info(self) -> dict[str, Any]:
+        return _reading.info(self)
 
     # --- writing ----------------------------------------------------------------------------
 

@@ -299,16 +299,16 @@ def run(
     """Run the world with its effect adapters live until it is idle."""
     from rich.markup import escape
 
-    from world.effects._loop import EffectLoop
+    from world._engine import Engine
 
     with (
         handle_errors(json_output),
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
-        EffectLoop(world, sim=sim) as loop,
+        Engine(world, sim=sim) as engine,
         _steps_shown(world, "running", None, json_output),
     ):
-        report = loop.run(until_idle=until_idle, max_steps=max_steps)
+        report = engine.run(until_idle=until_idle, max_steps=max_steps)
     for note in report.notes:
         err_console.print(f"[yellow]notice:[/yellow] {escape(note)}", soft_wrap=True)
     if json_output:

@@ -73,7 +73,7 @@ def ls(
 
 
 def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
-    from world.effects._loop import decide_parked
+    from world.effects._pump import decide_parked
 
     with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         seq = decide_parked(world, intent, approved)

@@ -11,9 +11,10 @@ import pytest
 
 from air import cbor
 from kernel._journal import JournalRecord
+from world._engine import Engine
 from world._world import World
 from world.effects._adapters import Receipt
-from world.effects._loop import EffectLoop, accept_receipt
+from world.effects._pump import accept_receipt
 from world.effects._receipts import ReceiptKey, ReceiptRefused
 from world.history._replay import verify_world
 
@@ -37,7 +38,7 @@ def _records(path: Path) -> list[JournalRecord]:
 
 def test_a_simulated_timer_world_completes_at_once_in_deadline_order(tmp_path: Path) -> None:
     w = _timer_world(tmp_path / "w", {"late": 5_000, "early": 3_000})
-    with World.open(w) as world, EffectLoop(world, sim=True) as loop:
+    with World.open(w) as world, Engine(world, sim=True) as loop:
         report = loop.run()
         assert report.receipts == 2
         assert world.state(TIMER, "early")["last_fired_ns"] == 3_000
@@ -56,7 +57,7 @@ def test_two_simulated_runs_of_the_same_world_write_identical_journal_bytes(
     w = _timer_world(tmp_path / "w", {"a": 7_000, "b": 2_000, "c": 7_000})
     shutil.copytree(w, tmp_path / "copy")
     for path in (w, tmp_path / "copy"):
-        with World.open(path) as world, EffectLoop(world, sim=True) as loop:
+        with World.open(path) as world, Engine(world, sim=True) as loop:
             loop.run()
     ours = b"".join(p.read_bytes() for p in sorted((w / "journal").glob("*.log")))
     theirs = b"".join(p.read_bytes() for p in sorted((tmp_path / "copy" / "journal").glob("*.log")))
@@ -70,7 +71,7 @@ def test_a_real_time_timer_fires_no_earlier_than_its_deadline(tmp_path: Path) ->
         deadline = time.time_ns() + 200_000_000
         started = time.monotonic()
         world.send(EVENT, {"key": "t", "deliver_at_ns": deadline})
-        with EffectLoop(world) as loop:
+        with Engine(world) as loop:
             loop.run(until_idle=False)
         waited = time.monotonic() - started
         fired = world.state(TIMER, "t")["last_fired_ns"]
@@ -115,10 +116,10 @@ def test_forged_altered_unknown_and_duplicate_receipts(tmp_path: Path) -> None:
 
 def test_replay_reuses_journaled_receipts_and_never_calls_an_adapter(tmp_path: Path) -> None:
     w = _timer_world(tmp_path / "w", {"t": 1_000})
-    with World.open(w) as world, EffectLoop(world, sim=True) as loop:
+    with World.open(w) as world, Engine(world, sim=True) as loop:
         loop.run()
     receipts = [r for r in _records(w) if r.kind == "receipt"]
     assert len(receipts) == 1
     assert cbor.loads(receipts[0].body["payload"])["delivered_at_ns"] == 1_000
-    report = verify_world(w)  # builds no EffectLoop: nothing could dispatch
+    report = verify_world(w)  # builds no Engine: nothing could dispatch
     assert report.ok, report

@@ -35,10 +35,11 @@ from plans_kit import (
 from typer.testing import CliRunner
 
 from cli.main import app
+from world._engine import Engine
 from world._world import World
-from world.effects._adapters import Dispatcher, Done, Intent, Receipt
+from world.effects._adapters import Done, Intent, Receipt
 from world.effects._blob import BlobAdapter
-from world.effects._loop import EffectLoop, decide_parked
+from world.effects._pump import decide_parked
 from world.effects._timer import SimClock, TimerAdapter
 
 from worldkit import (
@@ -107,11 +108,8 @@ class _FakeHttp:
 
 def _run_effects(world: World) -> None:
     """Run until idle with simulated timers, real blobs and the fake HTTP adapter."""
-    clock = SimClock(start_ns=world.kernel.effects.now_ns)
-    dispatcher = Dispatcher([TimerAdapter(clock), BlobAdapter(world.cas), _FakeHttp()])
-    loop = EffectLoop(world, sim=True, dispatcher=dispatcher)
-    loop._clock, loop._timer = clock, dispatcher._by_kind["timer.set"]  # type: ignore[assignment]
-    with loop:
+    timer = TimerAdapter(SimClock(start_ns=world.kernel.effects.now_ns))
+    with Engine(world, sim=True, adapters=[timer, BlobAdapter(world.cas), _FakeHttp()]) as loop:
         loop.run(until_idle=True)
 
 

@@ -23,8 +23,8 @@ from air.errors import WorldError
 from kernel import _abi as abi
 from kernel import native
 from kernel.wasm._host import HostLimits, ReducerHost
+from world._engine import Engine
 from world._world import World
-from world.effects._loop import EffectLoop
 from world.history._replay import verify_world
 
 from host_wat import (
@@ -242,7 +242,7 @@ def _drive(path: Path, events: list[tuple[str, Any]], timers: bool) -> None:
         world.run_until_idle()
         world.snapshot()
     if timers:
-        with World.open(path) as world, EffectLoop(world, sim=True) as loop:
+        with World.open(path) as world, Engine(world, sim=True) as loop:
             loop.run()
 
 

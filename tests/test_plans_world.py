@@ -1,5 +1,5 @@
 """Plans end to end: worlds whose plans send HTTP requests to a loopback server the test runs,
-through ``World`` + ``EffectLoop`` and the ``world`` CLI (SPEC §3 plans, caps, policies; §6
+through ``World`` + ``Engine`` and the ``world`` CLI (SPEC §3 plans, caps, policies; §6
 Plans, Effects).
 
 Every server here listens on 127.0.0.1 on a port the OS picks and counts its requests, so a
@@ -51,11 +51,12 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import ManifestError
 from cli.main import app
+from world._engine import Engine, LoopReport
 from world._world import World
-from world.effects._adapters import Dispatcher
+from world.effects._adapters import Adapter
 from world.effects._blob import BlobAdapter
 from world.effects._http import HttpAdapter
-from world.effects._loop import EffectLoop, LoopReport, decide_parked
+from world.effects._pump import decide_parked
 from world.history._replay import verify_world
 
 runner = CliRunner()
@@ -75,16 +76,16 @@ def server() -> Iterator[Loopback]:
         loopback.close()
 
 
-def drive(world: World, dispatcher: Dispatcher | None = None) -> LoopReport:
+def drive(world: World, adapters: list[Adapter] | None = None) -> LoopReport:
     """Run ``world`` with its adapters live until it is idle; the loop is closed on return."""
-    with EffectLoop(world, dispatcher=dispatcher) as loop:
+    with Engine(world, adapters=adapters) as loop:
         return loop.run()
 
 
-def quick_http(world: World, **limits: Any) -> Dispatcher:
-    """A dispatcher with the world's blob store and an HTTP adapter on tiny timeouts."""
+def quick_http(world: World, **limits: Any) -> list[Adapter]:
+    """Adapters: the world's blob store and an HTTP adapter on tiny timeouts."""
     http = HttpAdapter(world.cas, backoff_base_s=0.01, backoff_max_s=0.02, **limits)
-    return Dispatcher([BlobAdapter(world.cas), http])
+    return [BlobAdapter(world.cas), http]
 
 
 # --- 1. the bundled order world ------------------------------------------------------------------
@@ -222,7 +223,7 @@ def test_fan_out_binds_each_receipt_to_its_own_var_when_they_arrive_out_of_order
         urls = {"a": server.url("/slow"), "b": server.url("/mid"), "c": server.url("/fast")}
         world.send(FAN, urls)
         http = ReceiptGates(HttpAdapter(world.cas), gates)
-        report = drive(world, Dispatcher([http]))
+        report = drive(world, [http])
     assert report.receipts == 3
     recs = records(w)
     url_of = queued_urls(recs)
@@ -737,7 +738,7 @@ def test_an_effect_loop_given_a_dispatcher_leaves_no_timer_thread_behind(tmp_pat
     w = tmp_path / "w"
     with World.create(w, _branching_world(tmp_path / "air")) as world:
         before = {t.ident for t in threading.enumerate() if t.name == "timer"}
-        with EffectLoop(world, dispatcher=quick_http(world)) as loop:
+        with Engine(world, adapters=quick_http(world)) as loop:
             loop.run()
         after = {t.ident for t in threading.enumerate() if t.name == "timer" and t.is_alive()}
     assert after <= before

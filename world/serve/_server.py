@@ -6,8 +6,8 @@ not thread-safe)::
 
     select (accept, read, write; never blocks while work is ready)
       -> answer each complete request, one at a time
-      -> one turn of the effect loop: up to TICKS_PER_TURN ticks, dispatch new intents,
-         journal the receipts that arrived
+      -> one cycle of the world's engine (``world._engine``): up to TICKS_PER_TURN ticks,
+         dispatch new intents, journal the receipts that arrived
       -> repeat until ``stop`` (a request, SIGINT/SIGTERM, or ``stop_event``)
 
 Invariants. A ``send`` is one durable batch (``World.send_many``: one group commit) and its
@@ -56,8 +56,8 @@ from types import FrameType
 from typing import Any, Final
 
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
+from world._engine import Engine, LoopReport
 from world._world import World
-from world.effects._loop import EffectLoop, LoopReport
 from world.errors import Interrupted
 from world.serve._ops import Deferred, Ops, plain_fields
 from world.serve._protocol import (
@@ -89,7 +89,8 @@ TICKS_PER_TURN: Final = 64
 READ_CATCHUP_TICKS_MAX: Final = 100_000
 """Ticks a read runs first so it sees what was sent before it (bounds a runaway world)."""
 POLL_S: Final = 0.05
-"""How long the loop sleeps in ``select`` when idle before it looks at stop flags and receipts."""
+"""How long the loop sleeps in ``select`` when idle before it looks at its stop flags (a
+request, or a receipt through the engine's wakeup fd, wakes it at once)."""
 CLIENTS_MAX: Final = 64
 """Connections served at once; one more is accepted and closed at once."""
 RECV_BYTES: Final = 1 << 16
@@ -107,25 +108,6 @@ class ServeReport:
     loop: LoopReport = field(default_factory=LoopReport)
     snapshot: str | None = None
     notices: list[str] = field(default_factory=list)
-
-
-class _ServedLoop(EffectLoop):
-    """The effect loop driven one turn at a time between requests (``EffectLoop.run`` blocks)."""
-
-    def __init__(self, world: World) -> None:
-        super().__init__(world)
-        self.report = LoopReport()
-
-    def turn(self, ticks: int) -> None:
-        if not self.world.kernel.idle():
-            self.report.steps += self.world.step(ticks)
-        self.report.dispatched += self._dispatch()
-        self._take(self.report, wait=False)
-
-    def busy(self) -> bool:
-        """Ticks are ready. (Intents a turn queued were dispatched by that turn; receipts are
-        looked for every ``POLL_S`` at most.)"""
-        return not self.world.kernel.idle()
 
 
 class _Conn:
@@ -154,14 +136,15 @@ class _Job:
 class _Server:
     def __init__(self, world: World, listener: socket.socket, stop_event: Any) -> None:
         self.world = world
-        self.loop = _ServedLoop(world)
+        self.engine = Engine(world, ticks_per_cycle_max=TICKS_PER_TURN)
+        self.engine.start()
         self.listener = listener
         self.stop_event = stop_event
         self.stop_asked = False
         self.stopper: _Conn | None = None
         self.sel = selectors.DefaultSelector()
         self.conns: dict[int, _Conn] = {}
-        self.report = ServeReport(loop=self.loop.report)
+        self.report = ServeReport(loop=self.engine.report)
         self.ops = Ops(world, self._catch_up).table()
         self.jobs: list[_Job] = []  # running first (at most JOBS_MAX), then waiting, in order
         self.wake_r, self.wake_w = socket.socketpair()  # a finished job wakes the loop
@@ -173,6 +156,7 @@ class _Server:
     def run(self) -> None:
         self.sel.register(self.listener, selectors.EVENT_READ)
         self.sel.register(self.wake_r, selectors.EVENT_READ)
+        self.sel.register(self.engine.wakeup_fd, selectors.EVENT_READ)  # the cycle drains it
         try:
             try:
                 self._serve()
@@ -184,13 +168,13 @@ class _Server:
             for conn in list(self.conns.values()):
                 self._drop(conn)
             self.sel.close()
-            self.loop.close()
+            self.engine.close()
             self.wake_r.close()
             self.wake_w.close()
 
     def _serve(self) -> None:
         while not self._stopping():
-            timeout = 0.0 if self.loop.busy() else POLL_S
+            timeout = 0.0 if self.engine.busy() else POLL_S
             for key, mask in self.sel.select(timeout):
                 if key.fileobj is self.listener:
                     self._accept()
@@ -208,7 +192,7 @@ class _Server:
                 if self.stopper is not None:
                     return
             self._reap()
-            self.loop.turn(TICKS_PER_TURN)
+            self.engine.process_one_cycle()
 
     def _stopping(self) -> bool:
         event_set = self.stop_event is not None and self.stop_event.is_set()
@@ -220,12 +204,12 @@ class _Server:
         requests are answered first (each waits at most ``JOB_WAIT_S``)."""
         self._finish_jobs()
         try:
-            drained = self.loop.run(until_idle=True)
-            self.report.loop.steps += drained.steps
+            before = self.engine.report.steps
+            drained = self.engine.run(until_idle=True).steps - before
             self.report.snapshot = self.world.snapshot()
             reply = ok_reply(
                 {
-                    "steps": drained.steps,
+                    "steps": drained,
                     "snapshot": self.report.snapshot,
                     "journal_seq_next": self.world.journal.seq_next,
                 }
@@ -374,7 +358,7 @@ class _Server:
 
     def _catch_up(self) -> None:
         if not self.world.kernel.idle():
-            self.loop.report.steps += self.world.step(READ_CATCHUP_TICKS_MAX)
+            self.engine.report.steps += self.world.step(READ_CATCHUP_TICKS_MAX)
 
     # --- deferred requests (worker threads) -------------------------------------------------
 

@@ -1,0 +1,197 @@
+"""The effect side of a world's loop: queued intents out to adapters, signed receipts back in.
+
+    dispatch: every queued intent not yet sent  ->  Dispatcher (adapter threads)
+    take:     receipts that arrived  ->  signed, verified, journaled (one commit per batch)
+
+``EffectPump`` is owned by the world's loop (``world._engine.Engine``), which decides when to
+dispatch and take; the pump never ticks the kernel. Receipts arrive on adapter threads; they
+are only put on a queue there (and ``wake`` is called, so a loop waiting on its wakeup fd
+looks). The loop's own thread signs nothing it did not verify: each receipt is signed with the
+world's key as it is taken (``world.effects._receipts``), verified, checked against the
+kernel's intents (an unknown intent is refused with ``ReceiptRefused``; a duplicate of one
+already journaled is ignored and noted), and journaled. Replay never gets here: it reuses the
+journaled receipts.
+
+Time. ``sim=True`` runs the timer adapter on a simulated clock that starts at the kernel's
+logical ``now_ns``; ``advance_sim`` jumps it to the next deadline when only timers are in
+flight, so a timer world runs at once and writes the same journal bytes on every run of the
+same world. Without it, timers fire on the wall clock. Given its own ``adapters``, the pump
+advances a simulated ``TimerAdapter`` among them, if there is one.
+
+Intents still in flight when the pump closes are dispatched again by the next pump (at least
+once; adapters see the same intent hash).
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from air import cbor
+from air.errors import UnknownName
+from kernel._effects import Intent as KernelIntent
+from world._world import World
+from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
+from world.effects._blob import BlobAdapter
+from world.effects._http import HttpAdapter
+from world.effects._receipts import ReceiptKey, ReceiptRefused
+from world.effects._timer import SimClock, TimerAdapter
+
+__all__ = ["RECEIPT_WAIT_S", "EffectPump", "PumpReport", "accept_receipt", "decide_parked"]
+
+RECEIPT_WAIT_S: Final = 0.05
+"""How long a blocking ``take`` waits for a receipt before its loop looks at its flags again."""
+
+
+@dataclass
+class PumpReport:
+    """What the pump did: intents sent, receipts journaled, duplicates ignored, notes."""
+
+    dispatched: int = 0
+    receipts: int = 0
+    duplicates: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class EffectPump:
+    def __init__(
+        self,
+        world: World,
+        *,
+        sim: bool = False,
+        adapters: Iterable[Adapter] | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        self.world = world
+        self.sim = sim
+        self.key = ReceiptKey.load_or_create(world.path)
+        if adapters is None:
+            clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
+            adapters = [TimerAdapter(clock), BlobAdapter(world.cas), HttpAdapter(world.cas)]
+        adapters = list(adapters)
+        self.dispatcher = Dispatcher(adapters)
+        self._timer = next(
+            (a for a in adapters if isinstance(a, TimerAdapter) and a.simulated), None
+        )
+        self._wake = wake
+        self._inbox: queue.SimpleQueue[tuple[Receipt, bytes]] = queue.SimpleQueue()
+        self._sent: set[bytes] = set()
+
+    def close(self) -> None:
+        self.dispatcher.close()
+
+    @property
+    def in_flight(self) -> int:
+        return self.dispatcher.in_flight
+
+    def dispatch(self, report: PumpReport) -> int:
+        """Send every queued intent not sent yet to its adapter; return how many."""
+        sent = 0
+        for intent in self.world.kernel.effects.queued():
+            if intent.intent_hash in self._sent:
+                continue
+            self._sent.add(intent.intent_hash)
+            params = cbor.loads(intent.params_cbor)
+            origin = str(intent.origin.get("name", ""))
+            self.dispatcher.submit(
+                Intent(intent.intent_hash, intent.kind, params, origin), self._signed
+            )
+            sent += 1
+        report.dispatched += sent
+        return sent
+
+    def _signed(self, receipt: Receipt) -> None:
+        """The adapters' callback (any thread): sign at the source, verify when journaling."""
+        self._inbox.put((receipt, self.key.sign(receipt)))
+        if self._wake is not None:
+            self._wake()
+
+    def take(self, report: PumpReport, *, wait: bool = False) -> bool:
+        """Journal the receipts that have arrived (waiting up to ``RECEIPT_WAIT_S`` for one if
+        ``wait``), with one commit; True if there were any."""
+        got: list[tuple[Receipt, bytes]] = []
+        try:
+            got.append(
+                self._inbox.get(timeout=RECEIPT_WAIT_S) if wait else self._inbox.get_nowait()
+            )
+            while True:
+                got.append(self._inbox.get_nowait())
+        except queue.Empty:
+            pass
+        for receipt, sig in got:
+            self._accept(receipt, sig, report)
+        if got:
+            self.world.commit()
+        return bool(got)
+
+    def _accept(self, receipt: Receipt, sig: bytes, report: PumpReport) -> None:
+        try:
+            accepted = accept_receipt(self.world, self.key, receipt, sig)
+        except ReceiptRefused as refused:
+            report.notes.append(str(refused))
+            return
+        self._sent.discard(receipt.intent_hash)
+        if accepted:
+            report.receipts += 1
+        else:
+            report.duplicates += 1
+            report.notes.append(f"duplicate receipt for {receipt.intent_hash.hex()} ignored")
+
+    def advance_sim(self) -> bool:
+        """With simulated time, when only timers are left in flight, fire the next one(s)."""
+        timer = self._timer
+        if not self.sim or timer is None or timer.next_deadline() is None:
+            return False
+        if self.dispatcher.in_flight != self._timers_sent():
+            return False
+        timer.advance()
+        return True
+
+    def _timers_sent(self) -> int:
+        return sum(1 for h in self._sent if self._intent(h).kind == "timer.set")
+
+    def only_timers_left(self) -> bool:
+        """Every intent in flight is a timer (a run that returns at idle need not wait)."""
+        return all(self._intent(h).kind == "timer.set" for h in self._sent)
+
+    def _intent(self, intent_hash: bytes) -> KernelIntent:
+        return self.world.kernel.effects.intents[intent_hash]
+
+
+def accept_receipt(world: World, key: ReceiptKey, receipt: Receipt, sig: bytes) -> bool:
+    """Verify ``receipt`` and journal it (not committed); False for a duplicate of one
+    already journaled. ``ReceiptRefused`` for a forged or altered one, or an unknown intent."""
+    key.verify(receipt, sig)
+    intent = world.kernel.effects.intents.get(receipt.intent_hash)
+    if intent is None:
+        raise ReceiptRefused(receipt.intent_hash.hex(), "unknown_intent")
+    if intent.status == "done":
+        return False
+    if intent.status != "queued":
+        raise ReceiptRefused(receipt.intent_hash.hex(), "not_queued")
+    body: dict[str, Any] = {
+        "intent_hash": receipt.intent_hash,
+        "adapter_id": receipt.adapter_id,
+        "status": receipt.status,
+        "payload": receipt.payload_cbor,
+        "sig": sig,
+    }
+    world.kernel.ingest_receipt(body)
+    return True
+
+
+def decide_parked(world: World, intent_hex: str, approved: bool) -> int:
+    """Approve or deny a parked intent (``world effects approve|deny``); durable on return."""
+    try:
+        raw = bytes.fromhex(intent_hex.removeprefix("blake3:"))
+    except ValueError:
+        raw = b""
+    intent = world.kernel.effects.intents.get(raw)
+    if intent is None or intent.status != "parked":
+        parked = [i.intent_hash.hex() for i in world.kernel.effects.parked()]
+        raise UnknownName("parked intent", intent_hex, parked)
+    seq = world.kernel.ingest_approval(raw, approved)
+    world.commit()
+    return seq

@@ -1,45 +1,60 @@
 """The error tree. Every error the project raises on purpose derives from ``WorldError``.
 
-    WorldError
-    ├── CborError(pointer, code, detail)          canonical CBOR encode/decode
-    ├── ValueMismatch(pointer, code, detail)      a value does not match its AIR type
-    ├── ExprError(pointer, code, detail)          Expr evaluation failed (deterministically)
-    ├── ManifestError(diagnostics)                AIR failed validation; all diagnostics at once
-    ├── ReducerError(module, code, detail)        kernel.wasm._host: load or step failed
-    │   ├── ReducerLoadError                      rejected at load (not_wasm, imports, export_missing, ...)
-    │   ├── ReducerTrap(trap_code)                code "trap"; trap_code e.g. "unreachable"
-    │   │   ├── FuelExhausted(fuel_per_step)      code "fuel_exhausted"
+Each layer keeps every class it raises in one module (``air.errors``, ``kernel.errors``,
+``world.errors``); the tree is drawn here, once, and ``tests/test_errors.py`` holds the drawing
+to the classes (every class is drawn, under its real base, in its real module).
+
+    WorldError                                        air.errors
+    ├── CborError(pointer, code, detail)              canonical CBOR encode/decode
+    ├── ValueMismatch(pointer, code, detail)          a value does not match its AIR type
+    ├── ExprError(pointer, code, detail)              Expr evaluation failed (deterministically)
+    ├── ManifestError(diagnostics)                    AIR failed validation; all diagnostics at once
+    ├── JsonError(source, line, column, code, detail)  JSON text that cannot be read
+    ├── HashMismatch(expected, actual)                content did not match its address
+    ├── LimitExceeded(limit, value)                   a named limit was hit
+    ├── UsageError(detail)                            bad input from a user of the API or CLI
+    │   ├── UnknownName(kind, name, known)            an unknown schema, reducer, route, backend
+    │   ├── InvalidArgument(name, value, reason)      an argument outside its domain
+    │   ├── WrongMode(operation, mode)                e.g. a write to a read-only handle
+    │   ├── KeyMismatch(reducer, keyed)               a key for a non-keyed reducer, or none for a keyed one
+    │   └── InputFileError(path, reason)              an input file unreadable, empty or of the wrong kind
+    ├── ReducerError(module, code, detail)            kernel.errors: a module's load or step failed
+    │   ├── ReducerLoadError                          refused at load (not_wasm, imports, exports, ...)
+    │   ├── ReducerTrap(trap_code)                    code "trap"; trap_code e.g. "unreachable"
+    │   │   ├── FuelExhausted(fuel_per_step)          code "fuel_exhausted"
     │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
     │   └── OutputTooLarge(output_bytes, output_bytes_max)
-    ├── StepRejected(module, code, pointer, detail)  kernel._abi: output failed decoding/validation
-    ├── WasmFormatError(offset, detail)           kernel.wasm._info: bytes are not a wasm module
-    ├── JournalCorrupt(segment, offset, seq, reason)  kernel._journal: a bad record in the journal
-    ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel._divergence: replay differed
-    ├── ObjectMissing(address)                    kernel._cells: nothing in the CAS at an address
-    ├── WorldLocked(path, mode)                   world._fsutil: a lock that conflicts is held
-    ├── WorldExists, NotAWorld, GenesisMismatch, CheckpointAhead, Interrupted, WorldStale,
-    │   EventRejected, CheckpointMoved            world.errors: the world directory layer
-    ├── StoreFailed(path)                         world.cellstore._store: a flush failed earlier
-    ├── ReceiptRefused(intent_hash, reason), ReceiptKeyDamaged(path, reason)  world.effects._receipts
-    ├── CellFileRefused(path, reason)             world.moves._cellfiles: an export file that does not hold
-    ├── MigrationRefused(reducer, reason)         world.moves._migrate
-    ├── SeqPastEnd(seq, seq_last)                 world.history._timetravel
-    ├── ProtocolError(code, detail), ServedError(error_class, code, detail, fields)  world.serve._protocol
-    ├── BuildError(reducer, code, detail)         world.sdk: a reducer that does not build
-    ├── LimitExceeded(limit, value)               a named limit was hit
-    ├── HashMismatch(expected, actual)            content did not match its address
-    ├── JsonError(source, line, column, code, detail)  JSON text that cannot be read
-    ├── StorageError(path, operation, errno_name, detail)  the OS failed a durable operation
-    │   └── JournalWriteFailed(..., rolled_back)  a journal commit failed; nothing of it is kept
-    ├── StoreDamaged(path, reason)                a derived file (checkpoint, index, state) is
-    │                                             missing or damaged; rebuilt from the journal
-    └── UsageError(detail)                        bad input from a user of the API/CLI; raised
-        │                                         as one of its subclasses:
-        ├── UnknownName(kind, name, known)        an unknown schema, reducer, route, backend
-        ├── InvalidArgument(name, value, reason)  an argument outside its domain
-        ├── WrongMode(operation, mode)            e.g. a write to a read-only handle
-        ├── KeyMismatch(reducer, keyed)           a key for a non-keyed reducer, or none for a keyed one
-        └── InputFileError(path, reason)          an input file unreadable, empty or of the wrong kind
+    ├── StepRejected(module, code, pointer, detail)   kernel.errors: output failed decoding or validation
+    ├── WasmFormatError(offset, detail)               kernel.errors: bytes are not a wasm module
+    ├── JournalCorrupt(segment, offset, seq, reason, detail)  kernel.errors: a bad record in the journal
+    ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.errors: replay differed
+    ├── ObjectMissing(address)                        kernel.errors: nothing in the CAS at an address
+    ├── StorageError(path, operation, errno_name, detail)  world.errors: the OS failed a durable operation
+    │   └── JournalWriteFailed(..., rolled_back)      a journal commit failed; nothing of it is kept
+    ├── DerivedStateError                             world.errors: derived state is not usable; the
+    │   │                                             journal has everything, the world rebuilds
+    │   ├── StoreDamaged(path, reason)                a checkpoint, index, shard or state missing or damaged
+    │   ├── CheckpointAhead(checkpoint_seq_next, journal_seq_next)  committed records were lost
+    │   ├── CheckpointMoved(path)                     a live writer replaced a reader's checkpoint
+    │   └── StoreFailed(path)                         a flush failed earlier; reopen the store
+    ├── Refused                                       world.errors: input not taken, nothing stored
+    │   ├── ReceiptRefused(intent_hash, reason)       forged, altered, or for no waiting intent
+    │   ├── CellFileRefused(path, reason)             an exported cell that does not hold
+    │   ├── MigrationRefused(reducer, reason)         a reducer that cannot become cells
+    │   └── EventRejected(index, cause, where)        one event of a batch failed; none journaled
+    ├── WorldUnavailable                              world.errors: the directory cannot be used now
+    │   ├── NotAWorld(path)                           no world there
+    │   ├── WorldExists(path)                         a new world needs an empty folder
+    │   ├── WorldLocked(path, mode)                   a lock that conflicts is held
+    │   ├── WorldStale(reason)                        this handle stopped after an error; reopen
+    │   └── GenesisMismatch(expected, actual)         the journal was started by another manifest
+    ├── ServeError                                    world.errors: a served world
+    │   ├── ProtocolError(code, detail)               a frame that is not of the control protocol
+    │   └── ServedError(error_class, code, detail, fields)  the served world answered an error
+    ├── Interrupted(seq_next)                         world.errors: stopped at a tick boundary
+    ├── SeqPastEnd(seq, seq_last)                     world.errors: a position past the journal's end
+    ├── ReceiptKeyDamaged(path, reason)               world.errors: the receipt key file is not a key
+    └── BuildError(reducer, code, detail)             world.errors: a reducer that does not build
 
 Fields are structured; messages are derived from them. Tests assert on type and fields.
 """
@@ -56,13 +71,10 @@ __all__ = [
     "HashMismatch",
     "InputFileError",
     "InvalidArgument",
-    "JournalWriteFailed",
     "JsonError",
     "KeyMismatch",
     "LimitExceeded",
     "ManifestError",
-    "StorageError",
-    "StoreDamaged",
     "UnknownName",
     "UsageError",
     "ValueMismatch",
@@ -159,39 +171,6 @@ class JsonError(WorldError):
         self.code = code
         self.detail = detail
         super().__init__(f"{source}:{line}:{column}: {detail} [{code}]")
-
-
-class StorageError(WorldError):
-    """The OS failed a durable operation (``errno_name`` e.g. ``ENOSPC``, ``EIO``, ``EROFS``)."""
-
-    def __init__(self, path: str, operation: str, errno_name: str, detail: str) -> None:
-        self.path = path
-        self.operation = operation
-        self.errno_name = errno_name
-        self.detail = detail
-        super().__init__(f"{operation} {path}: {detail} [{errno_name}]")
-
-
-class JournalWriteFailed(StorageError):
-    """A journal commit failed. ``rolled_back`` is True when every byte of the failed batch was
-    cut again, so none of it is durable (a retry cannot duplicate it); False when the cut itself
-    failed and the journal refuses further writes until it is reopened."""
-
-    def __init__(
-        self, path: str, operation: str, errno_name: str, detail: str, *, rolled_back: bool
-    ) -> None:
-        self.rolled_back = rolled_back
-        super().__init__(path, operation, errno_name, detail)
-
-
-class StoreDamaged(WorldError):
-    """A derived file (checkpoint, index, shard, cell state, snapshot) is missing or damaged.
-    The journal is the source of truth, so the world rebuilds from it."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
 
 
 class UnknownName(UsageError):

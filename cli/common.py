@@ -64,29 +64,37 @@ def handle_errors(
             raise typer.Exit(1) from exc
         fail(str(exc).splitlines()[0] if str(exc) else "invalid AIR")
     except WorldError as exc:
-        code = EXIT_INTERRUPTED if type(exc).__name__ == "Interrupted" else 1
-        if json_output:
-            # An error a served world replied with keeps its own class and fields.
-            served_class = getattr(exc, "error_class", None)
-            emit_json(
-                {
-                    "ok": False,
-                    "error": served_class or type(exc).__name__,
-                    "code": getattr(exc, "code", None) or type(exc).__name__,
-                    "detail": str(exc),
-                    "fields": getattr(exc, "fields", None) if served_class else error_fields(exc),
-                }
-            )
-            raise typer.Exit(code) from exc
-        if code == EXIT_INTERRUPTED:
-            err_console.print(str(exc), soft_wrap=True, markup=False, highlight=False)
-            raise typer.Exit(code) from exc
-        fail(f"{getattr(exc, 'error_class', None) or type(exc).__name__}: {exc}")
+        _exit_with(exc, json_output)
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         fail(f"{exc.strerror or exc}{where}")
     except RecursionError as exc:  # input nested deeper than the checks below it expected
         fail(f"input nested too deeply to process ({exc})")
+
+
+def _exit_with(exc: WorldError, json_output: bool) -> NoReturn:
+    """Report ``exc`` (one line, or ``--json``'s error object) and exit: 130 for an
+    interrupt, else 1. An error a served world replied with keeps its own class and fields."""
+    # Imported here, on the error path: `world --help` loads no world module.
+    from world.errors import Interrupted, ServedError
+
+    error_class = exc.error_class if isinstance(exc, ServedError) else type(exc).__name__
+    code = EXIT_INTERRUPTED if isinstance(exc, Interrupted) else 1
+    if json_output:
+        emit_json(
+            {
+                "ok": False,
+                "error": error_class,
+                "code": getattr(exc, "code", None) or type(exc).__name__,
+                "detail": str(exc),
+                "fields": exc.fields if isinstance(exc, ServedError) else error_fields(exc),
+            }
+        )
+        raise typer.Exit(code) from exc
+    if code == EXIT_INTERRUPTED:
+        err_console.print(str(exc), soft_wrap=True, markup=False, highlight=False)
+        raise typer.Exit(code) from exc
+    fail(f"{error_class}: {exc}")
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from cli.common import (
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
     from world._world import World
-    from world.serve._protocol import Client, ServedError
+    from world.errors import ServedError
+    from world.serve._protocol import Client
 
 __all__ = [
     "info",
@@ -156,7 +157,7 @@ def via_server(directory: Path, op: str, **args: Any) -> Any | None:
 
 def _served_rejection(exc: ServedError, file: Path | None, lines: list[Any]) -> ServedError:
     """A batch the server refused, worded as the local send words it (file:line: cause)."""
-    from world.serve._protocol import ServedError
+    from world.errors import ServedError
 
     index, cause = exc.fields.get("index"), exc.fields.get("cause")
     if exc.error_class != "EventRejected" or not isinstance(index, int) or cause is None:
@@ -176,7 +177,7 @@ def send(
     json_output: JsonOpt = False,
 ) -> None:
     """Send events into the world (durable when the command returns)."""
-    from world.serve._protocol import ServedError
+    from world.errors import ServedError
 
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")

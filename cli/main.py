@@ -57,6 +57,8 @@ class _OneLineErrors(TyperGroup):
         except typer.Abort:
             sys.exit(EXIT_INTERRUPTED)
         except Exception as exc:
+            # Click's exceptions, recognised by their interface and name: typer vendors click
+            # privately (``typer._click``) and exports no class to test against.
             if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
                 raise
             if type(exc).__name__ == "NoArgsIsHelpError":

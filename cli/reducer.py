@@ -23,7 +23,7 @@ from air.errors import InputFileError, InvalidArgument
 from cli.common import console, emit_json, err_console, error_fields, fail, handle_errors
 
 if TYPE_CHECKING:  # world.sdk is imported where used: `world --help` need not load it
-    from world.sdk import BuildError
+    from world.errors import BuildError
 
 __all__ = ["app", "build_command", "check_command", "new", "scaffold", "sdk_app", "sdk_include"]
 
@@ -203,7 +203,8 @@ def build_command(
     json_output: JsonOpt = False,
 ) -> None:
     """Build a C reducer into a reproducible wasm module and check it against the ABI."""
-    from world.sdk import BuildError, build
+    from world.errors import BuildError
+    from world.sdk import build
 
     wasm_path = output if output is not None else source.with_suffix(".wasm")
     try:
@@ -248,7 +249,8 @@ def check_command(
     import blake3
 
     from kernel.wasm._info import inspect_wasm_report
-    from world.sdk import BuildError, check_abi
+    from world.errors import BuildError
+    from world.sdk import check_abi
 
     with handle_errors(json_output):
         wasm_bytes = wasm.read_bytes()

@@ -34,8 +34,9 @@ from typing import Any, Final
 import cbor2
 
 from air import cbor
-from air.errors import CborError, InvalidArgument, ValueMismatch, WorldError
+from air.errors import CborError, InvalidArgument, ValueMismatch
 from kernel import native
+from kernel.errors import StepRejected
 
 __all__ = [
     "ABI_VERSION",
@@ -44,7 +45,6 @@ __all__ = [
     "EffectOut",
     "OutputValues",
     "StepOutput",
-    "StepRejected",
     "decode_output",
     "encode_input",
     "validate_output",
@@ -64,17 +64,6 @@ _EFFECT_KEYS: Final = frozenset({"kind", "params", "cap_slot"})
 _CTX_RESERVED: Final = frozenset({"key", "cell_mode"})
 
 Check = Callable[[str, Any], None]
-
-
-class StepRejected(WorldError):
-    """A step's output failed decoding or validation; ``pointer`` is inside the output."""
-
-    def __init__(self, module: str, code: str, pointer: str, detail: str) -> None:
-        self.module = module
-        self.code = code
-        self.pointer = pointer
-        self.detail = detail
-        super().__init__(f"{module}: output {pointer}: {detail} [{code}]")
 
 
 @dataclass(frozen=True, slots=True)

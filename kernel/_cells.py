@@ -39,7 +39,8 @@ from itertools import chain, repeat
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from air import cbor
-from air.errors import CborError, HashMismatch, InvalidArgument, UsageError, WorldError
+from air.errors import CborError, HashMismatch, InvalidArgument, UsageError
+from kernel.errors import ObjectMissing
 
 __all__ = [
     "CELL_INLINE_BYTES_MAX",
@@ -56,7 +57,6 @@ __all__ = [
     "Lru",
     "MemoryCas",
     "MemoryCellStore",
-    "ObjectMissing",
     "check_module",
     "check_put",
     "decode_index",
@@ -93,14 +93,6 @@ depend on it, and a reader finds each state where the writer put it, whatever it
 NULL_KEY_CBOR: Final = b"\xf6"
 
 _ENTRY_FIELDS: Final = frozenset(("key", "last_active", "manifest_hash", "size", "state_hash"))
-
-
-class ObjectMissing(WorldError):
-    """The content store holds nothing at ``address`` (``blake3:<hex>``)."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        super().__init__(f"no object {address}")
 
 
 def key_hash(key_cbor: bytes) -> bytes:

@@ -7,27 +7,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from air import cbor
-from air.errors import WorldError
 
-__all__ = ["ReplayDivergence", "first_difference", "show_value"]
-
-
-class ReplayDivergence(WorldError):
-    """Re-executing the journal produced something other than what it recorded: at record
-    ``seq`` (for ``entity``), the first differing ``field`` (``kind``, ``subject`` or
-    ``body.<name>``) was ``expected`` in the journal and ``actual`` on re-execution."""
-
-    def __init__(
-        self, seq: int, entity: str, expected: str, actual: str, field: str = "record"
-    ) -> None:
-        self.seq = seq
-        self.entity = entity
-        self.field = field
-        self.expected = expected
-        self.actual = actual
-        super().__init__(
-            f"replay diverged at seq {seq} ({entity}): {field} expected {expected}, got {actual}"
-        )
+__all__ = ["first_difference", "show_value"]
 
 
 _ABSENT: Final = object()

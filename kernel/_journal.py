@@ -39,7 +39,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 import cbor2
 
 from air import cbor
-from air.errors import CborError, LimitExceeded, UsageError, WorldError
+from air.errors import CborError, LimitExceeded, UsageError
 from kernel import native
 from kernel._subjects import (
     SubjectPattern,
@@ -59,8 +59,6 @@ __all__ = [
     "PROBLEM_REASONS",
     "RECORD_BYTES_MAX",
     "Journal",
-    "JournalCorrupt",
-    "JournalProblem",
     "JournalRecord",
     "MemoryJournal",
     "check_encoded",
@@ -106,64 +104,6 @@ another seq), ``segment_gap`` (a segment does not start where the one before end
 ``segment_header`` (not a journal segment, or one of another format or first seq). Decode:
 ``record_decode`` (intact bytes that are not a canonical record; strict checks only).
 """
-
-
-@dataclass(frozen=True, slots=True)
-class JournalProblem:
-    """One bad place in a journal, as opening, reading, ``verify`` and ``repair`` describe it.
-
-    ``segment`` is the segment file name, ``offset`` the byte offset of the bad frame (or ``0``
-    for the segment header), ``seq`` the sequence number expected there (``None`` when unknown),
-    ``reason`` one of ``PROBLEM_REASONS``, ``detail`` free text for humans. ``describe`` is the
-    one line every surface prints (``JournalCorrupt``'s message, ``world info``'s open error,
-    ``world journal verify``); ``as_json`` is ``{segment, offset, seq, reason, detail}``.
-    """
-
-    segment: str
-    offset: int
-    seq: int | None
-    reason: str
-    detail: str = ""
-
-    def describe(self) -> str:
-        seq = "" if self.seq is None else f", seq {self.seq}"
-        detail = f" ({self.detail})" if self.detail else ""
-        return f"{self.segment} at offset {self.offset}{seq}: {self.reason}{detail}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "segment": self.segment,
-            "offset": self.offset,
-            "seq": self.seq,
-            "reason": self.reason,
-            "detail": self.detail,
-        }
-
-    def error(self) -> JournalCorrupt:
-        return JournalCorrupt(self.segment, self.offset, self.seq, self.reason, self.detail)
-
-
-class JournalCorrupt(WorldError):
-    """A record inside the journal is bad, so the journal refuses to open or read on.
-
-    The fields are a ``JournalProblem``'s (``problem`` gives it back): ``segment``, ``offset``,
-    ``seq`` (``None`` when unknown), ``reason`` (one of ``PROBLEM_REASONS``), ``detail``. The
-    message is ``"journal corrupt: " + problem.describe()``.
-    """
-
-    def __init__(
-        self, segment: str, offset: int, seq: int | None, reason: str, detail: str = ""
-    ) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.seq = seq
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"journal corrupt: {self.problem.describe()}")
-
-    @property
-    def problem(self) -> JournalProblem:
-        return JournalProblem(self.segment, self.offset, self.seq, self.reason, self.detail)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ from air.errors import KeyMismatch, UnknownName, ValueMismatch
 from air.types import Ref
 from air.values import normalise
 from kernel._cells import key_hash
-from kernel._divergence import ReplayDivergence
 from kernel._journal import JournalRecord
 from kernel._subjects import make_subject
+from kernel.errors import ReplayDivergence
 
 __all__ = [
     "CELL_IMPORTED",

@@ -24,8 +24,9 @@ from collections import deque
 from typing import Any
 
 from kernel import native
-from kernel._divergence import ReplayDivergence, first_difference
+from kernel._divergence import first_difference
 from kernel._journal import Journal, JournalRecord
+from kernel.errors import ReplayDivergence
 
 __all__ = ["Record", "Recorder"]
 

@@ -22,7 +22,6 @@ import cbor2
 
 from air import LoadedAir, cbor
 from kernel._deadletters import DeadLetters
-from kernel._divergence import ReplayDivergence
 from kernel._effects import CapDenied, EffectManager, Intent
 from kernel._journal import JournalRecord
 from kernel._plans import (
@@ -38,6 +37,7 @@ from kernel._plans import (
 from kernel._recorder import Record, Recorder
 from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._subjects import make_subject
+from kernel.errors import ReplayDivergence
 
 __all__ = ["PlanRuns"]
 

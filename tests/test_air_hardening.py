@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from air import AirSource, cbor, compile_checker, load_air
-from air.errors import CborError, JsonError, ManifestError, StoreDamaged, ValueMismatch
+from air.errors import CborError, JsonError, ManifestError, ValueMismatch
 from air.jsontext import JSON_DEPTH_MAX, JSON_NUMBER_DIGITS_MAX, loads
 from air.types import (
     TYPE_DEPTH_MAX,
@@ -32,6 +32,7 @@ from air.types import (
 from air.values import VALUE_DEPTH_MAX, check, normalise, to_sugar
 from cli.main import app
 from world._airfiles import air_sources, builtin_sources, load_air_path, read_world_sources
+from world.errors import StoreDamaged
 
 ROOT = Path(__file__).resolve().parents[1]
 

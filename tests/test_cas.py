@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from air.errors import CborError, HashMismatch, StorageError
-from kernel._cells import Cas, MemoryCas, ObjectMissing
+from air.errors import CborError, HashMismatch
+from kernel._cells import Cas, MemoryCas
+from kernel.errors import ObjectMissing
 from world import _fileio as fileio
 from world._cas import FileCas
+from world.errors import StorageError
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from air import cbor
-from air.errors import HashMismatch, StoreDamaged, UsageError
+from air.errors import HashMismatch, UsageError
 from kernel._cells import (
     NULL_KEY_CBOR,
     NULL_KEY_HASH,
@@ -42,7 +42,8 @@ from kernel._cells import (
 )
 from world import _fsutil as fsutil
 from world._cas import FileCas
-from world.cellstore._store import FileCellStore, StoreFailed
+from world.cellstore._store import FileCellStore
+from world.errors import StoreDamaged, StoreFailed
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -23,10 +23,10 @@ from cellstore_kit import (
 )
 
 from air import cbor
-from air.errors import StoreDamaged
 from kernel._cells import MemoryCellStore, encode_index, index_root_of
 from world._world import World
 from world.cellstore._store import FileCellStore
+from world.errors import StoreDamaged
 from world.history._replay import verify_world
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add

@@ -22,12 +22,12 @@ from cellstore_kit import (
 
 import world._world as world_module
 from air import cbor
-from air.errors import StoreDamaged
 from kernel._cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
 from world._cas import FileCas
 from world._world import World
 from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard
 from world.cellstore._store import FileCellStore
+from world.errors import StoreDamaged
 from world.history._replay import verify_world
 
 from worldkit import (

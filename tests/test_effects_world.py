@@ -15,7 +15,8 @@ from world._engine import Engine
 from world._world import World
 from world.effects._adapters import Receipt
 from world.effects._pump import accept_receipt
-from world.effects._receipts import ReceiptKey, ReceiptRefused
+from world.effects._receipts import ReceiptKey
+from world.errors import ReceiptRefused
 from world.history._replay import verify_world
 
 from worldkit import ROOT

@@ -16,18 +16,12 @@ from typer.testing import CliRunner
 
 import cli.moves  # noqa: F401  (registers cells export/import)
 from air import cbor
-from air.errors import StorageError
 from cli.main import app
 from world import _fileio as fileio
 from world._world import World
+from world.errors import CellFileRefused, StorageError
 from world.history._replay import verify_world
-from world.moves._cellfiles import (
-    CellFileRefused,
-    export_all,
-    export_cell,
-    import_path,
-    read_cell_file,
-)
+from world.moves._cellfiles import export_all, export_cell, import_path, read_cell_file
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

@@ -11,23 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from air.errors import StorageError, WorldError
+from air.errors import WorldError
 from world import _fileio as fileio
 from world import _fsutil as fsutil
-from world._fsutil import (
-    WorldLocked,
-    atomic_write,
-    lock_world,
-    sync_paths,
-    write_many_unsynced,
-    write_unsynced,
-)
+from world._fsutil import atomic_write, lock_world, sync_paths, write_many_unsynced, write_unsynced
+from world.errors import StorageError, WorldLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TRY_LOCK = """
 import json, sys
-from world._fsutil import WorldLocked, lock_world
+from world.errors import WorldLocked
+from world._fsutil import lock_world
 try:
     lock_world(sys.argv[1], sys.argv[2])
 except WorldLocked as exc:

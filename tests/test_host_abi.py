@@ -18,11 +18,11 @@ from kernel._abi import (
     DomainEventOut,
     EffectOut,
     StepOutput,
-    StepRejected,
     decode_output,
     encode_input,
     validate_output,
 )
+from kernel.errors import StepRejected
 
 # --- input ----------------------------------------------------------------------------------
 

@@ -7,17 +7,17 @@ import pytest
 
 from air import cbor
 from air.errors import UsageError
-from kernel._abi import StepOutput, StepRejected
-from kernel.wasm._host import (
+from kernel._abi import StepOutput
+from kernel.errors import (
     FuelExhausted,
-    HostLimits,
     MemoryLimitExceeded,
     OutputTooLarge,
     ReducerError,
-    ReducerHost,
     ReducerLoadError,
     ReducerTrap,
+    StepRejected,
 )
+from kernel.wasm._host import HostLimits, ReducerHost
 
 from host_wat import (
     HEAP_AT,

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.wasm._info import (
-    FuncSig,
-    WasmFormatError,
-    WasmProblem,
-    inspect_wasm,
-    inspect_wasm_report,
-)
+from kernel.errors import WasmFormatError
+from kernel.wasm._info import FuncSig, WasmProblem, inspect_wasm, inspect_wasm_report
 
 from host_wat import reducer, reducer_wat, wasm
 

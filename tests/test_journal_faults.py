@@ -32,9 +32,10 @@ from typing import Any
 
 import pytest
 
-from air.errors import JournalWriteFailed, StorageError, UsageError
+from air.errors import UsageError
 from kernel._journal import encode_record
 from world import _fileio as fileio
+from world.errors import JournalWriteFailed, StorageError
 from world.journal._file import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
 
 SUBJECT = "/world/event/test/Fault@1"

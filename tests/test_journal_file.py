@@ -19,9 +19,11 @@ import pytest
 
 import world.journal._file
 from air import cbor
-from air.errors import StorageError, UsageError
-from kernel._journal import PROBLEM_REASONS, JournalCorrupt, encode_record
+from air.errors import UsageError
+from kernel._journal import PROBLEM_REASONS, encode_record
+from kernel.errors import JournalCorrupt
 from world import _fileio as fileio
+from world.errors import StorageError
 from world.journal._file import (
     FRAME_HEADER_BYTES,
     SEAL_SUFFIX,

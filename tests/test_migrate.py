@@ -19,12 +19,13 @@ import typer
 from test_export_import import replays_exactly
 from typer.testing import CliRunner
 
-from air.errors import StorageError, UnknownName
+from air.errors import UnknownName
 from cli import moves
 from world import _fileio as fileio
 from world._directory import recover_swap
 from world._world import World
-from world.moves._migrate import MigrationRefused, migrate_cells
+from world.errors import MigrationRefused, StorageError
+from world.moves._migrate import migrate_cells
 
 from worldkit import COUNTER, EVENT, ROOT, add
 

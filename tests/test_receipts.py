@@ -15,15 +15,8 @@ import pytest
 from air import cbor
 from air.errors import InvalidArgument
 from world.effects._adapters import Receipt
-from world.effects._receipts import (
-    KEY_BYTES,
-    KEY_DIR,
-    KEY_FILE,
-    SIG_BYTES,
-    ReceiptKey,
-    ReceiptKeyDamaged,
-    ReceiptRefused,
-)
+from world.effects._receipts import KEY_BYTES, KEY_DIR, KEY_FILE, SIG_BYTES, ReceiptKey
+from world.errors import ReceiptKeyDamaged, ReceiptRefused
 
 RECEIPT = Receipt(
     intent_hash=cbor.digest(b"intent"),

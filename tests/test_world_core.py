@@ -12,8 +12,8 @@ from air import cbor
 from air.errors import LimitExceeded, UsageError, ValueMismatch
 from kernel._core import KernelLimits
 from world._engine import Engine
-from world._fsutil import WorldLocked
 from world._world import EventRejected, World, WorldExists
+from world.errors import WorldLocked
 from world.history._replay import verify_world
 
 from worldkit import (

@@ -45,12 +45,11 @@ from typer.testing import CliRunner
 from world_fault_child import CRASH_STATUS, NO_FLUSH, SCRIPT, no_flush, run_script, sent_by
 
 from air import cbor
-from air.errors import JournalWriteFailed, StorageError, WorldError
+from air.errors import WorldError
 from cli.main import app
-from kernel._journal import JournalCorrupt
+from kernel.errors import JournalCorrupt
 from world import _fileio as fileio
 from world._engine import Engine
-from world._fsutil import WorldLocked
 from world._world import (
     COMMIT_EVERY_STEPS,
     CheckpointAhead,
@@ -58,6 +57,7 @@ from world._world import (
     World,
     WorldExists,
 )
+from world.errors import JournalWriteFailed, StorageError, WorldLocked
 from world.history._replay import verify_world
 
 from worldkit import (

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from kernel._journal import JournalCorrupt
+from kernel.errors import JournalCorrupt
 from world._repair import check_world, repair_world
 from world._world import World
 from world.errors import CheckpointAhead

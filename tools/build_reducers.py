@@ -23,7 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from world.sdk import CFLAGS, BuildError, Built, build, check_abi
+from world.errors import BuildError
+from world.sdk import CFLAGS, Built, build, check_abi
 
 __all__ = [
     "CFLAGS",

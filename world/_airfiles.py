@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from air import AirSource, LoadedAir, WasmInfo, jsontext, load_air
-from air.errors import Diagnostic, JsonError, ManifestError, StoreDamaged
+from air.errors import Diagnostic, JsonError, ManifestError
 from kernel.wasm._info import inspect_wasm_report
+from world.errors import StoreDamaged
 
 __all__ = [
     "air_sources",

@@ -31,7 +31,7 @@ from typing import Final
 
 from air import cbor
 from air.errors import HashMismatch, WrongMode
-from kernel._cells import ObjectMissing
+from kernel.errors import ObjectMissing
 from world import _fileio as fileio
 from world._fsutil import atomic_write, fsync_dir
 

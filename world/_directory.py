@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Final
 
 from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
-from air.errors import StoreDamaged, WorldError
+from air.errors import WorldError
 from kernel._subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import read_world_sources
 from world._cas import FileCas
 from world._fsutil import WorldLock, atomic_write, lock_world
 from world.effects._receipts import ReceiptKey
+from world.errors import StoreDamaged, storage_errors
 from world.journal._file import FileJournal
 
 __all__ = [
@@ -169,7 +170,7 @@ def recover_swap(path: Path) -> bool:
     path = Path(path)
     staging, ready = swap_paths(path)
     changed = False
-    with fileio.storage_errors("recover migration"):
+    with storage_errors("recover migration"):
         if not path.exists() and ready.is_dir():
             try:
                 _rename(ready, path)

@@ -22,19 +22,17 @@ durability argument is about writes. Not here: what the files mean (callers deci
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Callable, Iterator
 from typing import Final, TypeAlias
 
-from air.errors import StorageError
+from world.errors import StorageError, storage_error
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "FaultHook",
     "StrPath",
-    "as_storage_error",
     "create",
     "fault_hook",
     "fdatasync",
@@ -44,7 +42,6 @@ __all__ = [
     "mkdir",
     "open_append",
     "replace",
-    "storage_errors",
     "sync",
     "truncate",
     "unlink",
@@ -88,9 +85,8 @@ def _op(op: str, path: StrPath) -> Iterator[None]:
 
 
 def _failed(exc: OSError, op: str, path: StrPath) -> StorageError:
-    if exc.filename is None:
-        exc.filename = os.fspath(path)
-    return as_storage_error(exc, op)
+    """The ``StorageError`` of operation ``op`` on ``path`` (or the file the OS named)."""
+    return storage_error(exc, op, path if exc.filename is None else None)
 
 
 _sync_data = getattr(os, "fdatasync", os.fsync)
@@ -200,18 +196,3 @@ def sync() -> None:
     """``sync()``: flush every file system (cheaper than many fsyncs; see ``world._fsutil``)."""
     with _op("sync", "/"):
         os.sync()
-
-
-def as_storage_error(exc: OSError, operation: str) -> StorageError:
-    """``exc`` as a ``StorageError`` with fields (path, operation, errno name)."""
-    name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
-    return StorageError(os.fspath(exc.filename or "?"), operation, name, exc.strerror or str(exc))
-
-
-@contextlib.contextmanager
-def storage_errors(operation: str) -> Iterator[None]:
-    """``with storage_errors("snapshot"):`` raises any ``OSError`` inside as ``StorageError``."""
-    try:
-        yield
-    except OSError as exc:
-        raise as_storage_error(exc, operation) from exc

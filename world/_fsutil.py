@@ -45,9 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, Literal, TypeAlias, TypeVar
 
-from air.errors import WorldError
 from world import _fileio as fileio
 from world._fileio import StrPath, fsync_dir
+from world.errors import WorldLocked
 
 __all__ = [
     "SYNC_EACH_MAX",
@@ -55,7 +55,6 @@ __all__ = [
     "LockMode",
     "StrPath",
     "WorldLock",
-    "WorldLocked",
     "atomic_write",
     "fsync_dir",
     "in_threads",
@@ -72,17 +71,6 @@ SYNC_EACH_MAX: Final = 32
 # Threads that write a batch of more than SYNC_EACH_MAX files (the module docstring says why).
 WRITER_THREADS: Final = 2
 TMP_SUFFIX: Final = ".tmp"
-
-
-class WorldLocked(WorldError):
-    """Someone holds ``path`` in a way that excludes ``mode`` (``read``, ``write`` or
-    ``exclusive``): another writer, or a repair in progress."""
-
-    def __init__(self, path: str, mode: str = "write") -> None:
-        self.path = path
-        self.mode = mode
-        holder = "a repair or rewrite" if mode == "read" else "another process"
-        super().__init__(f"world is in use by {holder}; cannot open it for {mode}: {path}")
 
 
 def atomic_write(path: StrPath, data: bytes, *, tmp_dir: StrPath | None = None) -> None:

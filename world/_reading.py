@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from air import LoadedAir, cbor
-from air.errors import KeyMismatch, StoreDamaged, UnknownName
+from air.errors import KeyMismatch, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel._cells import CellEntry, CellStore
 from kernel._core import Kernel
+from world.errors import StoreDamaged
 from world.journal._file import FileJournal
 
 __all__ = ["CellView", "Source", "cell_count", "cells", "info", "key_cbor", "state"]

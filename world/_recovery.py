@@ -16,17 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from air import LoadedAir, cbor
-from air.errors import CborError, HashMismatch, StoreDamaged
-from kernel._cells import CellStore, MemoryCellStore, ObjectMissing
+from air.errors import CborError, HashMismatch
+from kernel._cells import CellStore, MemoryCellStore
 from kernel._core import Kernel, KernelLimits
 from kernel._journal import JournalRecord
 from kernel._recorder import Record
-from world import _fileio as fileio
+from kernel.errors import ObjectMissing
 from world._cas import FileCas
 from world._directory import discard_store
 from world._runner import HostRunner
 from world.cellstore._store import FileCellStore
-from world.errors import CheckpointAhead, CheckpointMoved, GenesisMismatch
+from world.errors import (
+    CheckpointAhead,
+    CheckpointMoved,
+    GenesisMismatch,
+    StoreDamaged,
+    storage_errors,
+)
 from world.journal._file import FileJournal
 
 __all__ = ["Recovered", "Recovery"]
@@ -121,19 +127,19 @@ class Recovery:
                 kernel.apply(record)
         except StoreDamaged:
             if self.readonly and _checkpoint_replaced(store):
-                raise CheckpointMoved() from None
+                raise CheckpointMoved(_checkpoint_path(store)) from None
             raise
 
     def rebuild(self, damage: StoreDamaged, store: CellStore) -> Recovered:
         """Throw the derived state in ``store`` away and re-execute the whole journal
         (checked). A writer starts a new, empty file store; a reader rebuilds in memory."""
         if self.readonly and _checkpoint_replaced(store):
-            raise CheckpointMoved() from damage
+            raise CheckpointMoved(_checkpoint_path(store)) from damage
         if self.readonly:
             store = MemoryCellStore()
         else:
             self.journal.commit()
-            with fileio.storage_errors("rebuild"):
+            with storage_errors("rebuild"):
                 discard_store(self.path)
                 store = FileCellStore(self.path)
         kernel = self.kernel(store)
@@ -158,3 +164,7 @@ def _checkpoint_replaced(store: CellStore) -> bool:
         isinstance(store, FileCellStore)
         and store.current_checkpoint_digest() != store.checkpoint_digest
     )
+
+
+def _checkpoint_path(store: CellStore) -> str:
+    return store.checkpoint_path if isinstance(store, FileCellStore) else ""

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from air import cbor
-from air.errors import CborError, HashMismatch, StoreDamaged, WorldError
-from kernel._cells import ObjectMissing
+from air.errors import CborError, HashMismatch, WorldError
+from kernel.errors import ObjectMissing
 from world._cas import FileCas
 from world._fsutil import lock_world
 from world._world import NotAWorld, discard_store
 from world.cellstore._store import FileCellStore
+from world.errors import StoreDamaged
 from world.journal import _file as file_journal
 from world.journal._file import RepairReport, VerifyReport
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from air import LoadedAir, cbor
-from air.errors import InvalidArgument, StoreDamaged, UnknownName, WorldError
+from air.errors import InvalidArgument, UnknownName, WorldError
 from air.types import Ref, TypeNode
 from air.values import to_sugar
 from kernel._journal import JournalRecord
+from world.errors import StoreDamaged
 
 if TYPE_CHECKING:
     from world._world import World

@@ -56,14 +56,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
-from air.errors import (
-    InvalidArgument,
-    LimitExceeded,
-    StorageError,
-    StoreDamaged,
-    WorldError,
-    WrongMode,
-)
+from air.errors import InvalidArgument, LimitExceeded, WorldError, WrongMode
 from kernel._cells import CellStore, MemoryCellStore
 from kernel._core import KernelLimits
 from world import _fileio as fileio
@@ -92,8 +85,11 @@ from world.errors import (
     GenesisMismatch,
     Interrupted,
     NotAWorld,
+    StorageError,
+    StoreDamaged,
     WorldExists,
     WorldStale,
+    storage_errors,
 )
 from world.history._index import HistoryWriter
 from world.journal._file import FileJournal
@@ -195,7 +191,7 @@ class World:
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
             raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
-        with fileio.storage_errors("init"):
+        with storage_errors("init"):
             return cls._place(path, air, sources, limits or KernelLimits())
 
     @classmethod
@@ -252,7 +248,7 @@ class World:
         for attempt in range(READER_RETRIES_MAX + 1):
             lock = lock_world(path, "read" if readonly else "write")
             try:
-                with fileio.storage_errors("open"):
+                with storage_errors("open"):
                     air = load_world_air(path)
                     world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
                     world._recover()
@@ -482,7 +478,7 @@ class World:
         if not isinstance(self.store, FileCellStore):
             raise WrongMode("checkpoint", "the store was rebuilt in memory")
         seq_next = self.commit()
-        with fileio.storage_errors("checkpoint"):
+        with storage_errors("checkpoint"):
             address = self.cas.put(cbor.dumps(self.kernel.snapshot_obj(seq_next)))
             self.store.flush(cbor.dumps({"snapshot": cbor.hash_to_raw(address)}))
             self._checkpoint_seq = seq_next

@@ -45,13 +45,13 @@ from typing import Final
 import blake3
 import wasmtime
 
-from air.errors import InputFileError, UnknownName, WorldError
+from air.errors import InputFileError, UnknownName
+from world.errors import BuildError
 
 __all__ = [
     "CFLAGS",
     "STACK_SIZE_BYTES",
     "ZIGLANG_VERSION",
-    "BuildError",
     "Built",
     "build",
     "bundle_root",
@@ -136,23 +136,6 @@ def example_path(name: str) -> Path:
 
 
 # --- building -------------------------------------------------------------------------------------
-
-
-class BuildError(WorldError):
-    """A reducer failed to build, or a module does not satisfy the reducer ABI.
-
-    ``code`` is one of ``toolchain`` (ziglang missing or not the pinned version), ``source``
-    (no such source, or not exactly one .c file in a reducer folder), ``compile``, ``invalid``
-    (not a wasm module wasmtime can compile), ``imports``, ``exports`` (wrong set or kind of
-    exports) and ``signature`` (an export's function type). ``detail`` is the reason; for
-    ``compile`` it is the compiler's whole output.
-    """
-
-    def __init__(self, reducer: str, code: str, detail: str) -> None:
-        super().__init__(f"{reducer}: {detail}")
-        self.reducer = reducer
-        self.code = code
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,18 @@ from typing import Any, Final, Literal
 import wasmtime
 
 from air.cbor import content_hash, digest
-from air.errors import HashMismatch, InvalidArgument, UnknownName, WorldError, WrongMode
+from air.errors import HashMismatch, InvalidArgument, UnknownName, WrongMode
 from kernel import native as native_path
 from kernel._abi import StepOutput, decode_output
+from kernel.errors import (
+    FuelExhausted,
+    MemoryLimitExceeded,
+    OutputTooLarge,
+    ReducerError,
+    ReducerLoadError,
+    ReducerTrap,
+    WasmFormatError,
+)
 from kernel.wasm import _fastcall
 from kernel.wasm._engine import (
     POOL_MEMORY_BYTES_MAX,
@@ -62,27 +71,15 @@ from kernel.wasm._engine import (
     settings_text,
     trap_name,
 )
-from kernel.wasm._info import (  # inspect_wasm* re-exported for the AIR validator's callback
-    StepAbi,
-    WasmFormatError,
-    WasmInfo,
-    inspect_wasm,
-    inspect_wasm_report,
-)
+from kernel.wasm._info import StepAbi, WasmInfo, inspect_wasm, inspect_wasm_report
 from kernel.wasm._modcache import ModuleCache, cache_key
 from kernel.wasm._publiccall import PublicSession
 
 __all__ = [
     "BackendChoice",
-    "FuelExhausted",
     "HostLimits",
-    "MemoryLimitExceeded",
-    "OutputTooLarge",
     "Reducer",
-    "ReducerError",
     "ReducerHost",
-    "ReducerLoadError",
-    "ReducerTrap",
     "inspect_wasm",
     "inspect_wasm_report",
 ]
@@ -93,58 +90,6 @@ _PAGE_BYTES: Final = 65536
 _RETPTR_PAD: Final = 12
 _U32_MAX: Final = 0xFFFFFFFF
 _INPUT_MAX: Final = _U32_MAX - _RETPTR_PAD
-
-
-class ReducerError(WorldError):
-    """A reducer module could not be loaded or a step failed. ``module`` is its hash."""
-
-    def __init__(self, module: str, code: str, detail: str) -> None:
-        self.module = module
-        self.code = code
-        self.detail = detail
-        super().__init__(f"{module}: {detail} [{code}]")
-
-
-class ReducerLoadError(ReducerError):
-    """The module was refused at load time (not wasm, imports, ABI exports, compile, ...)."""
-
-
-class ReducerTrap(ReducerError):
-    """The step trapped; ``trap_code`` is wasmtime's trap code in lower case."""
-
-    def __init__(
-        self, module: str, trap_code: str, *, code: str = "trap", detail: str = ""
-    ) -> None:
-        self.trap_code = trap_code
-        super().__init__(module, code, detail or f"trapped: {trap_code}")
-
-
-class FuelExhausted(ReducerTrap):
-    """The step used all of ``fuel_per_step``."""
-
-    def __init__(self, module: str, fuel_per_step: int) -> None:
-        self.fuel_per_step = fuel_per_step
-        super().__init__(
-            module, "out_of_fuel", code="fuel_exhausted", detail=f"used all {fuel_per_step} fuel"
-        )
-
-
-class MemoryLimitExceeded(ReducerTrap):
-    """The step trapped with its memory grown as far as ``memory_bytes_max`` allows."""
-
-    def __init__(self, module: str, trap_code: str, memory_bytes_max: int) -> None:
-        self.memory_bytes_max = memory_bytes_max
-        detail = f"trapped ({trap_code}) at the {memory_bytes_max}-byte memory limit"
-        super().__init__(module, trap_code, code="memory_limit", detail=detail)
-
-
-class OutputTooLarge(ReducerError):
-    def __init__(self, module: str, output_bytes: int, output_bytes_max: int) -> None:
-        self.output_bytes = output_bytes
-        self.output_bytes_max = output_bytes_max
-        super().__init__(
-            module, "output_too_large", f"output of {output_bytes} bytes exceeds {output_bytes_max}"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from air.errors import WorldError
+from kernel.errors import WasmFormatError
 
 __all__ = [
     "FuncSig",
     "StepAbi",
-    "WasmFormatError",
     "WasmInfo",
     "WasmProblem",
     "inspect_wasm",
@@ -52,15 +51,6 @@ _STEP_SIGS: Final[dict[tuple[tuple[str, ...], tuple[str, ...]], StepAbi]] = {
     (("i32", "i32"), ("i32", "i32")): "multi_value",
     (("i32", "i32", "i32"), ()): "retptr",
 }
-
-
-class WasmFormatError(WorldError):
-    """The bytes are not a (parsable) core wasm module; ``offset`` is where reading failed."""
-
-    def __init__(self, offset: int, detail: str) -> None:
-        self.offset = offset
-        self.detail = detail
-        super().__init__(f"not a wasm module (at byte {offset}): {detail}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ from air.errors import CborError, WorldError
 from kernel import _abi as abi
 from kernel import _journal as journal
 from kernel import native
-from kernel._abi import StepRejected
 from kernel._cells import CellEntry, encode_entry
+from kernel.errors import StepRejected
 from world.cellstore._flush import merge_shard
 from world.cellstore._format import PackedShard
 

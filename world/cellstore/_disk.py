@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from air import cbor
-from air.errors import CborError, StoreDamaged
+from air.errors import CborError
 from world import _fileio as fileio
 from world._cas import CAS_DIR, SHARING, pinned
 from world._fsutil import (
@@ -32,6 +32,7 @@ from world.cellstore._format import (
     encode_plan,
 )
 from world.cellstore._legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
+from world.errors import StoreDamaged
 
 __all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
 

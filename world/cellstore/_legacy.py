@@ -30,10 +30,11 @@ from typing import Any, Final
 import cbor2
 
 from air import cbor
-from air.errors import CborError, StoreDamaged
+from air.errors import CborError
 from kernel._cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import _fileio as fileio
 from world.cellstore._format import ShardRef
+from world.errors import StoreDamaged
 
 __all__ = ["LEGACY_INTENT_NAME", "LegacyShard", "LegacyStore", "legacy_dirs", "read_verified"]
 

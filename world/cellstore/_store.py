@@ -70,7 +70,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from air import cbor
-from air.errors import CborError, InvalidArgument, StoreDamaged, WorldError, WrongMode
+from air.errors import CborError, InvalidArgument, WrongMode
 from kernel._cells import (
     CELL_INLINE_BYTES_MAX,
     KEY_CACHE_BYTES_MAX,
@@ -101,21 +101,14 @@ from world.cellstore._format import (
     unpack_group,
 )
 from world.cellstore._legacy import LegacyShard, LegacyStore, load_verified, read_verified
+from world.errors import StoreDamaged, StoreFailed
 
-__all__ = ["FileCellStore", "StoreFailed", "StoreStats"]
+__all__ = ["FileCellStore", "StoreStats"]
 
 _Dirty = dict[bytes, Cell | None]
 _Shard = PackedShard | LegacyShard
 _Group = ShardGroup | LegacyShard  # what one object read gives (format 1: a lone shard)
 _SCRATCH_GROUPS_MAX = 16
-
-
-class StoreFailed(WorldError):
-    """A flush of the store at ``path`` failed earlier; reopen the store to recover."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        super().__init__(f"a flush failed earlier; reopen the cell store at {path}")
 
 
 @dataclass

@@ -36,8 +36,9 @@ from world._world import World
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter
 from world.effects._http import HttpAdapter
-from world.effects._receipts import ReceiptKey, ReceiptRefused
+from world.effects._receipts import ReceiptKey
 from world.effects._timer import SimClock, TimerAdapter
+from world.errors import ReceiptRefused
 
 __all__ = ["RECEIPT_WAIT_S", "EffectPump", "PumpReport", "accept_receipt", "decide_parked"]
 

@@ -27,15 +27,16 @@ from __future__ import annotations
 import hmac
 import os
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import blake3
 
 from air import cbor
-from air.errors import InvalidArgument, WorldError
+from air.errors import InvalidArgument
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world.effects._adapters import Receipt
+from world.errors import ReceiptKeyDamaged, ReceiptRefused, storage_error
 
 __all__ = [
     "KEY_BYTES",
@@ -45,9 +46,6 @@ __all__ = [
     "KEY_ID_CONTEXT",
     "SIG_BYTES",
     "ReceiptKey",
-    "ReceiptKeyDamaged",
-    "ReceiptRefused",
-    "RefusalReason",
     "signed_bytes",
 ]
 
@@ -58,30 +56,6 @@ KEY_ID_BYTES: Final = 8
 MAC_BYTES: Final = 32
 SIG_BYTES: Final = KEY_ID_BYTES + MAC_BYTES
 KEY_ID_CONTEXT: Final = "world-kernel receipt key id v1"
-
-RefusalReason = Literal["forged", "altered", "unknown_intent", "not_queued"]
-
-
-class ReceiptRefused(WorldError):
-    """A receipt is refused: its signature does not hold (``forged``: not made with this
-    world's key; ``altered``: made with it, over different content), or it answers no intent
-    the world is waiting on (``unknown_intent``; ``not_queued``: parked or denied). ``intent_hash``
-    is hex."""
-
-    def __init__(self, intent_hash: str, reason: RefusalReason) -> None:
-        self.intent_hash = intent_hash
-        self.reason = reason
-        super().__init__(f"receipt for intent {intent_hash} refused: {reason}")
-
-
-class ReceiptKeyDamaged(WorldError):
-    """The key file at ``path`` exists but cannot be the key (``reason``: its size). It is not
-    replaced: a new key would refuse every receipt signed with the old one."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
 
 
 def signed_bytes(receipt: Receipt) -> bytes:
@@ -124,7 +98,7 @@ class ReceiptKey:
             atomic_write(path, key)
             return cls(key)
         except OSError as exc:
-            raise fileio.as_storage_error(exc, "read receipt key") from exc
+            raise storage_error(exc, "read receipt key") from exc
         if len(key) != KEY_BYTES:
             raise ReceiptKeyDamaged(str(path), f"{len(key)} bytes, not {KEY_BYTES}")
         return cls(key)

@@ -53,12 +53,13 @@ from typing import Final
 import blake3
 
 from air import cbor
-from air.errors import CborError, StorageError
+from air.errors import CborError
 from kernel._cells import CellStore
 from kernel._core import Kernel
 from kernel._journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import write_unsynced
+from world.errors import StorageError
 from world.journal._file import FileJournal
 
 __all__ = [

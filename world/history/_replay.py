@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from air.errors import StoreDamaged
 from kernel._cells import MemoryCellStore
 from kernel._core import TICK_KINDS, Kernel
-from kernel._divergence import ReplayDivergence, first_difference
+from kernel._divergence import first_difference
 from kernel._journal import MemoryJournal
+from kernel.errors import ReplayDivergence
 from world._runner import HostRunner
 from world._world import World
+from world.errors import StoreDamaged
 
 __all__ = ["Mismatch", "ReplayReport", "rebuild_world", "verify_world"]
 

@@ -51,7 +51,7 @@ from world._directory import remove_tree
 from world._fsutil import sync_paths, write_unsynced
 from world._runner import HostRunner
 from world._world import World
-from world.errors import WorldExists
+from world.errors import SeqPastEnd, WorldExists, storage_errors
 from world.history._index import cell_id, genesis_digest, read_cell
 from world.journal._file import FileJournal
 
@@ -61,7 +61,6 @@ __all__ = [
     "CellKey",
     "Forked",
     "HistoryEntry",
-    "SeqPastEnd",
     "cell_at",
     "cell_key",
     "fork_world",
@@ -70,17 +69,6 @@ __all__ = [
 
 _COMMIT_EVERY = 10_000
 """A fork commits its journal in batches of this many records (bounded memory)."""
-
-
-class SeqPastEnd(WorldError):
-    """Journal position ``seq`` was asked for, but the journal's last record is ``seq_last``."""
-
-    def __init__(self, seq: int, seq_last: int) -> None:
-        self.seq = seq
-        self.seq_last = seq_last
-        super().__init__(
-            f"seq {seq} is past the end of the journal (its last record is {seq_last})"
-        )
 
 
 @dataclass(frozen=True)
@@ -361,7 +349,7 @@ def fork_world(source: Path, seq: int, target: Path) -> Forked:
     with World.open(source, readonly=True) as world:
         _check_seq(seq, world.journal.seq_next)
         parent = target.absolute().parent
-        with fileio.storage_errors("fork"):
+        with storage_errors("fork"):
             fileio.mkdir(parent, parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
             try:

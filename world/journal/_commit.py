@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from air.errors import StorageError
 from world import _fileio as fileio
-from world.journal._segments import Io, fsync_dir, truncate, unlink
+from world.errors import StorageError, storage_errors
+from world.journal._segments import fsync_dir, truncate, unlink
 
 __all__ = ["Commit", "close_fd", "prepare_directory", "roll_back"]
 
@@ -55,10 +55,10 @@ _TEMP_NAME_RE: Final = re.compile(r"\.\d{20}\.log(\.seal)?\..*\.tmp")
 def prepare_directory(directory: Path) -> None:
     """Create the journal directory durably if needed and remove temp files of a crashed roll."""
     if not directory.is_dir():
-        with Io("mkdir", directory):
+        with storage_errors("mkdir", directory):
             fileio.mkdir(directory, parents=True)
         fsync_dir(directory.parent)
-    with Io("list", directory):
+    with storage_errors("list", directory):
         names = [entry.name for entry in os.scandir(directory)]
     for name in names:
         if _TEMP_NAME_RE.fullmatch(name):
@@ -91,7 +91,7 @@ def roll_back(directory: Path, commit: Commit) -> None:
                 fileio.unlink(temp, missing_ok=True)
     if commit.written is not None and commit.written[0] not in commit.created:
         path, size = commit.written
-        with Io("stat", path):
+        with storage_errors("stat", path):
             grown = os.stat(path).st_size != size
         if grown:
             truncate(path, size)

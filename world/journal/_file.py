@@ -63,18 +63,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from air.errors import JournalWriteFailed, StorageError, UsageError
+from air.errors import UsageError
 from kernel._journal import (
     PROBLEM_REASONS,
     RECORD_BYTES_MAX,
-    JournalProblem,
     JournalRecord,
     check_read_args,
     filter_records,
     prepare_payload,
     record_prefix,
 )
+from kernel.errors import JournalProblem
 from world import _fileio as fileio
+from world.errors import JournalWriteFailed, StorageError, storage_error, storage_errors
 from world.journal._commit import Commit, close_fd, prepare_directory, roll_back
 from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
 from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
@@ -87,7 +88,6 @@ from world.journal._segments import (
     SEGMENT_MAGIC,
     SEGMENT_VERSION,
     TORN_REASONS,
-    Io,
     TornTail,
     _Scan,
     _scan_segment,
@@ -101,7 +101,6 @@ from world.journal._segments import (
     seal_name,
     segment_header,
     segment_name,
-    storage_error,
     truncate,
     unlink,
     write_temp,
@@ -147,7 +146,7 @@ def _resume(
     if not known or names != [segment.name for segment in known]:
         return 0
     last, path = known[-1], directory / known[-1].name
-    with Io("stat", path):
+    with storage_errors("stat", path):
         if os.stat(path).st_size < last.size:
             return 0  # the segment shrank (a writer rolled a batch back, or a repair cut it)
     data = read_file(path, last.size)
@@ -413,7 +412,7 @@ class FileJournal:
         ):
             if self._fd is None or self._fd_path is None:
                 path = self._dir / last.name
-                with Io("open", path):
+                with storage_errors("open", path):
                     self._fd, self._fd_path = fileio.open_append(path), path
             return last, self._fd, self._fd_path
         return self._roll(last, commit)
@@ -433,11 +432,11 @@ class FileJournal:
                 write_temp(self._dir, targets[-1].name, seal_bytes(self._dir, last))
             )
         for temp, target in zip(commit.temps, targets, strict=True):
-            with Io("replace", target):
+            with storage_errors("replace", target):
                 fileio.replace(temp, target)
             commit.created.append(target)
         fsync_dir(self._dir)
-        with Io("open", path):
+        with storage_errors("open", path):
             commit.fd = fileio.open_append(path)
         return segment, commit.fd, path
 

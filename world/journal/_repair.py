@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import CborError, UsageError
-from kernel._journal import JournalProblem, JournalRecord, decode_record_fast
+from kernel._journal import JournalRecord, decode_record_fast
+from kernel.errors import JournalProblem
 from world import _fileio as fileio
+from world.errors import storage_errors
 from world.journal._segments import (
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
-    Io,
     TornTail,
     fsync_dir,
     list_segments,
@@ -232,21 +233,21 @@ def _backup(source: Path, backup_dir: Path) -> Path:
     if target.exists():
         raise UsageError(f"backup {target} already exists")
     data = read_file(source)
-    with Io("create", target):
+    with storage_errors("create", target):
         fd = fileio.create(target, exclusive=True)
     try:
-        with Io("write", target):
+        with storage_errors("write", target):
             fileio.write(fd, data, target)
-        with Io("fsync", target):
+        with storage_errors("fsync", target):
             fileio.fsync(fd, target)
     finally:
-        with Io("close", target):
+        with storage_errors("close", target):
             os.close(fd)
     return target
 
 
 def _size(path: Path) -> int:
-    with Io("stat", path):
+    with storage_errors("stat", path):
         return path.stat().st_size
 
 
@@ -281,7 +282,7 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
         for name in (*cut_seals, *cut_names, *moved)
         if (path / seal_name(name)).exists()
     ]
-    with Io("mkdir", backup_path):
+    with storage_errors("mkdir", backup_path):
         fileio.mkdir(backup_path, parents=True, exist_ok=True)
     backups = [_backup(path / name, backup_path) for name in (*cut_names, *moved, *seals)]
     fsync_dir(backup_path)
@@ -316,7 +317,7 @@ def _drop_stale_seals(path: Path, backup_path: Path, before: VerifyReport) -> Re
     """Back up and remove the seals that disagree with their segments (nothing is cut: the next
     writable open scans those segments and seals them again)."""
     seals = [seal_name(name) for name in before.stale_seals if (path / seal_name(name)).exists()]
-    with Io("mkdir", backup_path):
+    with storage_errors("mkdir", backup_path):
         fileio.mkdir(backup_path, parents=True, exist_ok=True)
     backups = [_backup(path / name, backup_path) for name in seals]
     fsync_dir(backup_path)

@@ -28,7 +28,7 @@ journal. Damage in a segment no command reads is found by ``world journal verify
 first replay or time-travel read that reaches it.
 
 Private to ``world.journal._file``; split from ``world.journal._segments``, which it builds on (the segment
-record, the frame and header checks, ``Io``).
+record, the frame and header checks).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ import blake3
 from air import cbor
 from air.errors import CborError
 from world import _fileio as fileio
+from world.errors import storage_errors
 from world.journal._segments import (
     _INDEX_STRIDE,
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
-    Io,
     _check_frame,
     _check_segment_header,
     _Segment,
@@ -157,7 +157,7 @@ def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
     if sealed is None:  # no seal, an unreadable or a damaged one: the segment is scanned
         return None
     segment, _digest_unchecked = sealed
-    with Io("read", directory / name), open(directory / name, "rb") as file:
+    with storage_errors("read", directory / name), open(directory / name, "rb") as file:
         if os.fstat(file.fileno()).st_size != segment.size:
             return None
         header = file.read(SEGMENT_HEADER_BYTES)
@@ -178,7 +178,7 @@ def stale_seal(directory: Path, name: str, first_seq: int) -> bool:
     if sealed is None:
         return False
     segment, digest = sealed
-    with Io("read", directory / name), open(directory / name, "rb") as file:
+    with storage_errors("read", directory / name), open(directory / name, "rb") as file:
         if os.fstat(file.fileno()).st_size != segment.size:
             return True
         return _digest(file, segment.size) != digest
@@ -186,7 +186,10 @@ def stale_seal(directory: Path, name: str, first_seq: int) -> bool:
 
 def seal_bytes(directory: Path, segment: _Segment) -> bytes:
     """The seal of ``segment``, with the digest of its file's bytes as they are now."""
-    with Io("read", directory / segment.name), open(directory / segment.name, "rb") as file:
+    with (
+        storage_errors("read", directory / segment.name),
+        open(directory / segment.name, "rb") as file,
+    ):
         return _encode_seal(segment, _digest(file, segment.size))
 
 
@@ -197,7 +200,7 @@ def seal_scanned(directory: Path, segments: Iterable[_Segment]) -> None:
         fsync_file(directory / segment.name)
         target = directory / seal_name(segment.name)
         temp = write_temp(directory, target.name, seal_bytes(directory, segment))
-        with Io("replace", target):
+        with storage_errors("replace", target):
             fileio.replace(temp, target)
         sealed = True
     if sealed:

@@ -51,7 +51,6 @@ said, so damage that appears after open is reported by the first read that reach
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import struct
@@ -59,19 +58,13 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, BinaryIO, Final
 
-from air.errors import CborError, StorageError
-from kernel._journal import (
-    JournalCorrupt,
-    JournalProblem,
-    JournalRecord,
-    decode_record,
-    decode_record_fast,
-    record_prefix,
-)
+from air.errors import CborError
+from kernel._journal import JournalRecord, decode_record, decode_record_fast, record_prefix
+from kernel.errors import JournalCorrupt, JournalProblem
 from world import _fileio as fileio
+from world.errors import storage_error, storage_errors
 
 SEGMENT_MAGIC: Final = b"WJRNL1\n"
 SEGMENT_VERSION: Final = 1
@@ -119,33 +112,6 @@ def frame_batch(payloads: Sequence[bytes]) -> tuple[bytes, list[int]]:
         offsets.append(end)
         end += FRAME_HEADER_BYTES + len(payload)
     return b"".join(parts), offsets
-
-
-# --- errors ----------------------------------------------------------------------------------
-
-
-def storage_error(exc: OSError, operation: str, path: fileio.StrPath) -> StorageError:
-    name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
-    return StorageError(os.fspath(path), operation, name, exc.strerror or str(exc))
-
-
-class Io:
-    """``with Io(operation, path):`` turns an ``OSError`` inside into a ``StorageError``."""
-
-    __slots__ = ("operation", "path")
-
-    def __init__(self, operation: str, path: fileio.StrPath) -> None:
-        self.operation = operation
-        self.path = path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, OSError):
-            raise storage_error(exc, self.operation, self.path) from exc
 
 
 # --- reports ---------------------------------------------------------------------------------
@@ -404,7 +370,7 @@ def list_segments(directory: Path) -> list[tuple[int, str]]:
 
 def read_file(path: Path, start: int = 0) -> bytes:
     """The bytes of ``path`` from ``start`` on."""
-    with Io("read", path), open(path, "rb") as file:
+    with storage_errors("read", path), open(path, "rb") as file:
         file.seek(start)
         return file.read()
 
@@ -416,12 +382,12 @@ def write_temp(directory: Path, name: str, data: bytes) -> Path:
     """Write ``data`` to the temp file of ``name`` and fsync it; return the temp file's path
     (``.<name>.new.tmp``: a writable open removes any it finds)."""
     temp = directory / f".{name}{_TEMP_SUFFIX}"
-    with Io("create", temp):
+    with storage_errors("create", temp):
         fd = fileio.create(temp)
     try:
-        with Io("write", temp):
+        with storage_errors("write", temp):
             fileio.write(fd, data, temp)
-        with Io("fsync", temp):
+        with storage_errors("fsync", temp):
             fileio.fsync(fd, temp)
     finally:
         os.close(fd)
@@ -434,22 +400,22 @@ _READ_BUFFER_BYTES: Final = 1024 * 1024
 
 
 def truncate(path: Path, size: int) -> None:
-    with Io("truncate", path):
+    with storage_errors("truncate", path):
         fileio.truncate(path, size)
 
 
 def unlink(path: Path) -> None:
-    with Io("unlink", path):
+    with storage_errors("unlink", path):
         fileio.unlink(path, missing_ok=True)
 
 
 def fsync_dir(path: Path) -> None:
-    with Io("fsync_dir", path):
+    with storage_errors("fsync_dir", path):
         fileio.fsync_dir(path)
 
 
 def fsync_file(path: Path) -> None:
-    with Io("fsync", path):
+    with storage_errors("fsync", path):
         fileio.fsync_file(path)
 
 
@@ -486,7 +452,7 @@ def read_segment(
     stride = (from_seq - segment.first_seq) // _INDEX_STRIDE
     seq, offset = segment.first_seq + stride * _INDEX_STRIDE, segment.index[stride]
     path = directory / segment.name
-    with Io("read", path), open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
+    with storage_errors("read", path), open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
         file.seek(offset)
         while seq < end_seq:
             payload = _read_payload(file, segment.name, offset, seq)

@@ -42,7 +42,6 @@ from air.errors import (
     KeyMismatch,
     UnknownName,
     ValueMismatch,
-    WorldError,
     WrongMode,
 )
 from kernel._cells import NULL_KEY_CBOR, key_hash
@@ -50,12 +49,11 @@ from kernel._moves import check_cell, imported_record
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world._world import World
-from world.errors import WorldStale
+from world.errors import CellFileRefused, WorldStale, storage_errors
 
 __all__ = [
     "EXPORT_FORMAT",
     "CellFile",
-    "CellFileRefused",
     "export_all",
     "export_cell",
     "import_path",
@@ -80,16 +78,6 @@ _FIELDS: Final = frozenset(
     )
 )
 _INDEX_FIELDS: Final = frozenset(("key", "last_active", "size"))
-
-
-class CellFileRefused(WorldError):
-    """An exported cell at ``path`` cannot be imported: ``reason`` says why (altered,
-    truncated, another module, a state that does not fit the target's schema...)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -153,7 +141,7 @@ def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
     cells = _cell_files(world, reducer, key_cbor)
     if not cells:
         raise InvalidArgument("key", key, f"{reducer} has no cell for it")
-    with fileio.storage_errors("export"):
+    with storage_errors("export"):
         fileio.mkdir(Path(out).parent, parents=True, exist_ok=True)
         atomic_write(out, cells[0].to_bytes())
     return cells[0]
@@ -167,7 +155,7 @@ def export_all(world: World, reducer: str, folder: Path) -> int:
     entries = dict(world.store.iter_entries(module_hex))
     cells = _cell_files(world, reducer, None)
     base = folder / "state" / "reducers" / module_hex
-    with fileio.storage_errors("export"):
+    with storage_errors("export"):
         fileio.mkdir(base / "cells", parents=True, exist_ok=True)
         index = {}
         for cell in cells:

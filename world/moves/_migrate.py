@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from air import AirSource, LoadedAir, cbor, load_air
-from air.errors import ManifestError, UnknownName, ValueMismatch, WorldError
+from air.errors import ManifestError, UnknownName, ValueMismatch
 from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
 from air.values import normalise
 from kernel._moves import imported_record, migrated_record
@@ -48,26 +48,17 @@ from world._directory import build_world, recover_swap, remove_tree, swap_in, sw
 from world._fsutil import atomic_write, sync_paths, write_unsynced
 from world._world import World
 from world.effects._receipts import KEY_DIR, KEY_FILE
+from world.errors import MigrationRefused, storage_errors
 from world.history._replay import verify_world
 from world.moves._cellfiles import journal_records
 
 __all__ = [
     "MigrationPlan",
-    "MigrationRefused",
     "migrate_cells",
     "plan_migration",
 ]
 
 Cell = tuple[str, bytes | None, bytes]
-
-
-class MigrationRefused(WorldError):
-    """``reducer`` cannot be migrated to cells: ``reason`` says why. Nothing was written."""
-
-    def __init__(self, reducer: str, reason: str) -> None:
-        self.reducer = reducer
-        self.reason = reason
-        super().__init__(f"cannot migrate {reducer} to cells: {reason}")
 
 
 @dataclass
@@ -350,7 +341,7 @@ def migrate_cells(
                 progress(done, total)
 
         report(0)
-        with fileio.storage_errors("migrate"):
+        with storage_errors("migrate"):
             remove_tree(staging)
             remove_tree(ready)
             try:

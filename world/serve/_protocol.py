@@ -37,8 +37,8 @@ from typing import Any, Final
 
 import msgpack
 
-from air.errors import InvalidArgument, LimitExceeded, WorldError
-from world._fsutil import WorldLocked
+from air.errors import InvalidArgument, LimitExceeded
+from world.errors import ProtocolError, ServedError, WorldLocked
 
 __all__ = [
     "BACKLOG",
@@ -47,8 +47,6 @@ __all__ = [
     "REQUEST_BYTES_MAX",
     "SOCKET_NAME",
     "Client",
-    "ProtocolError",
-    "ServedError",
     "decode",
     "encode",
     "error_reply",
@@ -68,30 +66,6 @@ SOCKET_NAME: Final = "control.sock"
 BACKLOG: Final = 16
 """Connections the socket queues before the server accepts them."""
 _LENGTH = struct.Struct(">I")
-
-
-class ProtocolError(WorldError):
-    """A frame that is not a request or reply of this protocol (``code``: ``malformed``,
-    ``too_large``, ``version``, ``closed``); ``detail`` says what was wrong."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        super().__init__(f"control protocol: {detail} [{code}]")
-
-
-class ServedError(WorldError):
-    """The served world answered a request with an error: ``error_class`` is the class of the
-    error it raised, ``code`` its code, ``detail`` its message, ``fields`` its fields."""
-
-    def __init__(
-        self, error_class: str, code: str, detail: str, fields: dict[str, Any] | None = None
-    ) -> None:
-        self.error_class = error_class
-        self.code = code
-        self.detail = detail
-        self.fields = dict(fields or {})
-        super().__init__(detail)
 
 
 def socket_path(world_dir: Path | str) -> Path:

@@ -58,12 +58,11 @@ from typing import Any, Final
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
 from world._engine import Engine, LoopReport
 from world._world import World
-from world.errors import Interrupted
+from world.errors import Interrupted, ProtocolError
 from world.serve._ops import Deferred, Ops, plain_fields
 from world.serve._protocol import (
     REPLY_BYTES_MAX,
     REQUEST_BYTES_MAX,
-    ProtocolError,
     decode,
     encode,
     error_reply,

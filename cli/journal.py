@@ -98,8 +98,8 @@ def tail(
 
     Read-only: works while another process runs the world. ``--from`` is the global sequence
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
-    from kernel._journal import check_read_args
-    from kernel._subjects import SubjectPattern
+    from kernel.journal import check_read_args
+    from kernel.subjects import SubjectPattern
     from world._directory import load_world_air
     from world._views import RecordView
     from world.errors import NotAWorld

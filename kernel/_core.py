@@ -50,18 +50,18 @@ from air.types import Ref
 from air.values import normalise
 from kernel import _abi as abi
 from kernel import native
-from kernel._cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, CellStore, key_hash
 from kernel._deadletters import DeadLetter, DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
-from kernel._journal import Journal, JournalRecord
 from kernel._moves import MOVE_KINDS, moved_cell
 from kernel._plans import PlanEngine
 from kernel._recorder import Record, Recorder
 from kernel._runs import PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._steps import CellSteps, Runner
-from kernel._subjects import make_subject
+from kernel.cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, CellStore, key_hash
 from kernel.errors import ReducerError, ReducerLoadError, ReplayDivergence, StepRejected
+from kernel.journal import Journal, JournalRecord
+from kernel.subjects import make_subject
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",

@@ -47,7 +47,7 @@ from air.types import parse_type
 from air.values import normalise
 from kernel._abi import StepOutput
 from kernel._scheduler import Delivery, Entity
-from kernel._subjects import make_subject
+from kernel.subjects import make_subject
 
 __all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]
 

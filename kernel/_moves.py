@@ -31,10 +31,10 @@ from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName, ValueMismatch
 from air.types import Ref
 from air.values import normalise
-from kernel._cells import key_hash
-from kernel._journal import JournalRecord
-from kernel._subjects import make_subject
+from kernel.cells import key_hash
 from kernel.errors import ReplayDivergence
+from kernel.journal import JournalRecord
+from kernel.subjects import make_subject
 
 __all__ = [
     "CELL_IMPORTED",

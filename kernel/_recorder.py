@@ -25,8 +25,8 @@ from typing import Any
 
 from kernel import native
 from kernel._divergence import first_difference
-from kernel._journal import Journal, JournalRecord
 from kernel.errors import ReplayDivergence
+from kernel.journal import Journal, JournalRecord
 
 __all__ = ["Record", "Recorder"]
 

@@ -23,7 +23,6 @@ import cbor2
 from air import LoadedAir, cbor
 from kernel._deadletters import DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
-from kernel._journal import JournalRecord
 from kernel._plans import (
     CONTINUE,
     DENIED,
@@ -36,8 +35,9 @@ from kernel._plans import (
 )
 from kernel._recorder import Record, Recorder
 from kernel._scheduler import Delivery, Entity, Scheduler
-from kernel._subjects import make_subject
 from kernel.errors import ReplayDivergence
+from kernel.journal import JournalRecord
+from kernel.subjects import make_subject
 
 __all__ = ["PlanRuns"]
 

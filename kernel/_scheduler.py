@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from kernel._cells import NULL_KEY_CBOR, key_hash
+from kernel.cells import NULL_KEY_CBOR, key_hash
 
 __all__ = ["Delivery", "Entity", "Scheduler"]
 

@@ -17,9 +17,9 @@ from typing import Any, Final, Protocol
 from air import LoadedAir, SchemaCheckers, cbor
 from air.errors import LimitExceeded, ValueMismatch
 from kernel import _abi as abi
-from kernel._cells import CellEntry
 from kernel._scheduler import Delivery, Entity
-from kernel._subjects import cell_subject, make_subject
+from kernel.cells import CellEntry
+from kernel.subjects import cell_subject, make_subject
 
 __all__ = ["CellSteps", "Runner"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from air import cbor
-from kernel._cells import (
+from kernel.cells import (
     CellEntry,
     CellStore,
     encode_entry,

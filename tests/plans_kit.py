@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
-from kernel._journal import JournalRecord
+from kernel.journal import JournalRecord
 from world._world import World
 from world.effects._adapters import Done, Intent, Receipt
 

@@ -29,7 +29,7 @@ from air import cbor
 from air.errors import InvalidArgument, WrongMode
 from air.types import TypeNode, parse_type
 from air.values import check
-from kernel._cells import Cas, MemoryCas
+from kernel.cells import Cas, MemoryCas
 from world._cas import FileCas
 from world.effects._adapters import (
     BACKOFF_BASE_S,

@@ -11,7 +11,7 @@ import pytest
 
 from air import cbor
 from air.errors import CborError, HashMismatch
-from kernel._cells import Cas, MemoryCas
+from kernel.cells import Cas, MemoryCas
 from kernel.errors import ObjectMissing
 from world import _fileio as fileio
 from world._cas import FileCas

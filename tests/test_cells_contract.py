@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from air import cbor
 from air.errors import HashMismatch, UsageError
-from kernel._cells import (
+from kernel.cells import (
     NULL_KEY_CBOR,
     NULL_KEY_HASH,
     CellEntry,

@@ -23,7 +23,7 @@ from cellstore_kit import (
 )
 
 from air import cbor
-from kernel._cells import MemoryCellStore, encode_index, index_root_of
+from kernel.cells import MemoryCellStore, encode_index, index_root_of
 from world._world import World
 from world.cellstore._store import FileCellStore
 from world.errors import StoreDamaged

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from air import cbor
 from kernel import native
-from kernel._cells import encode_entry
+from kernel.cells import encode_entry
 from world.cellstore._flush import Cell, OutOfLine, merge, merge_shard, splice
 
 INLINE_MAX = 8  # the inline limit the base is stored with

@@ -22,7 +22,7 @@ from cellstore_kit import (
 
 import world._world as world_module
 from air import cbor
-from kernel._cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
+from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
 from world._cas import FileCas
 from world._world import World
 from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard

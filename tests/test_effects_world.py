@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from kernel._journal import JournalRecord
+from kernel.journal import JournalRecord
 from world._engine import Engine
 from world._world import World
 from world.effects._adapters import Receipt

@@ -13,7 +13,7 @@ from typing import Any
 import blake3
 import pytest
 
-from kernel._journal import JournalRecord
+from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._runner import HostRunner
 from world._world import World
@@ -279,8 +279,8 @@ def test_flush_of_a_world_with_no_cells_writes_no_shard(tmp_path: Path) -> None:
 
 def _cell(key: str) -> str:
     from air import cbor
-    from kernel._cells import key_hash
-    from kernel._subjects import cell_subject
+    from kernel.cells import key_hash
+    from kernel.subjects import cell_subject
 
     return history.cell_id(cell_subject(COUNTER, key_hash(cbor.dumps(key))))
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError
-from kernel._journal import (
+from kernel.journal import (
     Journal,
     JournalRecord,
     MemoryJournal,
@@ -22,7 +22,7 @@ from kernel._journal import (
     encode_record,
     record_prefix,
 )
-from kernel._subjects import (
+from kernel.subjects import (
     SubjectPattern,
     cell_subject,
     effect_subject,

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from air.errors import UsageError
-from kernel._journal import encode_record
+from kernel.journal import encode_record
 from world import _fileio as fileio
 from world.errors import JournalWriteFailed, StorageError
 from world.journal._file import FRAME_HEADER_BYTES, FileJournal, seal_name, verify

@@ -20,8 +20,8 @@ import pytest
 import world.journal._file
 from air import cbor
 from air.errors import UsageError
-from kernel._journal import PROBLEM_REASONS, encode_record
 from kernel.errors import JournalCorrupt
+from kernel.journal import PROBLEM_REASONS, encode_record
 from world import _fileio as fileio
 from world.errors import StorageError
 from world.journal._file import (

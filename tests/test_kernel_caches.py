@@ -11,10 +11,10 @@ import pytest
 
 import kernel._core
 import kernel._steps
-import kernel._subjects
+import kernel.subjects
 from air import cbor
 from kernel._scheduler import Entity
-from kernel._subjects import cell_subject, checked_kind_cbor, kind_cbor, make_subject
+from kernel.subjects import cell_subject, checked_kind_cbor, kind_cbor, make_subject
 from world._world import World
 from world.history._replay import verify_world
 
@@ -31,8 +31,8 @@ def _run(path: Path) -> tuple[bytes, dict[str, int]]:
         sizes = {
             "entities": max(len(c) for c in world.kernel._entities.values()),
             "subjects": max(len(c) for c in world.kernel.steps.subjects.values()),
-            "encoded": len(kernel._subjects.subject_encodings),
-            "kinds": len(kernel._subjects.kind_encodings),
+            "encoded": len(kernel.subjects.subject_encodings),
+            "kinds": len(kernel.subjects.kind_encodings),
         }
         world.snapshot()
         counts = {f"k{n}": world.state("demo/Counter@1", f"k{n}")["count"] for n in range(KEYS)}
@@ -47,19 +47,19 @@ def test_caches_at_their_limits_change_no_byte(
     wide, _sizes = _run(tmp_path / "wide")
     monkeypatch.setattr(kernel._core, "_ENTITIES_CACHED_MAX", 3)
     monkeypatch.setattr(kernel._steps, "_SUBJECTS_CACHED_MAX", 3)
-    monkeypatch.setattr(kernel._subjects, "_ENCODED_CACHE_MAX", 3)
-    kernel._subjects.subject_encodings.clear()
-    kernel._subjects.kind_encodings.clear()
-    kernel._subjects._cell_templates.clear()
+    monkeypatch.setattr(kernel.subjects, "_ENCODED_CACHE_MAX", 3)
+    kernel.subjects.subject_encodings.clear()
+    kernel.subjects.kind_encodings.clear()
+    kernel.subjects._cell_templates.clear()
     clears = []
 
     def counting(table: dict[str, bytes], text: str) -> bytes:
-        if len(table) >= 3 and table is kernel._subjects.subject_encodings:
+        if len(table) >= 3 and table is kernel.subjects.subject_encodings:
             clears.append(text)
         return cache(table, text)
 
-    cache = kernel._subjects._cache
-    monkeypatch.setattr(kernel._subjects, "_cache", counting)
+    cache = kernel.subjects._cache
+    monkeypatch.setattr(kernel.subjects, "_cache", counting)
     narrow, sizes = _run(tmp_path / "narrow")
     assert sizes["entities"] <= 3
     assert sizes["subjects"] <= 3
@@ -74,15 +74,15 @@ def test_templates_and_kinds_at_their_limits_give_the_checked_encodings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The counter world has one (reducer, leaf) and few kinds: these limits are crossed here."""
-    monkeypatch.setattr(kernel._subjects, "_TEMPLATES_CACHED_MAX", 2)
-    monkeypatch.setattr(kernel._subjects, "_ENCODED_CACHE_MAX", 2)
-    kernel._subjects._cell_templates.clear()
-    kernel._subjects.kind_encodings.clear()
+    monkeypatch.setattr(kernel.subjects, "_TEMPLATES_CACHED_MAX", 2)
+    monkeypatch.setattr(kernel.subjects, "_ENCODED_CACHE_MAX", 2)
+    kernel.subjects._cell_templates.clear()
+    kernel.subjects.kind_encodings.clear()
     for _round in range(3):
         for kind in ("a.b", "c", "d-e", "f_g", "h.i"):
             assert kind_cbor(kind) == cbor.dumps(kind)
             assert checked_kind_cbor(kind) == cbor.dumps(kind)
-            assert len(kernel._subjects.kind_encodings) <= 2
+            assert len(kernel.subjects.kind_encodings) <= 2
     assert checked_kind_cbor("Bad") is None
     key = bytes(range(32))
     for _round in range(3):
@@ -90,7 +90,7 @@ def test_templates_and_kinds_at_their_limits_give_the_checked_encodings(
             for leaf in ("step", "failed"):
                 subject = cell_subject(reducer, key, leaf)
                 assert subject == make_subject("world", "cell", reducer, key.hex(), leaf)
-                assert len(kernel._subjects._cell_templates) <= 2
+                assert len(kernel.subjects._cell_templates) <= 2
 
 
 def test_entities_are_equal_by_reducer_key_and_run() -> None:

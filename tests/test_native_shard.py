@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from air import cbor
 from air.errors import CborError
 from kernel import native
-from kernel._cells import CellEntry, key_hash, shard_of
+from kernel.cells import CellEntry, key_hash, shard_of
 from world.cellstore._flush import Cell, merge_shard
 from world.cellstore._format import PackedShard, find_key, keys_ascend
 from world.cellstore._store import FileCellStore

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from air import cbor
-from kernel._cells import CellEntry, MemoryCellStore
 from kernel._core import Kernel, ReplayDivergence
-from kernel._journal import JournalRecord, MemoryJournal
+from kernel.cells import CellEntry, MemoryCellStore
+from kernel.journal import JournalRecord, MemoryJournal
 from world._runner import HostRunner
 from world._world import World
 from world.history._replay import verify_world

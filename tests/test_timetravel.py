@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from air import cbor
 from cli import history
 from cli.main import app
-from kernel._journal import JournalRecord
+from kernel.journal import JournalRecord
 from world._world import World
 from world.history import _timetravel as timetravel
 from world.history._timetravel import _through

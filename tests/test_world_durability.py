@@ -11,8 +11,8 @@ import pytest
 
 from air import cbor
 from kernel._core import Kernel, ReplayDivergence
-from kernel._journal import JournalRecord
 from kernel.errors import JournalCorrupt
+from kernel.journal import JournalRecord
 from world._world import CheckpointAhead, World
 from world.history._replay import rebuild_world, verify_world
 

@@ -54,7 +54,7 @@ def pinned(object_path: str) -> bool:
 
 
 class FileCas:
-    """``kernel._cells.Cas`` over files under ``<world>/cas``.
+    """``kernel.cells.Cas`` over files under ``<world>/cas``.
 
     Construct a writable one only while holding the world's write lock: opening clears
     ``cas/.tmp``, which would break another process's put in flight. ``readonly=True`` writes

@@ -25,7 +25,7 @@ from typing import Final
 
 from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
 from air.errors import WorldError
-from kernel._subjects import make_subject
+from kernel.subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import read_world_sources
 from world._cas import FileCas

@@ -19,8 +19,8 @@ from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel._cells import CellEntry, CellStore
 from kernel._core import Kernel
+from kernel.cells import CellEntry, CellStore
 from world.errors import StoreDamaged
 from world.journal._file import FileJournal
 

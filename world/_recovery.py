@@ -17,11 +17,11 @@ from pathlib import Path
 
 from air import LoadedAir, cbor
 from air.errors import CborError, HashMismatch
-from kernel._cells import CellStore, MemoryCellStore
 from kernel._core import Kernel, KernelLimits
-from kernel._journal import JournalRecord
 from kernel._recorder import Record
+from kernel.cells import CellStore, MemoryCellStore
 from kernel.errors import ObjectMissing
+from kernel.journal import JournalRecord
 from world._cas import FileCas
 from world._directory import discard_store
 from world._runner import HostRunner

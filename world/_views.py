@@ -16,7 +16,7 @@ from air import LoadedAir, cbor
 from air.errors import InvalidArgument, UnknownName, WorldError
 from air.types import Ref, TypeNode
 from air.values import to_sugar
-from kernel._journal import JournalRecord
+from kernel.journal import JournalRecord
 from world.errors import StoreDamaged
 
 if TYPE_CHECKING:

@@ -57,8 +57,8 @@ from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import InvalidArgument, LimitExceeded, WorldError, WrongMode
-from kernel._cells import CellStore, MemoryCellStore
 from kernel._core import KernelLimits
+from kernel.cells import CellStore, MemoryCellStore
 from world import _fileio as fileio
 from world import _reading
 from world._airfiles import air_sources, builtin_sources, inspect_wasm

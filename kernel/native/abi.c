@@ -1,5 +1,5 @@
 /* The reducer envelope and journal records in C: kernel._abi.encode_input, the acceptance of
- * kernel._abi.decode_output, kernel._journal.encode_record's join and decode_record_fast's shape.
+ * kernel._abi.decode_output, kernel.journal.encode_record's join and decode_record_fast's shape.
  *
  * One-sided like the codec (see cbor.c): each function either does exactly what the
  * pure-Python function does on success, or answers None, and the caller runs the Python one,
@@ -134,7 +134,7 @@ PyObject *native_py_encode_input(PyObject *self, PyObject *const *args, Py_ssize
 /* --- journal records -------------------------------------------------------------------- */
 
 /* encode_record(seq, body, kind_cbor, subject_cbor): the payload bytes, or None. kind_cbor and
- * subject_cbor are the checked, already encoded texts (kernel._subjects caches them). */
+ * subject_cbor are the checked, already encoded texts (kernel.subjects caches them). */
 PyObject *native_py_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     (void)self;
     if (n != 4 || !PyLong_CheckExact(args[0]) || !PyBytes_CheckExact(args[2]) ||
@@ -166,7 +166,7 @@ static PyObject *get_key(PyObject *map, const char *name) {
 
 /* decode_record(payload): (seq, subject, kind, body) for a canonical {seq, body, kind,
  * subject} map with a nat seq and text subject and kind, else None. The subject and kind
- * syntax is checked by the caller (kernel._journal), as for the Python decode. */
+ * syntax is checked by the caller (kernel.journal), as for the Python decode. */
 PyObject *native_py_decode_record(PyObject *self, PyObject *arg) {
     (void)self;
     if (!PyBytes_CheckExact(arg)) {

@@ -1,7 +1,7 @@
 /* The packed index shard's merge in C: world.cellstore._flush's merge + build + logical bytes,
  * and the entry encoding and sorting of its dirty cells, for a checkpoint that rewrites every
  * shard of a big world (each clean record was ~0.7 us of Python: three slices, list inserts,
- * joins, its end offsets; each dirty cell ~2.5 us: its sort, kernel._cells.encode_entry, the
+ * joins, its end offsets; each dirty cell ~2.5 us: its sort, kernel.cells.encode_entry, the
  * tuple of its op, the look for its old record).
  *
  * shard_splice(keys, entries, entry_ends, states, state_ends, cells, inline_bytes_max) takes a
@@ -10,7 +10,7 @@
  * putting its record in its place with its state inline when it is at most inline_bytes_max
  * bytes, else an empty state slot. It returns (keys, entries, entry_ends, states, state_ends,
  * logical, olds, adds): the merged shard's fields, its logical shard bytes
- * (kernel._cells.logical_shard_bytes), the (key hash, old entry bytes) of every key it replaced
+ * (kernel.cells.logical_shard_bytes), the (key hash, old entry bytes) of every key it replaced
  * or deleted whose stored state slot was empty (maybe out of line), in key order, and the
  * (key hash, state hash, state) of every cell whose state goes out of line, in the dict's order.
  *
@@ -139,7 +139,7 @@ static int by_key(const void *a, const void *b) {
     return memcmp(((const op_t *)a)->kh, ((const op_t *)b)->kh, KH);
 }
 
-/* The field names of kernel._cells.CellEntry, interned once. */
+/* The field names of kernel.cells.CellEntry, interned once. */
 enum { F_KEY, F_SIZE, F_STATE_HASH, F_LAST_ACTIVE, F_MANIFEST_HASH, F_COUNT };
 static PyObject *field_names[F_COUNT];
 
@@ -152,10 +152,10 @@ static int intern_fields(void) {
     return 0;
 }
 
-/* The entry's text keys and fixed parts, in canonical order (kernel._cells._ENTRY_FORMAT). */
+/* The entry's text keys and fixed parts, in canonical order (kernel.cells._ENTRY_FORMAT). */
 #define PUT_LIT(b, lit) nbuf_put((b), (lit), sizeof(lit) - 1)
 
-/* Append kernel._cells.encode_entry(entry) to the arena and set *state_hash (a new reference):
+/* Append kernel.cells.encode_entry(entry) to the arena and set *state_hash (a new reference):
  * N_OK, N_NOT_OURS (a field that is not an exact bytes or int of the expected range) or
  * N_ERROR. */
 static int encode_entry(nbuf_t *arena, PyObject *entry, PyObject **state_hash) {

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from air import cbor  # noqa: E402 - the repo root goes on sys.path first
-from kernel._cells import CellEntry, key_hash  # noqa: E402
+from kernel.cells import CellEntry, key_hash  # noqa: E402
 from world.cellstore._store import FileCellStore  # noqa: E402
 
 MODULE = "ab" * 32

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kernel._journal import MemoryJournal
+from kernel.journal import MemoryJournal
 from world.journal._file import SEGMENT_BYTES_MAX, FileJournal, verify
 
 EVENT_SUBJECT = "/world/event/demo/CounterEvent@1"

@@ -24,9 +24,8 @@ import cbor2
 from air import cbor
 from air.errors import CborError, WorldError
 from kernel import _abi as abi
-from kernel import _journal as journal
-from kernel import native
-from kernel._cells import CellEntry, encode_entry
+from kernel import journal, native
+from kernel.cells import CellEntry, encode_entry
 from kernel.errors import StepRejected
 from world.cellstore._flush import merge_shard
 from world.cellstore._format import PackedShard
@@ -156,7 +155,7 @@ def check_decode_record(payload: bytes) -> None:
     ok, theirs = _reference(lambda: journal._record_from_map(cbor2.loads(payload)), (CborError,))
     if not ok:
         if isinstance(theirs, CborError) and theirs.code == "journal.record":
-            return  # subject/kind syntax: kernel._journal checks it after the C decode
+            return  # subject/kind syntax: kernel.journal checks it after the C decode
         raise Disagreement("decode_record", payload, found, theirs)
     record = journal.JournalRecord(*found)
     if not same(list(found), [theirs.seq, theirs.subject, theirs.kind, theirs.body]):

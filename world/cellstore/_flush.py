@@ -51,7 +51,7 @@ from typing import Final
 
 from air import cbor
 from kernel import native
-from kernel._cells import CellEntry, encode_entry, logical_shard_bytes
+from kernel.cells import CellEntry, encode_entry, logical_shard_bytes
 from world.cellstore._format import (
     GROUP_BYTES_TARGET,
     Checkpoint,

@@ -7,7 +7,7 @@ Shard group object, a CAS object holding one or more non-empty shards of one red
 
     packed shard = {
      "keys":       n key hashes of 32 bytes, ascending, concatenated
-     "entries":    the n entries' canonical CBOR (``kernel._cells.encode_entry``), concatenated
+     "entries":    the n entries' canonical CBOR (``kernel.cells.encode_entry``), concatenated
      "entry_ends": n big-endian end offsets into "entries" (4 bytes each; 8 past 4 GiB)
      "states":     the inline states, concatenated
      "state_ends": n end offsets into "states", as "entry_ends"}
@@ -22,7 +22,7 @@ where that is still a fraction of a millisecond (BENCHMARKS.md, "Cells at scale"
 checkpoint or not at all. A record's state is inline when its slice of ``states`` is ``size``
 bytes long; an empty slice of a non-empty state means the state is the CAS object named by its
 ``state_hash`` (the writer never puts a 0-byte state out of line, so the rule needs no flag).
-The logical shard of ``kernel._cells`` (whose digest the index root is built from) is a head
+The logical shard of ``kernel.cells`` (whose digest the index root is built from) is a head
 and a concatenation of ``keys`` and ``entries``: a flush re-encodes dirty entries only. A
 lookup is one ``bytes.find`` in ``keys``, two slices, and the decoding of one entry
 (``PackedShard.lookup``); nothing builds the shard's other entries. The module hash is in the
@@ -68,7 +68,7 @@ import cbor2
 from air import cbor
 from air.errors import CborError
 from kernel import native
-from kernel._cells import (
+from kernel.cells import (
     INDEX_SHARD_BITS,
     INDEX_SHARD_COUNT,
     CellEntry,

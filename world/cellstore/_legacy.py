@@ -4,7 +4,7 @@ converted by its next checkpoint.
 Format 1 kept one file per cell under ``state/reducers/<module hex>/``::
 
     index.cbor                                    {format: 1, shard_bits: 12, shards: {p: [root, n]}}
-    index/<3 hex prefix>.<shard root hex>.cbor    the logical shard (kernel._cells.encode_shard)
+    index/<3 hex prefix>.<shard root hex>.cbor    the logical shard (kernel.cells.encode_shard)
     cells/<2 hex>/<key hash hex>.<state hash hex>.cbor
 
 and ``checkpoint.cbor`` (format 1) named each reducer's ``index.cbor`` by its root. A format-1
@@ -31,7 +31,7 @@ import cbor2
 
 from air import cbor
 from air.errors import CborError
-from kernel._cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
+from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import _fileio as fileio
 from world.cellstore._format import ShardRef
 from world.errors import StoreDamaged

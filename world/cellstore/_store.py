@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 
 from air import cbor
 from air.errors import CborError, InvalidArgument, WrongMode
-from kernel._cells import (
+from kernel.cells import (
     CELL_INLINE_BYTES_MAX,
     KEY_CACHE_BYTES_MAX,
     SHARD_CACHE_BYTES_MAX,
@@ -131,7 +131,7 @@ class _Module:
 
 
 class FileCellStore:
-    """``kernel._cells.CellStore`` over ``state/reducers`` and the CAS (see the module docstring).
+    """``kernel.cells.CellStore`` over ``state/reducers`` and the CAS (see the module docstring).
 
     Construct it only while holding the world lock: opening may recover a crashed flush.
     """

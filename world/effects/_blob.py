@@ -5,7 +5,7 @@ data}`` (SPEC §6). ``blob_ref`` is the raw 32-byte blake3 of the data, as insid
 CBOR; the store speaks ``blake3:<hex>`` and ``air.cbor.hash_to_raw``/``raw_to_hash`` convert.
 
 The store is anything with ``put(data) -> address`` and ``get(address) -> bytes``
-(``world._cas.FileCas``, ``kernel._cells.MemoryCas``); it must be safe to call from the
+(``world._cas.FileCas``, ``kernel.cells.MemoryCas``); it must be safe to call from the
 adapter's thread while other threads use it (both are: a put is a temp file and a rename).
 
 Failures are receipts, shaped as the receipt schema: a blob that is missing, damaged (its

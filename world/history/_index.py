@@ -54,9 +54,9 @@ import blake3
 
 from air import cbor
 from air.errors import CborError
-from kernel._cells import CellStore
 from kernel._core import Kernel
-from kernel._journal import JournalRecord
+from kernel.cells import CellStore
+from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import write_unsynced
 from world.errors import StorageError

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from kernel._cells import MemoryCellStore
 from kernel._core import TICK_KINDS, Kernel
 from kernel._divergence import first_difference
-from kernel._journal import MemoryJournal
+from kernel.cells import MemoryCellStore
 from kernel.errors import ReplayDivergence
+from kernel.journal import MemoryJournal
 from world._runner import HostRunner
 from world._world import World
 from world.errors import StoreDamaged

@@ -42,10 +42,10 @@ from air.errors import KeyMismatch, UnknownName, WorldError
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import _abi as abi
-from kernel._cells import MemoryCellStore, key_hash
 from kernel._core import OWED_KINDS, Kernel
-from kernel._journal import JournalRecord, MemoryJournal
-from kernel._subjects import cell_subject
+from kernel.cells import MemoryCellStore, key_hash
+from kernel.journal import JournalRecord, MemoryJournal
+from kernel.subjects import cell_subject
 from world import _fileio as fileio
 from world._directory import remove_tree
 from world._fsutil import sync_paths, write_unsynced

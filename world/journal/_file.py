@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from air.errors import UsageError
-from kernel._journal import (
+from kernel.errors import JournalProblem
+from kernel.journal import (
     PROBLEM_REASONS,
     RECORD_BYTES_MAX,
     JournalRecord,
@@ -73,7 +74,6 @@ from kernel._journal import (
     prepare_payload,
     record_prefix,
 )
-from kernel.errors import JournalProblem
 from world import _fileio as fileio
 from world.errors import JournalWriteFailed, StorageError, storage_error, storage_errors
 from world.journal._commit import Commit, close_fd, prepare_directory, roll_back

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import CborError, UsageError
-from kernel._journal import JournalRecord, decode_record_fast
 from kernel.errors import JournalProblem
+from kernel.journal import JournalRecord, decode_record_fast
 from world import _fileio as fileio
 from world.errors import storage_errors
 from world.journal._segments import (

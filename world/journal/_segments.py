@@ -12,7 +12,7 @@ Format. A segment is ``<first seq, 20 digits>.log``: a 16-byte header, then fram
 
     header  magic b"WJRNL1\\n" (7) | format version u8 (= 1) | first seq u64 LE (= the file name)
     frame   payload length u32 LE | crc32(payload) u32 LE | crc32(the 8 bytes before) u32 LE
-            | payload (``kernel._journal.encode_record``: canonical CBOR of the record map)
+            | payload (``kernel.journal.encode_record``: canonical CBOR of the record map)
 
 Checksums are ``zlib.crc32``: one C call, about 0.1 µs for a small record against 0.5 µs for a
 truncated blake3, and a CRC catches every burst error up to 32 bits, which is what torn writes and
@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from air.errors import CborError
-from kernel._journal import JournalRecord, decode_record, decode_record_fast, record_prefix
 from kernel.errors import JournalCorrupt, JournalProblem
+from kernel.journal import JournalRecord, decode_record, decode_record_fast, record_prefix
 from world import _fileio as fileio
 from world.errors import storage_error, storage_errors
 

@@ -44,8 +44,8 @@ from air.errors import (
     ValueMismatch,
     WrongMode,
 )
-from kernel._cells import NULL_KEY_CBOR, key_hash
 from kernel._moves import check_cell, imported_record
+from kernel.cells import NULL_KEY_CBOR, key_hash
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world._world import World

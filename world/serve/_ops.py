@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from air.errors import InvalidArgument, LimitExceeded
-from kernel._journal import JournalRecord
-from kernel._subjects import SubjectPattern
+from kernel.journal import JournalRecord
+from kernel.subjects import SubjectPattern
 from world._views import RecordView, cells_page
 from world._world import World
 from world.serve._protocol import encode

@@ -8,7 +8,7 @@ also matches ``/a``). Partial wildcards (``ord*``) are rejected, not taken liter
 ``[a-z][a-z0-9_.-]*``.
 
 Subjects and kinds repeat (one subject per cell, a handful of kinds), so their checked CBOR
-encodings are cached for the journal's encoder (``kernel._journal.encode_record``), which reads
+encodings are cached for the journal's encoder (``kernel.journal.encode_record``), which reads
 ``subject_encodings`` and ``kind_encodings`` directly on its hot path; only this module writes
 them. Two caches, so that a string checked as a kind is never taken for a checked subject.
 Bounded by clearing, which is cheap and cannot change any output.

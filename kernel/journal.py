@@ -12,7 +12,7 @@ scanner can check sequence continuity from those bytes without decoding the reco
 ``encode_record`` builds the same bytes without the generic encoder's map sorting (it is the
 append hot path); a test holds it equal to ``air.cbor.dumps`` of the record map.
 
-Subjects, kinds and subject patterns, and their cached encodings: ``kernel._subjects``.
+Subjects, kinds and subject patterns, and their cached encodings: ``kernel.subjects``.
 
 Durability contract (every backend). ``append`` validates, encodes and buffers a record and
 returns its seq; it is *not* durable. ``commit`` makes every record appended so far durable (one
@@ -41,7 +41,7 @@ import cbor2
 from air import cbor
 from air.errors import CborError, LimitExceeded, UsageError
 from kernel import native
-from kernel._subjects import (
+from kernel.subjects import (
     SubjectPattern,
     checked_kind_cbor,
     checked_subject_cbor,

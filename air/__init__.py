@@ -43,15 +43,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The names of ``__all__``, imported on first use: ``world --help`` imports ``air.errors``
-    alone, and pydantic (the loader's) must not come with it."""
-    if name not in __all__:
+    """The names of ``__all__``, imported on first use (``air._face``): ``world --help``
+    imports ``air.errors`` alone, and pydantic (the loader's) must not come with it."""
+    if name not in __all__:  # first: the imports below look their submodules up here
         raise AttributeError(f"module 'air' has no attribute {name!r}")
-    from air import _checkers, _loaded, _loader
+    from air import _checkers, _face, _loaded, _loader
 
-    for module in (_loaded, _loader, _checkers):
-        if name in vars(module):
-            value = vars(module)[name]
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module 'air' has no attribute {name!r}")  # pragma: no cover
+    return _face.export("air", name, (_loaded, _loader, _checkers), globals())

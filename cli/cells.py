@@ -55,7 +55,7 @@ def ls(
 ) -> None:
     """List a keyed reducer's cells sorted by key (canonical CBOR order), a page at a time:
     key, state hash, size, last active journal seq."""
-    from world._views import cells_page
+    from world import cells_page
 
     with handle_errors(json_output):
         after_value = None if after is None else parse_key_arg(after)

@@ -25,9 +25,9 @@ from cli.common import (
 # The world, kernel and AIR modules (wasmtime, pydantic, httpx) are imported inside the commands
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
-    from world._world import World
+    from world import World
     from world.errors import ServedError
-    from world.serve._protocol import Client
+    from world.serve import Client
 
 __all__ = [
     "info",
@@ -80,7 +80,7 @@ def init(
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
-    from world._world import World
+    from world import World
 
     with handle_errors(), signals_deferred():
         world = World.create(directory, air)
@@ -115,7 +115,7 @@ def opened(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[World]:
     """The world at ``directory``, closed at the end; its notices go to stderr once."""
-    from world._world import World
+    from world import World
 
     world = World.open(directory, readonly=readonly)
     if gate is not None:
@@ -140,7 +140,7 @@ def served_client(directory: Path) -> Client | None:
     is not served: the command then opens the world itself. A served world must be asked:
     opening it would fail on the write lock, or show a reader's stale view (the server runs
     the ready work before it answers a read)."""
-    from world.serve._protocol import Client, served, socket_path
+    from world.serve import Client, served, socket_path
 
     return Client(socket_path(directory)) if served(directory) else None
 
@@ -236,7 +236,7 @@ def _send_here(
     file: Path | None,
     progress: _progress.ProgressFn | None = None,
 ) -> list[int]:
-    from world._world import EventRejected
+    from world import EventRejected
 
     events = [(schema, v) for _n, v in lines]
     with opened(directory) as world:
@@ -300,7 +300,7 @@ def run(
     """Run the world with its effect adapters live until it is idle."""
     from rich.markup import escape
 
-    from world._engine import Engine
+    from world import Engine
 
     with (
         handle_errors(json_output),

@@ -12,7 +12,7 @@ from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
-    from kernel._effects import Intent
+    from kernel import Intent
 
 __all__ = ["app"]
 
@@ -73,7 +73,7 @@ def ls(
 
 
 def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
-    from world.effects._pump import decide_parked
+    from world.effects import decide_parked
 
     with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         seq = decide_parked(world, intent, approved)

@@ -31,10 +31,10 @@ from cli.core import opened, parse_key_arg, served_client, via_server
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
-    from world._views import RecordView
-    from world.history._timetravel import HistoryEntry
-    from world.journal._file import FileJournal
-    from world.serve._protocol import Client
+    from world import RecordView
+    from world.history import HistoryEntry
+    from world.journal import FileJournal
+    from world.serve import Client
 
 __all__ = ["fork", "show", "tail"]
 
@@ -62,7 +62,7 @@ def show(
     history index stored, each checked against its journaled state hash (a full replay when
     one cannot be); a SEQ inside a tick that journaled several records means after that
     whole tick."""
-    from world.history._timetravel import cell_at, cell_key
+    from world.history import cell_at, cell_key
 
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
@@ -154,11 +154,10 @@ def _tail_here(
     emit: Callable[[dict[str, Any]], None],
 ) -> None:
     """The cell's history read from the journal files (no server holds the world)."""
-    from world._directory import load_world_air
-    from world._views import RecordView
+    from world import RecordView, load_world_air
     from world.errors import NotAWorld
-    from world.history._timetravel import CellHistory, cell_key
-    from world.journal._file import FileJournal
+    from world.history import CellHistory, cell_key
+    from world.journal import FileJournal
 
     if not (directory / "air" / "sources.json").is_file() or not (directory / "journal").is_dir():
         raise NotAWorld(str(directory))
@@ -240,7 +239,7 @@ def fork(
     Same AIR, content store and receipt key; the original is only read. A SEQ inside a tick
     that journaled several records is extended to that tick's end. Run the fork with other
     inputs to see what would have happened."""
-    from world.history._timetravel import fork_world
+    from world.history import fork_world
 
     with handle_errors(json_output):
         forked = fork_world(directory, at, new_dir)

@@ -17,7 +17,7 @@ from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
 from cli.core import served_client
 
 if TYPE_CHECKING:
-    from world.serve._protocol import Client
+    from world.serve import Client
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
 
@@ -48,7 +48,7 @@ def verify(
 
     Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
     open), or after a repair; exit 1 when it needs --repair."""
-    from world._repair import check_world, repair_world
+    from world import check_world, repair_world
 
     with handle_errors(json_output):
         if not repair:
@@ -100,10 +100,9 @@ def tail(
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world._directory import load_world_air
-    from world._views import RecordView
+    from world import RecordView, load_world_air
     from world.errors import NotAWorld
-    from world.journal import _file as file_journal
+    from world.journal import FileJournal
 
     with handle_errors():
         client = served_client(directory)
@@ -116,7 +115,7 @@ def tail(
             raise NotAWorld(str(directory))
         pattern = SubjectPattern.compile(subject) if subject else None
         view = RecordView(load_world_air(directory))
-        reader = file_journal.FileJournal(directory / "journal", readonly=True)
+        reader = FileJournal(directory / "journal", readonly=True)
         seq = from_seq
         try:
             while True:

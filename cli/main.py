@@ -103,7 +103,7 @@ def _print_version(value: bool) -> None:
         import importlib.metadata
 
         from kernel import native
-        from world._runner import native_requested
+        from world import native_requested
 
         if not native.available():
             path = "not built: pure Python (reinstall with gcc to build it)"

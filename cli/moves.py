@@ -20,7 +20,7 @@ from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, parse_key_arg, print_notices, served_client
 
 if TYPE_CHECKING:
-    from world.serve._protocol import Client
+    from world.serve import Client
 
 # world.moves._cellfiles and world.moves._migrate are imported where used: `world --help` need not load them.
 
@@ -64,7 +64,7 @@ def _one_of(key: str | None, all_cells: bool) -> None:
 
 
 def _export_here(directory: Path, reducer: str, key: str | None, all_cells: bool, out: Path) -> int:
-    from world.moves._cellfiles import export_all, export_cell
+    from world.moves import export_all, export_cell
 
     with opened(directory, readonly=True) as world:
         _one_of(key, all_cells)
@@ -92,7 +92,7 @@ def import_cells(
     json_output: JsonOpt = False,
 ) -> None:
     """Import exported cells (verified first; journaled so replay reproduces them)."""
-    from world.moves._cellfiles import import_path
+    from world.moves import import_path
 
     with handle_errors(json_output), signals_deferred(), opened(directory) as world:
         count = import_path(world, path)
@@ -111,7 +111,7 @@ def migrate(
     json_output: JsonOpt = False,
 ) -> None:
     """Turn a v1 reducer with map<key, substate> state into a keyed reducer: one cell per key."""
-    from world.moves._migrate import migrate_cells
+    from world.moves import migrate_cells
 
     with (
         handle_errors(json_output),

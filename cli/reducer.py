@@ -248,7 +248,7 @@ def check_command(
     """Check a wasm module against the reducer ABI: no imports, memory/alloc/step exports."""
     import blake3
 
-    from kernel.wasm._info import inspect_wasm_report
+    from kernel.wasm import inspect_wasm_report
     from world.errors import BuildError
     from world.sdk import check_abi
 

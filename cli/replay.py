@@ -23,7 +23,7 @@ def replay(
     """Replay the journal from genesis; report the first difference, if any."""
     if not verify:
         fail("only --verify is supported: replay never rewrites a world")
-    from world.history._replay import verify_world  # here, not above: `world --help` stays quick
+    from world.history import verify_world  # here, not above: `world --help` stays quick
 
     with handle_errors(json_output), bar("replaying", json_output=json_output) as progress:
         report = verify_world(directory, progress)

@@ -26,7 +26,7 @@ def serve(
     if stop:
         _stop(directory, json_output)
         return
-    from world.serve._server import serve as serve_world  # lazy: keeps the other commands quick
+    from world.serve import serve as serve_world  # lazy: keeps the other commands quick
 
     def listening(path: Path) -> None:
         console.print(
@@ -57,7 +57,7 @@ def serve(
 
 def _stop(directory: Path, json_output: bool) -> None:
     from air.errors import WrongMode
-    from world.serve._protocol import Client, served, socket_path
+    from world.serve import Client, served, socket_path
 
     with handle_errors(json_output):
         if not served(directory):

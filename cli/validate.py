@@ -70,7 +70,7 @@ def validate(
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Validate a world's AIR and print its diagnostics or a summary."""
-    from world._airfiles import load_air_path
+    from world import load_air_path
 
     def on_manifest(exc: ManifestError) -> None:
         if json_output:

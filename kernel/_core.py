@@ -48,8 +48,7 @@ from air import LoadedAir, SchemaCheckers, cbor
 from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, WorldError
 from air.types import Ref
 from air.values import normalise
-from kernel import _abi as abi
-from kernel import native
+from kernel import abi, native
 from kernel._deadletters import DeadLetter, DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
 from kernel._moves import MOVE_KINDS, moved_cell

@@ -45,8 +45,8 @@ from air import LoadedAir, cbor
 from air.errors import WorldError
 from air.types import parse_type
 from air.values import normalise
-from kernel._abi import StepOutput
 from kernel._scheduler import Delivery, Entity
+from kernel.abi import StepOutput
 from kernel.subjects import make_subject
 
 __all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]

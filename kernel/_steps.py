@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 from air import LoadedAir, SchemaCheckers, cbor
 from air.errors import LimitExceeded, ValueMismatch
-from kernel import _abi as abi
+from kernel import abi
 from kernel._scheduler import Delivery, Entity
 from kernel.cells import CellEntry
 from kernel.subjects import cell_subject, make_subject

@@ -23,9 +23,9 @@ from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from world import World
 from world import _fileio as fileio
-from world._world import World
-from world.cellstore._store import FileCellStore
+from world.cellstore import FileCellStore
 
 EVENT: Final = "demo/CounterEvent@1"
 INLINE_BYTES_MAX: Final = 17

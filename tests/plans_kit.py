@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from air import cbor
 from kernel.journal import JournalRecord
-from world._world import World
-from world.effects._adapters import Done, Intent, Receipt
+from world import World
+from world.effects import Done, Intent, Receipt
 
 from worldkit import ROOT, const_wasm, output, write_world_air
 

@@ -31,26 +31,27 @@ from air.types import TypeNode, parse_type
 from air.values import check
 from kernel.cells import Cas, MemoryCas
 from world._cas import FileCas
-from world.effects._adapters import (
+from world.effects import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     BLOB_GET_BYTES_MAX,
-    DISPATCHER_ID,
     HTTP_BODY_INLINE_BYTES_MAX,
     HTTP_BODY_PREVIEW_CHARS,
     HTTP_RESPONSE_BYTES_MAX,
     HTTP_WORKERS,
     RETRIES_MAX,
     Adapter,
+    BlobAdapter,
     Dispatcher,
     Done,
+    HttpAdapter,
     Intent,
     Receipt,
+    SimClock,
+    TimerAdapter,
     backoff_s,
 )
-from world.effects._blob import BlobAdapter
-from world.effects._http import HttpAdapter
-from world.effects._timer import SimClock, TimerAdapter
+from world.effects._adapters import DISPATCHER_ID
 from world.effects._workers import WorkerPool
 
 WAIT_S = 5.0  # the most any test waits for a receipt it expects

@@ -156,7 +156,7 @@ def test_a_put_racing_the_cell_stores_collection_keeps_its_object(tmp_path: Path
     writes the object anew, instead of pinning a file about to be unlinked."""
     from cellstore_kit import MODULE, put
 
-    from world.cellstore._store import FileCellStore
+    from world.cellstore import FileCellStore
 
     store = FileCellStore(tmp_path)
     kh = put(store, 1, value=1, pad=2000)  # out of line

@@ -42,7 +42,7 @@ from kernel.cells import (
 )
 from world import _fsutil as fsutil
 from world._cas import FileCas
-from world.cellstore._store import FileCellStore
+from world.cellstore import FileCellStore
 from world.errors import StoreDamaged, StoreFailed
 
 

@@ -15,9 +15,9 @@ from cellstore_kit import cas_objects, store_files
 from serverkit import LineServer
 
 from air import cbor
-from world._world import World
-from world.cellstore._store import FileCellStore
-from world.history._replay import verify_world
+from world import World
+from world.cellstore import FileCellStore
+from world.history import verify_world
 
 from worldkit import COUNTER, COUNTER_AIR
 

@@ -23,12 +23,12 @@ from cellstore_kit import (
 import world._world as world_module
 from air import cbor
 from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_hash, shard_of
+from world import World
 from world._cas import FileCas
-from world._world import World
-from world.cellstore._format import GROUP_BYTES_TARGET, PackedShard
-from world.cellstore._store import FileCellStore
+from world.cellstore import GROUP_BYTES_TARGET, FileCellStore
+from world.cellstore._format import PackedShard
 from world.errors import StoreDamaged
-from world.history._replay import verify_world
+from world.history import verify_world
 
 from worldkit import (
     COUNTER,

@@ -156,8 +156,8 @@ def test_journal_tail_shows_values_and_keys_through_their_schemas(tmp_path: Path
 def test_cells_ls_pages_in_key_order_and_reads_states_for_the_page_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from world._world import World
-    from world.cellstore._store import FileCellStore
+    from world import World
+    from world.cellstore import FileCellStore
 
     from worldkit import add
 

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from air import jsontext
 from air.errors import JsonError
 from cli.main import app
-from world._world import World
+from world import World
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

@@ -38,8 +38,7 @@ import pytest
 import typer
 from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
 
-from world import sdk
-from world._world import World
+from world import World, sdk
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

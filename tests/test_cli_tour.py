@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from air import cbor
 from cli.demo import STAGES
 from cli.main import app
-from world._world import World
-from world.serve._server import serve
+from world import World
+from world.serve import serve
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT
 

@@ -11,13 +11,10 @@ import pytest
 
 from air import cbor
 from kernel.journal import JournalRecord
-from world._engine import Engine
-from world._world import World
-from world.effects._adapters import Receipt
-from world.effects._pump import accept_receipt
-from world.effects._receipts import ReceiptKey
+from world import Engine, World
+from world.effects import Receipt, ReceiptKey, accept_receipt
 from world.errors import ReceiptRefused
-from world.history._replay import verify_world
+from world.history import verify_world
 
 from worldkit import ROOT
 

@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from world._engine import Engine
-from world._world import World
-from world.effects._adapters import Done, Intent, Receipt
-from world.effects._timer import SimClock, TimerAdapter
+from world import Engine, World
+from world.effects import Done, Intent, Receipt, SimClock, TimerAdapter
 from world.errors import Interrupted
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 import cli.moves  # noqa: F401  (registers cells export/import)
 from air import cbor
 from cli.main import app
+from world import World
 from world import _fileio as fileio
-from world._world import World
 from world.errors import CellFileRefused, StorageError
-from world.history._replay import verify_world
-from world.moves._cellfiles import export_all, export_cell, import_path, read_cell_file
+from world.history import verify_world
+from world.moves import export_all, export_cell, import_path, read_cell_file
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

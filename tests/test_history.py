@@ -14,12 +14,12 @@ import blake3
 import pytest
 
 from kernel.journal import JournalRecord
+from world import World
 from world import _fileio as fileio
 from world._runner import HostRunner
-from world._world import World
 from world.history import _index as history
 from world.history import _timetravel as timetravel
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

@@ -14,7 +14,7 @@ from air import cbor
 from air.errors import UsageError, ValueMismatch
 from air.types import Ref, parse_type
 from air.values import check
-from kernel._abi import (
+from kernel.abi import (
     DomainEventOut,
     EffectOut,
     StepOutput,

@@ -11,8 +11,8 @@ import pytest
 
 from air import cbor
 from air.errors import WorldError
-from kernel._abi import encode_input
-from kernel.wasm._host import HostLimits, ReducerHost
+from kernel.abi import encode_input
+from kernel.wasm import HostLimits, ReducerHost
 
 from host_wat import (
     CARRY_OVER_MODULES,

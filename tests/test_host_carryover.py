@@ -12,8 +12,8 @@ import pytest
 import wasmtime
 
 from air import cbor
-from kernel._abi import encode_input
-from kernel.wasm._host import ReducerHost
+from kernel.abi import encode_input
+from kernel.wasm import ReducerHost
 
 from host_wat import CARRY_OVER_MODULES, wasm
 

@@ -8,9 +8,8 @@ import pytest
 from air.cbor import content_hash
 from air.errors import HashMismatch, UsageError
 from kernel.errors import ReducerLoadError
+from kernel.wasm import HostLimits, InMemoryModuleCache, ReducerHost, cache_key
 from kernel.wasm._engine import POOL_MEMORY_BYTES_MAX
-from kernel.wasm._host import HostLimits, ReducerHost
-from kernel.wasm._modcache import InMemoryModuleCache, cache_key
 
 from host_wat import OK_OUTPUT, reducer, reducer_wat, wasm
 

@@ -10,8 +10,7 @@ import pytest
 
 from air.cbor import content_hash
 from air.errors import UsageError
-from kernel.wasm._host import ReducerHost
-from kernel.wasm._modcache import InMemoryModuleCache, ModuleCache, cache_key
+from kernel.wasm import InMemoryModuleCache, ModuleCache, ReducerHost, cache_key
 from world._modcache import FileModuleCache
 
 from host_wat import OK_OUTPUT, reducer

@@ -7,7 +7,7 @@ import pytest
 
 from air import cbor
 from air.errors import UsageError
-from kernel._abi import StepOutput
+from kernel.abi import StepOutput
 from kernel.errors import (
     FuelExhausted,
     MemoryLimitExceeded,
@@ -17,7 +17,7 @@ from kernel.errors import (
     ReducerTrap,
     StepRejected,
 )
-from kernel.wasm._host import HostLimits, ReducerHost
+from kernel.wasm import HostLimits, ReducerHost
 
 from host_wat import (
     HEAP_AT,

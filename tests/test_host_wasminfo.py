@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kernel.errors import WasmFormatError
-from kernel.wasm._info import FuncSig, WasmProblem, inspect_wasm, inspect_wasm_report
+from kernel.wasm import WasmProblem, inspect_wasm, inspect_wasm_report
+from kernel.wasm._info import FuncSig
 
 from host_wat import reducer, reducer_wat, wasm
 

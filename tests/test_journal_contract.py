@@ -30,7 +30,7 @@ from kernel.subjects import (
     make_subject,
     subject_matches,
 )
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 EVENT = "/world/event/demo/CounterEvent@1"
 

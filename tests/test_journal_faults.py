@@ -36,7 +36,7 @@ from air.errors import UsageError
 from kernel.journal import encode_record
 from world import _fileio as fileio
 from world.errors import JournalWriteFailed, StorageError
-from world.journal._file import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
+from world.journal import FRAME_HEADER_BYTES, FileJournal, seal_name, verify
 
 SUBJECT = "/world/event/test/Fault@1"
 SEGMENT_BYTES = 600
@@ -76,7 +76,7 @@ _CHILD = (
     """
 import json, os, sys
 from world import _fileio as fileio
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 """
     + _BODY_SOURCE
     + """
@@ -417,7 +417,7 @@ _RESEAL_CHILD = (
     """
 import os, sys
 from world import _fileio as fileio
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 directory, crash_at, segment_bytes, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 """
     + _CRASH_HOOK_SOURCE

@@ -24,7 +24,7 @@ from kernel.errors import JournalCorrupt
 from kernel.journal import PROBLEM_REASONS, encode_record
 from world import _fileio as fileio
 from world.errors import StorageError
-from world.journal._file import (
+from world.journal import (
     FRAME_HEADER_BYTES,
     SEAL_SUFFIX,
     SEGMENT_HEADER_BYTES,

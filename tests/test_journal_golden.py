@@ -35,12 +35,8 @@ from plans_kit import (
 from typer.testing import CliRunner
 
 from cli.main import app
-from world._engine import Engine
-from world._world import World
-from world.effects._adapters import Done, Intent, Receipt
-from world.effects._blob import BlobAdapter
-from world.effects._pump import decide_parked
-from world.effects._timer import SimClock, TimerAdapter
+from world import Engine, World
+from world.effects import BlobAdapter, Done, Intent, Receipt, SimClock, TimerAdapter, decide_parked
 
 from worldkit import (
     COUNTER,

@@ -13,10 +13,10 @@ import kernel._core
 import kernel._steps
 import kernel.subjects
 from air import cbor
-from kernel._scheduler import Entity
+from kernel import Entity
 from kernel.subjects import cell_subject, checked_kind_cbor, kind_cbor, make_subject
-from world._world import World
-from world.history._replay import verify_world
+from world import World
+from world.history import verify_world
 
 from worldkit import COUNTER_AIR, EVENT, add
 

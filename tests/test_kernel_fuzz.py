@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from air import cbor
-from kernel._core import Kernel
+from kernel import Kernel
 from kernel.cells import MemoryCellStore
 from kernel.journal import MemoryJournal
-from world._airfiles import load_air_path
+from world import load_air_path
 
 from worldkit import COUNTER_AIR, EVENT, add
 

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 
 from air.errors import UnknownName
 from cli import moves
+from world import World
 from world import _fileio as fileio
 from world._directory import recover_swap
-from world._world import World
 from world.errors import MigrationRefused, StorageError
-from world.moves._migrate import migrate_cells
+from world.moves import migrate_cells
 
 from worldkit import COUNTER, EVENT, ROOT, add
 
@@ -35,7 +35,7 @@ CHILD = """
 import os, sys
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
 from world import _fileio as fileio
-from world.moves._migrate import migrate_cells
+from world.moves import migrate_cells
 
 at, ops = int(sys.argv[2]), 0
 

@@ -55,10 +55,9 @@ from typing import Any
 import pytest
 
 from air import cbor
-from world._world import World
-from world.history._replay import verify_world
-from world.moves._cellfiles import journal_cells
-from world.moves._migrate import migrate_cells
+from world import World
+from world.history import verify_world
+from world.moves import journal_cells, migrate_cells
 
 from worldkit import COUNTER, EVENT, ROOT, add
 
@@ -79,7 +78,7 @@ from pathlib import Path
 
 sys.path[:0] = [sys.argv[3], sys.argv[4]]
 from world import _fileio as fileio
-from world.moves._migrate import migrate_cells
+from world.moves import migrate_cells
 
 pristine, work = Path(sys.argv[1]), Path(sys.argv[2])
 

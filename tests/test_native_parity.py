@@ -20,12 +20,10 @@ import pytest
 
 from air import cbor
 from air.errors import WorldError
-from kernel import _abi as abi
-from kernel import native
-from kernel.wasm._host import HostLimits, ReducerHost
-from world._engine import Engine
-from world._world import World
-from world.history._replay import verify_world
+from kernel import abi, native
+from kernel.wasm import HostLimits, ReducerHost
+from world import Engine, World
+from world.history import verify_world
 
 from host_wat import (
     INFINITE_LOOP,

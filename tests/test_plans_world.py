@@ -51,13 +51,9 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import ManifestError
 from cli.main import app
-from world._engine import Engine, LoopReport
-from world._world import World
-from world.effects._adapters import Adapter
-from world.effects._blob import BlobAdapter
-from world.effects._http import HttpAdapter
-from world.effects._pump import decide_parked
-from world.history._replay import verify_world
+from world import Engine, LoopReport, World
+from world.effects import Adapter, BlobAdapter, HttpAdapter, decide_parked
+from world.history import verify_world
 
 runner = CliRunner()
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from cli import _progress, core
-from world._world import World
-from world.history._replay import verify_world
-from world.moves._migrate import migrate_cells
+from world import World
+from world.history import verify_world
+from world.moves import migrate_cells
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

@@ -14,8 +14,8 @@ import pytest
 
 from air import cbor
 from air.errors import InvalidArgument
-from world.effects._adapters import Receipt
-from world.effects._receipts import KEY_BYTES, KEY_DIR, KEY_FILE, SIG_BYTES, ReceiptKey
+from world.effects import KEY_DIR, KEY_FILE, Receipt, ReceiptKey
+from world.effects._receipts import KEY_BYTES, SIG_BYTES
 from world.errors import ReceiptKeyDamaged, ReceiptRefused
 
 RECEIPT = Receipt(

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from air import cbor
-from kernel._core import Kernel, ReplayDivergence
+from kernel import Kernel
+from kernel._core import ReplayDivergence
 from kernel.cells import CellEntry, MemoryCellStore
 from kernel.journal import JournalRecord, MemoryJournal
+from world import World
 from world._runner import HostRunner
-from world._world import World
-from world.history._replay import verify_world
+from world.history import verify_world
 
 from worldkit import (
     COUNTER,

@@ -24,10 +24,9 @@ from typer.testing import CliRunner
 from cli import core
 from cli.main import app
 from cli.serve import serve as serve_command
-from world._world import World
+from world import World
 from world.errors import ServedError, WorldLocked
-from world.serve._protocol import PROTOCOL_VERSION, REQUEST_BYTES_MAX, Client, served, socket_path
-from world.serve._server import serve
+from world.serve import PROTOCOL_VERSION, REQUEST_BYTES_MAX, Client, serve, served, socket_path
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

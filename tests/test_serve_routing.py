@@ -24,12 +24,11 @@ from test_serve import WAIT_S, frame, raw_conn, read_reply
 from typer.testing import CliRunner
 
 from cli.main import app
-from world._world import World
+from world import World
 from world.errors import ServedError
+from world.serve import PROTOCOL_VERSION, Client, ServeReport, serve, served, socket_path
 from world.serve import _ops as _served_ops
 from world.serve import _protocol as control
-from world.serve._protocol import PROTOCOL_VERSION, Client, served, socket_path
-from world.serve._server import ServeReport, serve
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 

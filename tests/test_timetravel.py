@@ -17,9 +17,9 @@ from air import cbor
 from cli import history
 from cli.main import app
 from kernel.journal import JournalRecord
-from world._world import World
+from world import World
 from world.history import _timetravel as timetravel
-from world.history._timetravel import _through
+from world.history._timetravel import through
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -210,9 +210,9 @@ def _rec(seq: int, kind: str) -> JournalRecord:
 def test_a_position_inside_a_tick_group_extends_to_the_end_of_the_tick() -> None:
     kinds = ["world.created", "event.in", "step", "effect.queued", "effect.queued", "event.in"]
     records = [_rec(i, k) for i, k in enumerate(kinds)]
-    assert [r.seq for r in _through(iter(records), 2)] == [0, 1, 2, 3, 4]
-    assert [r.seq for r in _through(iter(records), 3)] == [0, 1, 2, 3, 4]
-    assert [r.seq for r in _through(iter(records), 1)] == [0, 1]
+    assert [r.seq for r in through(iter(records), 2)] == [0, 1, 2, 3, 4]
+    assert [r.seq for r in through(iter(records), 3)] == [0, 1, 2, 3, 4]
+    assert [r.seq for r in through(iter(records), 1)] == [0, 1]
 
 
 @pytest.mark.parametrize(

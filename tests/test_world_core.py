@@ -10,11 +10,10 @@ import pytest
 
 from air import cbor
 from air.errors import LimitExceeded, UsageError, ValueMismatch
-from kernel._core import KernelLimits
-from world._engine import Engine
-from world._world import EventRejected, World, WorldExists
+from kernel import KernelLimits
+from world import Engine, EventRejected, World, WorldExists
 from world.errors import WorldLocked
-from world.history._replay import verify_world
+from world.history import verify_world
 
 from worldkit import (
     COUNTER,

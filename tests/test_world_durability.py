@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from air import cbor
-from kernel._core import Kernel, ReplayDivergence
+from kernel import Kernel
+from kernel._core import ReplayDivergence
 from kernel.errors import JournalCorrupt
 from kernel.journal import JournalRecord
-from world._world import CheckpointAhead, World
-from world.history._replay import rebuild_world, verify_world
+from world import CheckpointAhead, World
+from world.history import rebuild_world, verify_world
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -113,7 +114,7 @@ def test_a_rewritten_step_record_with_a_valid_frame_is_caught_by_replay_at_its_s
     target = next(r for r in records if r.kind == "step" and r.seq > 20)
     forged = dict(target.body, out_hash=bytes(32))
     # Rebuild the world's journal with one record changed, through the journal's own writer.
-    from world.journal._file import FileJournal
+    from world.journal import FileJournal
 
     (tmp_path / "w" / "journal").rename(tmp_path / "old-journal")
     journal = FileJournal.open(tmp_path / "w" / "journal")
@@ -220,7 +221,7 @@ import os, sys
 from pathlib import Path
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from world import _world as world_module
-from world._world import World
+from world import World
 from worldkit import EVENT, add
 world_module.SNAPSHOT_RECORDS_MAX = int(sys.argv[4])
 world = World.open(Path(sys.argv[1]))

@@ -48,17 +48,11 @@ from air import cbor
 from air.errors import WorldError
 from cli.main import app
 from kernel.errors import JournalCorrupt
+from world import CheckpointAhead, Engine, Interrupted, World, WorldExists
 from world import _fileio as fileio
-from world._engine import Engine
-from world._world import (
-    COMMIT_EVERY_STEPS,
-    CheckpointAhead,
-    Interrupted,
-    World,
-    WorldExists,
-)
+from world._world import COMMIT_EVERY_STEPS
 from world.errors import JournalWriteFailed, StorageError, WorldLocked
-from world.history._replay import verify_world
+from world.history import verify_world
 
 from worldkit import (
     COUNTER,

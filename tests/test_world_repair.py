@@ -12,10 +12,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kernel.errors import JournalCorrupt
-from world._repair import check_world, repair_world
-from world._world import World
+from world import World, check_world, repair_world
 from world.errors import CheckpointAhead
-from world.history._replay import verify_world
+from world.history import verify_world
 from world.journal import _file as file_journal
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from world._world import World
-from world.journal._file import FileJournal
+from world import World
+from world.journal import FileJournal
 
 EVENT = "demo/CounterEvent@1"
 SCRIPT = [

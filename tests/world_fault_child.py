@@ -33,8 +33,8 @@ from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from world import World
 from world import _fileio as fileio
-from world._world import World
 
 EVENT: Final = "demo/CounterEvent@1"
 CRASH_STATUS: Final = 137

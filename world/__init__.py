@@ -1,6 +1,199 @@
-"""The I/O shell of the world: the world directory, CAS, journal segments, cell files and index,
-snapshots, effect adapters, migration and export.
+"""The I/O shell of the world: the world directory, and everything that touches files, clocks or
+the network, around the pure ``air`` and ``kernel``.
 
-Everything here that touches files, clocks or the network lives here and not in ``air/`` or
-``kernel/``, which stay pure. Modules here may import ``air`` and ``kernel``, never ``cli``.
+Invariants:
+- The journal is the source of truth. Everything else on disk (the cell store's checkpoint,
+  the history index, snapshots) is derived: missing or damaged, it is rebuilt from the journal,
+  never a reason to lose or refuse what was acknowledged.
+- Durable on return: a call that changes the world commits the journal (one group commit)
+  before it returns; a checkpoint is never ahead of the journal.
+- One writer, many readers: OS locks on the directory; a reader writes nothing and works beside
+  a live writer, on a full disk and on a read-only file system.
+- Every durable write goes through ``_fileio`` (the crash, EIO and ENOSPC tests hook it), and
+  every ``OSError`` leaves as ``world.errors.StorageError`` naming the operation and the path.
+- Nothing reaches the outside but through an effect adapter, for an intent the kernel journaled
+  and allowed; its receipt comes back signed and is verified before it is journaled.
+
+This face exports the supported API: ``World`` (a world directory open for writing or reading),
+``Engine`` (its one loop), the checks and repairs of a whole world, record views, and the
+world's errors (``world.errors``). Concept packages, each with its own face: ``journal`` (the
+file journal), ``cellstore`` (the file cell store), ``effects`` (adapters, receipts, the effect
+pump), ``serve`` (a served world and its client), ``history`` (the history index, time travel,
+forks, replay), ``moves`` (cells exported, imported, migrated). ``sdk`` is the reducer SDK as a
+library.
+
+Private parts: ``_world`` (``World``), ``_recovery`` (opening: checkpoint and journal tail,
+rebuilds), ``_reading`` (states, cells, ``info``), ``_engine`` (the loop), ``_directory`` (the
+directory's own files, creation, swaps), ``_airfiles`` (AIR from disk), ``_cas``, ``_modcache``
+(compiled modules on disk), ``_runner`` (the kernel's ``Runner`` over the WASM host),
+``_fileio`` (the injectable file layer), ``_fsutil`` (atomic writes, batched syncs, the lock),
+``_views`` (records as people read them), ``_repair`` (check and repair a whole world),
+``_face`` (how these faces hand out their names).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from world._airfiles import load_air_path
+    from world._directory import load_world_air
+    from world._engine import TICKS_PER_CYCLE_MAX, Engine, LoopReport, Rejected
+    from world._reading import CellView
+    from world._repair import WorldCheck, WorldRepair, check_world, repair_world
+    from world._runner import native_requested
+    from world._views import RecordView, cells_page
+    from world._world import SNAPSHOT_DIRTY_MAX, SNAPSHOT_RECORDS_MAX, World
+    from world.errors import (
+        BuildError,
+        CellFileRefused,
+        CheckpointAhead,
+        CheckpointMoved,
+        DerivedStateError,
+        EventRejected,
+        GenesisMismatch,
+        Interrupted,
+        JournalWriteFailed,
+        MigrationRefused,
+        NotAWorld,
+        ProtocolError,
+        ReceiptKeyDamaged,
+        ReceiptRefused,
+        Refused,
+        SeqPastEnd,
+        ServedError,
+        ServeError,
+        StorageError,
+        StoreDamaged,
+        StoreFailed,
+        WorldExists,
+        WorldLocked,
+        WorldStale,
+        WorldUnavailable,
+    )
+
+__all__ = [
+    "SNAPSHOT_DIRTY_MAX",
+    "SNAPSHOT_RECORDS_MAX",
+    "TICKS_PER_CYCLE_MAX",
+    "BuildError",
+    "CellFileRefused",
+    "CellView",
+    "CheckpointAhead",
+    "CheckpointMoved",
+    "DerivedStateError",
+    "Engine",
+    "EventRejected",
+    "GenesisMismatch",
+    "Interrupted",
+    "JournalWriteFailed",
+    "LoopReport",
+    "MigrationRefused",
+    "NotAWorld",
+    "ProtocolError",
+    "ReceiptKeyDamaged",
+    "ReceiptRefused",
+    "RecordView",
+    "Refused",
+    "Rejected",
+    "SeqPastEnd",
+    "ServeError",
+    "ServedError",
+    "StorageError",
+    "StoreDamaged",
+    "StoreFailed",
+    "World",
+    "WorldCheck",
+    "WorldExists",
+    "WorldLocked",
+    "WorldRepair",
+    "WorldStale",
+    "WorldUnavailable",
+    "cells_page",
+    "check_world",
+    "load_air_path",
+    "load_world_air",
+    "native_requested",
+    "repair_world",
+]
+
+_WHERE: dict[str, str] = {
+    name: module
+    for module, names in (
+        (
+            "world._world",
+            (
+                "World",
+                "SNAPSHOT_DIRTY_MAX",
+                "SNAPSHOT_RECORDS_MAX",
+            ),
+        ),
+        ("world._reading", ("CellView",)),
+        (
+            "world._engine",
+            (
+                "Engine",
+                "LoopReport",
+                "Rejected",
+                "TICKS_PER_CYCLE_MAX",
+            ),
+        ),
+        (
+            "world._repair",
+            (
+                "WorldCheck",
+                "WorldRepair",
+                "check_world",
+                "repair_world",
+            ),
+        ),
+        (
+            "world._views",
+            (
+                "RecordView",
+                "cells_page",
+            ),
+        ),
+        ("world._airfiles", ("load_air_path",)),
+        ("world._directory", ("load_world_air",)),
+        ("world._runner", ("native_requested",)),
+        (
+            "world.errors",
+            (
+                "BuildError",
+                "CellFileRefused",
+                "CheckpointAhead",
+                "CheckpointMoved",
+                "DerivedStateError",
+                "EventRejected",
+                "GenesisMismatch",
+                "Interrupted",
+                "JournalWriteFailed",
+                "MigrationRefused",
+                "NotAWorld",
+                "ProtocolError",
+                "ReceiptKeyDamaged",
+                "ReceiptRefused",
+                "Refused",
+                "SeqPastEnd",
+                "ServeError",
+                "ServedError",
+                "StorageError",
+                "StoreDamaged",
+                "StoreFailed",
+                "WorldExists",
+                "WorldLocked",
+                "WorldStale",
+                "WorldUnavailable",
+            ),
+        ),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (``world._face``)."""
+    from world._face import export
+
+    return export("world", _WHERE, name, globals())

@@ -16,7 +16,7 @@ from typing import Any
 
 from air import AirSource, LoadedAir, WasmInfo, jsontext, load_air
 from air.errors import Diagnostic, JsonError, ManifestError
-from kernel.wasm._info import inspect_wasm_report
+from kernel.wasm import inspect_wasm_report
 from world.errors import StoreDamaged
 
 __all__ = [

@@ -30,9 +30,9 @@ from world import _fileio as fileio
 from world._airfiles import read_world_sources
 from world._cas import FileCas
 from world._fsutil import WorldLock, atomic_write, lock_world
-from world.effects._receipts import ReceiptKey
+from world.effects import ReceiptKey
 from world.errors import StoreDamaged, storage_errors
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = [
     "FORMAT",

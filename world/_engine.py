@@ -46,8 +46,7 @@ from typing import Any, Final
 
 from air.errors import WorldError, WrongMode
 from world._world import World
-from world.effects._adapters import Adapter
-from world.effects._pump import RECEIPT_WAIT_S, EffectPump, PumpReport
+from world.effects import RECEIPT_WAIT_S, Adapter, EffectPump, PumpReport
 from world.errors import EventRejected, Interrupted
 
 __all__ = ["REJECTED_KEPT", "TICKS_PER_CYCLE_MAX", "Engine", "LoopReport", "Rejected"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from air.errors import InvalidArgument
-from kernel.wasm._modcache import CACHE_KEY_RE
+from kernel.wasm import CACHE_KEY_RE
 from world import _fileio as fileio
 from world._fsutil import StrPath, atomic_write
 from world.errors import StorageError

@@ -19,10 +19,10 @@ from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel._core import Kernel
+from kernel import Kernel
 from kernel.cells import CellEntry, CellStore
 from world.errors import StoreDamaged
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = ["CellView", "Source", "cell_count", "cells", "info", "key_cbor", "state"]
 

@@ -17,15 +17,14 @@ from pathlib import Path
 
 from air import LoadedAir, cbor
 from air.errors import CborError, HashMismatch
-from kernel._core import Kernel, KernelLimits
-from kernel._recorder import Record
+from kernel import Kernel, KernelLimits, Record
 from kernel.cells import CellStore, MemoryCellStore
 from kernel.errors import ObjectMissing
 from kernel.journal import JournalRecord
 from world._cas import FileCas
 from world._directory import discard_store
 from world._runner import HostRunner
-from world.cellstore._store import FileCellStore
+from world.cellstore import FileCellStore
 from world.errors import (
     CheckpointAhead,
     CheckpointMoved,
@@ -33,7 +32,7 @@ from world.errors import (
     StoreDamaged,
     storage_errors,
 )
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = ["Recovered", "Recovery"]
 

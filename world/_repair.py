@@ -23,13 +23,13 @@ from typing import Any
 from air import cbor
 from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import ObjectMissing
+from world import journal as file_journal
 from world._cas import FileCas
 from world._fsutil import lock_world
 from world._world import NotAWorld, discard_store
-from world.cellstore._store import FileCellStore
+from world.cellstore import FileCellStore
 from world.errors import StoreDamaged
-from world.journal import _file as file_journal
-from world.journal._file import RepairReport, VerifyReport
+from world.journal import RepairReport, VerifyReport
 
 __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]
 

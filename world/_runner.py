@@ -14,7 +14,7 @@ from pathlib import Path
 
 from air import LoadedAir
 from kernel import native
-from kernel.wasm._host import HostLimits, Reducer, ReducerHost
+from kernel.wasm import HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache
 
 __all__ = ["HostRunner", "native_requested"]

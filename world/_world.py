@@ -57,7 +57,7 @@ from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import InvalidArgument, LimitExceeded, WorldError, WrongMode
-from kernel._core import KernelLimits
+from kernel import KernelLimits
 from kernel.cells import CellStore, MemoryCellStore
 from world import _fileio as fileio
 from world import _reading
@@ -77,7 +77,7 @@ from world._fsutil import WorldLock, atomic_write, lock_world
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
 from world._runner import HostRunner
-from world.cellstore._store import FileCellStore
+from world.cellstore import FileCellStore
 from world.errors import (
     CheckpointAhead,
     CheckpointMoved,
@@ -91,8 +91,8 @@ from world.errors import (
     WorldStale,
     storage_errors,
 )
-from world.history._index import HistoryWriter
-from world.journal._file import FileJournal
+from world.history import HistoryWriter
+from world.journal import FileJournal
 
 __all__ = [
     "SNAPSHOT_DIRTY_MAX",

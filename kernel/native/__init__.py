@@ -188,7 +188,7 @@ def keys_ascend(keys: bytes) -> bool | None:
 
 
 def bind_types(*shapes: tuple[type, tuple[str, ...]]) -> None:
-    """Let ``decode_output`` build ``kernel._abi``'s result objects itself (each a slots dataclass
+    """Let ``decode_output`` build ``kernel.abi``'s result objects itself (each a slots dataclass
     given with its fields in order); checked against the classes by the extension."""
     if _ext is not None:
         _ext.bind_types(shapes)

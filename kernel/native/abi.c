@@ -1,5 +1,5 @@
-/* The reducer envelope and journal records in C: kernel._abi.encode_input, the acceptance of
- * kernel._abi.decode_output, kernel.journal.encode_record's join and decode_record_fast's shape.
+/* The reducer envelope and journal records in C: kernel.abi.encode_input, the acceptance of
+ * kernel.abi.decode_output, kernel.journal.encode_record's join and decode_record_fast's shape.
  *
  * One-sided like the codec (see cbor.c): each function either does exactly what the
  * pure-Python function does on success, or answers None, and the caller runs the Python one,
@@ -12,7 +12,7 @@
 
 /* --- result objects --------------------------------------------------------------------- */
 
-/* kernel._abi's frozen slots dataclasses, built here by setting their slots directly: their
+/* kernel.abi's frozen slots dataclasses, built here by setting their slots directly: their
  * generated __init__ costs ~0.6 us each (object.__setattr__ per field) and does nothing else
  * (no __post_init__; bind_types checks the slots). Unbound, decode_output returns a tuple. */
 enum { T_STEP_OUTPUT, T_OUTPUT_VALUES, T_EVENT_OUT, T_EFFECT_OUT, T_COUNT };
@@ -301,7 +301,7 @@ fail:
     return -1;
 }
 
-/* The StepOutput (with its OutputValues) that kernel._abi.decode_output builds. */
+/* The StepOutput (with its OutputValues) that kernel.abi.decode_output builds. */
 static PyObject *build_output(PyObject *state_cbor, PyObject *state, PyObject *events,
                               PyObject *effects, PyObject *ann_cbor, PyObject *ann) {
     PyObject *event_objs = NULL, *event_values = NULL, *effect_objs = NULL, *params = NULL;

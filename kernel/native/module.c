@@ -10,7 +10,7 @@ static PyMethodDef native_methods[] = {
     {"decode_record", native_py_decode_record, METH_O,
      "(seq, subject, kind, body) of a canonical record payload, or None."},
     {"encode_input", (PyCFunction)(void (*)(void))native_py_encode_input, METH_FASTCALL,
-     "kernel._abi.encode_input without extra ctx, or None."},
+     "kernel.abi.encode_input without extra ctx, or None."},
     {"decode_output", native_py_decode_output, METH_O,
      "(state_cbor, state, events, effects, ann_cbor, ann) of a valid output, or None."},
     {"normalise", (PyCFunction)(void (*)(void))native_py_normalise, METH_FASTCALL,
@@ -25,7 +25,7 @@ static PyMethodDef native_methods[] = {
      "Whether a shard's 32-byte key hashes strictly ascend; or None."},
     {"bind", native_py_bind, METH_O, "Set the wasmtime C-API function addresses."},
     {"bind_types", native_py_bind_types, METH_O,
-     "The kernel._abi result classes decode_output builds, with their fields."},
+     "The kernel.abi result classes decode_output builds, with their fields."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,7 +48,7 @@ import wasmtime
 from air.cbor import content_hash, digest
 from air.errors import HashMismatch, InvalidArgument, UnknownName, WrongMode
 from kernel import native as native_path
-from kernel._abi import StepOutput, decode_output
+from kernel.abi import StepOutput, decode_output
 from kernel.errors import (
     FuelExhausted,
     MemoryLimitExceeded,

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from air import cbor  # noqa: E402 - the repo root goes on sys.path first
 from kernel.cells import CellEntry, key_hash  # noqa: E402
-from world.cellstore._store import FileCellStore  # noqa: E402
+from world.cellstore import FileCellStore  # noqa: E402
 
 MODULE = "ab" * 32
 MANIFEST = bytes(32)

@@ -54,8 +54,8 @@ def footprint(world: Path) -> int:
 
 
 def run_one(cells: int, events: int, batch: int, folder: Path, replay: bool) -> dict[str, Any]:
-    from world._world import World
-    from world.history._replay import verify_world
+    from world import World
+    from world.history import verify_world
 
     path = folder / f"w-{cells}-{events}"
     world = World.create(path, ROOT / "manifests" / "counter")

@@ -44,7 +44,7 @@ def world_binary() -> list[str]:
 
 
 def build(path: Path, events: int, batch: int) -> float:
-    from world._world import World
+    from world import World
 
     start = time.perf_counter()
     world = World.create(path, ROOT / "manifests" / "counter")

@@ -31,10 +31,12 @@ import wasmtime  # noqa: E402
 
 from air import SchemaCheckers, cbor  # noqa: E402
 from air.types import parse_type  # noqa: E402
-from kernel import _abi as abi  # noqa: E402
-from kernel import native  # noqa: E402
-from kernel.wasm._host import Reducer, ReducerHost  # noqa: E402
-from kernel.wasm._modcache import InMemoryModuleCache  # noqa: E402
+from kernel import abi, native  # noqa: E402
+from kernel.wasm import (  # noqa: E402
+    InMemoryModuleCache,
+    Reducer,
+    ReducerHost,
+)
 
 SCHEMAS = {"demo/CounterState@1": parse_type({"record": {"count": "nat", "events": "nat"}})}
 STATE = cbor.dumps({"count": 41, "events": 7})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel.journal import MemoryJournal
-from world.journal._file import SEGMENT_BYTES_MAX, FileJournal, verify
+from world.journal import SEGMENT_BYTES_MAX, FileJournal, verify
 
 EVENT_SUBJECT = "/world/event/demo/CounterEvent@1"
 STEP_SUBJECT = f"/world/cell/demo/Counter@1/{bytes(range(32)).hex()}/step"

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from cli.main import COLLECTOR_THRESHOLDS  # noqa: E402
 from kernel import native  # noqa: E402
-from world._world import World  # noqa: E402
-from world.history._replay import verify_world  # noqa: E402
+from world import World  # noqa: E402
+from world.history import verify_world  # noqa: E402
 
 EVENT = "demo/CounterEvent@1"
 

@@ -70,8 +70,8 @@ def _latency(samples_ns: list[int]) -> tuple[float, float]:
 
 def worker_kernel(cells: int, events: int, folder: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from world._world import World
-    from world.history._replay import verify_world
+    from world import World
+    from world.history import verify_world
 
     path = folder / "world"
     world = World.create(path, ROOT / "manifests" / "counter")

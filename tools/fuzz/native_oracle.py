@@ -23,8 +23,7 @@ import cbor2
 
 from air import cbor
 from air.errors import CborError, WorldError
-from kernel import _abi as abi
-from kernel import journal, native
+from kernel import abi, journal, native
 from kernel.cells import CellEntry, encode_entry
 from kernel.errors import StepRejected
 from world.cellstore._flush import merge_shard

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from air import cbor
 from air.errors import UnknownName
-from kernel._effects import Intent as KernelIntent
+from kernel import Intent as KernelIntent
 from world._world import World
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter

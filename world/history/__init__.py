@@ -1,5 +1,106 @@
-"""A world's past: the cell history index, time travel, forks, and replay from genesis.
+"""A world's past: the cell history index, a cell at any past position, a fork of the world at
+one, and replay of the whole journal from genesis.
 
-``_index`` holds the history index; ``_timetravel`` a cell at a past position, its history,
-and forks; ``_replay`` re-execution of the whole journal with every check.
+Invariants:
+- Everything here is read from the journal and re-executed by the kernel, checked record by
+  record; nothing here writes to the world it reads (a fork is a new world).
+- The history index is derived data: a missing or damaged index is rebuilt or bypassed (time
+  travel then replays from genesis), never trusted over the journal; a state it holds is used
+  only if its hash matches the step record's.
+- A position inside a tick's group of records means "after that tick".
+- Replay never calls an adapter: it reuses the journaled receipts, and reports the first
+  record that re-executed differently.
+
+Parts: ``_index`` (the history index the writer keeps), ``_timetravel`` (a cell at a past
+position, a cell's history), ``_fork`` (a fork at a past position), ``_replay``
+(``verify_world``: replay from genesis with every check; ``rebuild_world``).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from world.history._fork import Forked, fork_world
+    from world.history._index import CellRecords, HistoryWriter, cell_id, read_cell
+    from world.history._replay import Mismatch, ReplayReport, rebuild_world, verify_world
+    from world.history._timetravel import (
+        CellAt,
+        CellHistory,
+        CellKey,
+        HistoryEntry,
+        cell_at,
+        cell_key,
+        state_at,
+    )
+
+__all__ = [
+    "CellAt",
+    "CellHistory",
+    "CellKey",
+    "CellRecords",
+    "Forked",
+    "HistoryEntry",
+    "HistoryWriter",
+    "Mismatch",
+    "ReplayReport",
+    "cell_at",
+    "cell_id",
+    "cell_key",
+    "fork_world",
+    "read_cell",
+    "rebuild_world",
+    "state_at",
+    "verify_world",
+]
+
+_WHERE: dict[str, str] = {
+    name: module
+    for module, names in (
+        (
+            "world.history._index",
+            (
+                "CellRecords",
+                "HistoryWriter",
+                "cell_id",
+                "read_cell",
+            ),
+        ),
+        (
+            "world.history._timetravel",
+            (
+                "CellAt",
+                "CellHistory",
+                "CellKey",
+                "HistoryEntry",
+                "cell_at",
+                "cell_key",
+                "state_at",
+            ),
+        ),
+        (
+            "world.history._fork",
+            (
+                "Forked",
+                "fork_world",
+            ),
+        ),
+        (
+            "world.history._replay",
+            (
+                "Mismatch",
+                "ReplayReport",
+                "rebuild_world",
+                "verify_world",
+            ),
+        ),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (``world._face``)."""
+    from world._face import export
+
+    return export("world.history", _WHERE, name, globals())

@@ -54,13 +54,13 @@ import blake3
 
 from air import cbor
 from air.errors import CborError
-from kernel._core import Kernel
+from kernel import Kernel
 from kernel.cells import CellStore
 from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import write_unsynced
 from world.errors import StorageError
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = [
     "CELL_PREFIX",

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from kernel._core import TICK_KINDS, Kernel
-from kernel._divergence import first_difference
+from kernel import TICK_KINDS, Kernel, first_difference
 from kernel.cells import MemoryCellStore
 from kernel.errors import ReplayDivergence
 from kernel.journal import MemoryJournal

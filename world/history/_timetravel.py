@@ -1,5 +1,5 @@
-"""Time travel over a world's journal: a cell as it was at a past position, a cell's history,
-and a fork of the world at a past position.
+"""Time travel over a world's journal: a cell as it was at a past position, and a cell's
+history. (A fork of the whole world at a past position is ``world.history._fork``.)
 
 ``cell_at`` rebuilds a kernel from nothing (an in-memory cell store, like ``world.history._replay``) and
 feeds it the journal up to the asked position, then reads the cell. A tick that journals
@@ -10,11 +10,6 @@ inside such a group means "after that tick", and ``CellAt.seq_through`` says whe
 steps, subjects ``/world/cell/<reducer>/<key hash>/...``) and the outside events
 (``event.in``) that were routed to it, each step with the record whose delivery it consumed
 (its ``src``).
-
-``fork_world`` writes a new world whose journal is the source's records ``0..seq`` (extended to
-the end of a tick group), with the same AIR, content store and receipt key, and no checkpoint:
-its first open rebuilds its state from the journal. It is built in a hidden sibling folder and
-renamed into place, so a failed fork leaves nothing. The source is only read (shared lock).
 
 Fast path. A cell's state depends only on its own deliveries, and the journal fixes them: each
 of the cell's step records names the record whose delivery it consumed (``src``). So
@@ -28,8 +23,6 @@ source) and runs the reducer only for the cell's own steps.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,34 +34,26 @@ from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName, WorldError
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel import _abi as abi
-from kernel._core import OWED_KINDS, Kernel
+from kernel import OWED_KINDS, Kernel, abi
 from kernel.cells import MemoryCellStore, key_hash
 from kernel.journal import JournalRecord, MemoryJournal
 from kernel.subjects import cell_subject
-from world import _fileio as fileio
-from world._directory import remove_tree
-from world._fsutil import sync_paths, write_unsynced
 from world._runner import HostRunner
 from world._world import World
-from world.errors import SeqPastEnd, WorldExists, storage_errors
+from world.errors import SeqPastEnd
 from world.history._index import cell_id, genesis_digest, read_cell
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = [
     "CellAt",
     "CellHistory",
     "CellKey",
-    "Forked",
     "HistoryEntry",
     "cell_at",
     "cell_key",
-    "fork_world",
     "state_at",
+    "through",
 ]
-
-_COMMIT_EVERY = 10_000
-"""A fork commits its journal in batches of this many records (bounded memory)."""
 
 
 @dataclass(frozen=True)
@@ -115,12 +100,12 @@ class CellAt:
     state: Any
 
 
-def _check_seq(seq: int, seq_next: int) -> None:
+def check_seq(seq: int, seq_next: int) -> None:
     if seq < 0 or seq >= seq_next:
         raise SeqPastEnd(seq, seq_next - 1)
 
 
-def _through(records: Iterator[JournalRecord], seq: int) -> Iterator[JournalRecord]:
+def through(records: Iterator[JournalRecord], seq: int) -> Iterator[JournalRecord]:
     """The records up to ``seq``, then those that finish the tick group ``seq`` is in."""
     for record in records:
         if record.seq > seq and record.kind not in OWED_KINDS:
@@ -135,24 +120,24 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
     path = Path(path)
     with World.open(path, readonly=True) as world:
         where = cell_key(world.air, reducer, key)
-        _check_seq(seq, world.journal.seq_next)
+        check_seq(seq, world.journal.seq_next)
         fast = _cell_steps_at(world, where, seq)
         if fast is not None:
-            state_cbor, through = fast
-            return CellAt(seq, through, state_cbor, _sugar(world, reducer, state_cbor))
+            state_cbor, last = fast
+            return CellAt(seq, last, state_cbor, _sugar(world, reducer, state_cbor))
         kernel = Kernel(
             world.air,
             MemoryJournal(),
             MemoryCellStore(),
             HostRunner(world.air, path / "cache", readonly=True),
         )
-        through = seq
-        for record in _through(world.journal.read(0), seq):
+        last = seq
+        for record in through(world.journal.read(0), seq):
             kernel.apply(record)
-            through = record.seq
+            last = record.seq
         state_cbor = kernel.state_of(reducer, where.key_cbor)
         state = _sugar(world, reducer, state_cbor)
-    return CellAt(seq, through, state_cbor, state)
+    return CellAt(seq, last, state_cbor, state)
 
 
 def _sugar(world: World, reducer: str, state_cbor: bytes | None) -> Any:
@@ -183,12 +168,12 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
         if digest != record.body.get("state_hash"):
             return None
         state = out.state_cbor
-    through = seq
+    last = seq
     for record in world.journal.read(seq + 1):
         if record.kind not in OWED_KINDS:
             break
-        through = record.seq
-    return state, through
+        last = record.seq
+    return state, last
 
 
 def _cell_records(
@@ -326,70 +311,3 @@ class CellHistory:
         if found is None:  # an event another step emitted, a receipt, a plan's event
             found = next(iter(journal.read(src)), None)
         return found
-
-
-@dataclass(frozen=True)
-class Forked:
-    """A fork written at ``path``: records ``0..seq_through`` of the source (``seq`` asked)."""
-
-    path: Path
-    seq: int
-    seq_through: int
-
-    @property
-    def extended(self) -> bool:
-        return self.seq_through != self.seq
-
-
-def fork_world(source: Path, seq: int, target: Path) -> Forked:
-    """Write a new world at ``target`` (absent or empty) from ``source``'s records ``0..seq``."""
-    source, target = Path(source), Path(target)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise WorldExists(str(target))
-    with World.open(source, readonly=True) as world:
-        _check_seq(seq, world.journal.seq_next)
-        parent = target.absolute().parent
-        with storage_errors("fork"):
-            fileio.mkdir(parent, parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
-            try:
-                through = _write_fork(world, source, staging, seq)
-                if target.exists():
-                    target.rmdir()  # empty (checked above); rename cannot replace it otherwise
-                fileio.replace(staging, target)
-                fileio.fsync_dir(parent)
-            except BaseException:
-                remove_tree(staging)
-                raise
-    return Forked(target, seq, through)
-
-
-def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
-    for folder in ("air", "keys", "cas"):
-        if (source / folder).is_dir():
-            _copy_tree(source / folder, staging / folder)
-    fileio.mkdir(staging / "journal")
-    through = seq
-    with FileJournal.open(staging / "journal") as journal:
-        for record in _through(world.journal.read(0), seq):
-            journal.append(record.kind, record.subject, record.body)
-            through = record.seq
-            if journal.seq_next % _COMMIT_EVERY == 0:
-                journal.commit()
-        journal.commit()
-    return through
-
-
-def _copy_tree(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target`` (a new folder) and make it durable; skip temp folders."""
-    files: list[Path] = []
-    dirs: list[Path] = []
-    for root, names, file_names in os.walk(source):
-        names[:] = [n for n in names if not n.startswith(".")]
-        here = target / Path(root).relative_to(source)
-        fileio.mkdir(here, exist_ok=True)
-        dirs.append(here)
-        for name in file_names:
-            write_unsynced(here / name, (Path(root) / name).read_bytes())
-            files.append(here / name)
-    sync_paths(files, dirs)

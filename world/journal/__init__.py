@@ -1,6 +1,102 @@
-"""The file journal: segments of checksummed frames under ``<world>/journal/``.
+"""The file journal: the world's source of truth, as segments of checksummed frames under
+``<world>/journal/``.
 
-``_file`` holds ``FileJournal``; ``_segments`` the frame format and the scan of one segment;
-``_seals`` the seals of full segments; ``_commit`` a commit's files and its undo; ``_repair``
-the verify report, the repair cut and ``salvage``.
+Invariants:
+- Append-only, with a global sequence number and no gaps; every record is the canonical CBOR
+  of ``kernel.journal``'s record map, in a frame with a CRC of its header and of its payload.
+- A commit is one batch: one write and one ``fdatasync`` into one segment (a batch never spans
+  two). Under an I/O error it is all or nothing (undone, ``JournalWriteFailed``); after a
+  crash every commit that returned is whole, and of the one in flight a prefix of whole records
+  survives.
+- A torn tail (an incomplete last write) is dropped on open; any other damage is reported with
+  its segment, offset and seq (``JournalCorrupt``), never guessed around. ``repair`` cuts only
+  after the last good record, backing up what it cuts.
+- Opening trusts a full segment's seal only if it agrees with the file; every read checks both
+  CRCs and the seq of every frame again.
+- A reader (``readonly=True``) writes nothing and sees what a live writer committed
+  (``refresh``).
+
+Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``verify`` and
+``repair``), ``_segments`` (the frame format, the scan of one segment, the torn-tail rule),
+``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo; preparing
+the directory), ``_repair`` (the reports, the cut, ``salvage``). Each module's docstring gives
+its formats and rules in full.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from world.journal._file import (
+        FRAME_HEADER_BYTES,
+        SEAL_SUFFIX,
+        SEGMENT_BYTES_MAX,
+        SEGMENT_HEADER_BYTES,
+        SEGMENT_MAGIC,
+        SEGMENT_VERSION,
+        TORN_REASONS,
+        FileJournal,
+        RepairReport,
+        TornTail,
+        VerifyReport,
+        repair,
+        salvage,
+        seal_name,
+        segment_name,
+        verify,
+    )
+
+__all__ = [
+    "FRAME_HEADER_BYTES",
+    "SEAL_SUFFIX",
+    "SEGMENT_BYTES_MAX",
+    "SEGMENT_HEADER_BYTES",
+    "SEGMENT_MAGIC",
+    "SEGMENT_VERSION",
+    "TORN_REASONS",
+    "FileJournal",
+    "RepairReport",
+    "TornTail",
+    "VerifyReport",
+    "repair",
+    "salvage",
+    "seal_name",
+    "segment_name",
+    "verify",
+]
+
+_WHERE: dict[str, str] = {
+    name: module
+    for module, names in (
+        (
+            "world.journal._file",
+            (
+                "FileJournal",
+                "verify",
+                "repair",
+                "salvage",
+                "VerifyReport",
+                "RepairReport",
+                "TornTail",
+                "segment_name",
+                "seal_name",
+                "SEGMENT_BYTES_MAX",
+                "SEGMENT_HEADER_BYTES",
+                "SEGMENT_MAGIC",
+                "SEGMENT_VERSION",
+                "FRAME_HEADER_BYTES",
+                "SEAL_SUFFIX",
+                "TORN_REASONS",
+            ),
+        ),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (``world._face``)."""
+    from world._face import export
+
+    return export("world.journal", _WHERE, name, globals())

@@ -1,5 +1,83 @@
-"""Cells moving in and out of a world: export to cell files, import from them, migration of a
-v1 reducer's map to cells.
+"""Cells moving in and out of a world: export to self-describing cell files, import from them,
+and the migration of a v1 reducer (one map in its state) to one cell per key.
 
-``_cellfiles`` holds export and import; ``_migrate`` the migration.
+Invariants:
+- Every cell that comes in is journaled (``cell.imported``) and applied the same way live and
+  on replay, so a world that imported cells replays exactly.
+- Everything is verified before anything is journaled (checksums, the target's schemas and
+  module); then all cells go in one commit.
+- A migration builds the new world beside the old one, checks that it replays exactly, and
+  swaps it in by renames (``world._directory.swap_in``); the old world is kept whole as a
+  backup. A kill at any point leaves the old world or the new one.
+
+Parts: ``_cellfiles`` (export and import of cell files), ``_migrate`` (the migration).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from world.moves._cellfiles import (
+        EXPORT_FORMAT,
+        CellFile,
+        export_all,
+        export_cell,
+        import_path,
+        journal_cells,
+        journal_records,
+        read_cell_file,
+        read_tree,
+    )
+    from world.moves._migrate import MigrationPlan, migrate_cells, plan_migration
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "CellFile",
+    "MigrationPlan",
+    "export_all",
+    "export_cell",
+    "import_path",
+    "journal_cells",
+    "journal_records",
+    "migrate_cells",
+    "plan_migration",
+    "read_cell_file",
+    "read_tree",
+]
+
+_WHERE: dict[str, str] = {
+    name: module
+    for module, names in (
+        (
+            "world.moves._cellfiles",
+            (
+                "EXPORT_FORMAT",
+                "CellFile",
+                "export_all",
+                "export_cell",
+                "import_path",
+                "journal_cells",
+                "journal_records",
+                "read_cell_file",
+                "read_tree",
+            ),
+        ),
+        (
+            "world.moves._migrate",
+            (
+                "MigrationPlan",
+                "migrate_cells",
+                "plan_migration",
+            ),
+        ),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (``world._face``)."""
+    from world._face import export
+
+    return export("world.moves", _WHERE, name, globals())

@@ -44,7 +44,7 @@ from air.errors import (
     ValueMismatch,
     WrongMode,
 )
-from kernel._moves import check_cell, imported_record
+from kernel import check_cell, imported_record
 from kernel.cells import NULL_KEY_CBOR, key_hash
 from world import _fileio as fileio
 from world._fsutil import atomic_write

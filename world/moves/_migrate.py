@@ -40,16 +40,16 @@ from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import ManifestError, UnknownName, ValueMismatch
 from air.types import MAP_KEY_PRIMS, MapT, Prim, Record, Ref, TypeNode, resolve, type_to_obj
 from air.values import normalise
-from kernel._moves import imported_record, migrated_record
+from kernel import imported_record, migrated_record
 from world import _fileio as fileio
 from world._airfiles import inspect_wasm, read_world_sources
 from world._cas import FileCas
 from world._directory import build_world, recover_swap, remove_tree, swap_in, swap_paths
 from world._fsutil import atomic_write, sync_paths, write_unsynced
 from world._world import World
-from world.effects._receipts import KEY_DIR, KEY_FILE
+from world.effects import KEY_DIR, KEY_FILE
 from world.errors import MigrationRefused, storage_errors
-from world.history._replay import verify_world
+from world.history import verify_world
 from world.moves._cellfiles import journal_records
 
 __all__ = [

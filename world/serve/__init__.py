@@ -1,5 +1,108 @@
-"""A served world: one process holds a world open and answers the others on its control socket.
+"""A served world: one process holds a world open for writing, with its adapters live, and
+answers the other commands over ``<world>/control.sock``.
 
-``_server`` holds the loop of ``world serve``; ``_ops`` what each request does; ``_protocol``
-the frames, the socket and the client.
+Invariants:
+- One thread does everything with the world (a selector loop driving the world's ``Engine``
+  one cycle per turn), so the world is never touched concurrently.
+- An acknowledged ``send`` is durable (one group commit, its seqs in the reply); a send that
+  failed journaled nothing; a send in parts is journaled whole with its last part, or not.
+- Reads see what was sent before them; long reads are paged, and replays and exports run on a
+  worker thread with a read-only handle of their own, so no request holds the loop.
+- A bad request costs only its reply; a client that never reads cannot block the others.
+- The socket is mode 0600 from the start; a stale one is replaced only if nothing answers.
+
+Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_ops`` (what each
+request does), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
+commands use).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from world.serve._ops import PAGE_BYTES_MAX, PAGE_ITEMS_MAX, STAGED_EVENTS_MAX
+    from world.serve._protocol import (
+        PROTOCOL_VERSION,
+        REPLY_BYTES_MAX,
+        REQUEST_BYTES_MAX,
+        SOCKET_NAME,
+        Client,
+        served,
+        socket_path,
+    )
+    from world.serve._server import (
+        CLIENTS_MAX,
+        JOBS_MAX,
+        POLL_S,
+        READ_CATCHUP_TICKS_MAX,
+        TICKS_PER_TURN,
+        ServeReport,
+        serve,
+    )
+
+__all__ = [
+    "CLIENTS_MAX",
+    "JOBS_MAX",
+    "PAGE_BYTES_MAX",
+    "PAGE_ITEMS_MAX",
+    "POLL_S",
+    "PROTOCOL_VERSION",
+    "READ_CATCHUP_TICKS_MAX",
+    "REPLY_BYTES_MAX",
+    "REQUEST_BYTES_MAX",
+    "SOCKET_NAME",
+    "STAGED_EVENTS_MAX",
+    "TICKS_PER_TURN",
+    "Client",
+    "ServeReport",
+    "serve",
+    "served",
+    "socket_path",
+]
+
+_WHERE: dict[str, str] = {
+    name: module
+    for module, names in (
+        (
+            "world.serve._server",
+            (
+                "ServeReport",
+                "serve",
+                "CLIENTS_MAX",
+                "JOBS_MAX",
+                "POLL_S",
+                "READ_CATCHUP_TICKS_MAX",
+                "TICKS_PER_TURN",
+            ),
+        ),
+        (
+            "world.serve._protocol",
+            (
+                "Client",
+                "served",
+                "socket_path",
+                "PROTOCOL_VERSION",
+                "REPLY_BYTES_MAX",
+                "REQUEST_BYTES_MAX",
+                "SOCKET_NAME",
+            ),
+        ),
+        (
+            "world.serve._ops",
+            (
+                "PAGE_BYTES_MAX",
+                "PAGE_ITEMS_MAX",
+                "STAGED_EVENTS_MAX",
+            ),
+        ),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (``world._face``)."""
+    from world._face import export
+
+    return export("world.serve", _WHERE, name, globals())

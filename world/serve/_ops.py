@@ -56,7 +56,7 @@ from world._world import World
 from world.serve._protocol import encode
 
 if TYPE_CHECKING:
-    from world.journal._file import FileJournal
+    from world.journal import FileJournal
 
 __all__ = [
     "PAGE_BYTES_MAX",
@@ -167,7 +167,7 @@ class Ops:
     def cells_show(self, args: dict[str, Any]) -> Any:
         """The cell now, or (``at``) right after that journal position, as ``world cells
         show`` finds it."""
-        from world.history._timetravel import cell_key
+        from world.history import cell_key
 
         reducer = arg(args, "reducer", str)
         at = _seq_or_none(args, "at")
@@ -218,7 +218,7 @@ class Ops:
 
     def cells_tail(self, args: dict[str, Any]) -> Any:
         """A page of one cell's history, each entry as ``world cells tail --json`` prints it."""
-        from world.history._timetravel import CellHistory, cell_key
+        from world.history import CellHistory, cell_key
 
         reducer = arg(args, "reducer", str)
         from_seq = _seq(args, "from_seq")
@@ -286,7 +286,7 @@ class _Window:
 
 
 def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
-    from world.history._timetravel import cell_at
+    from world.history import cell_at
 
     found = cell_at(path, reducer, key, at)
     state_hex = None if found.state_cbor is None else found.state_cbor.hex()
@@ -299,7 +299,7 @@ def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
 
 
 def _export(path: Path, reducer: str, key: Any, out: Path) -> dict[str, Any]:
-    from world.moves._cellfiles import export_all, export_cell
+    from world.moves import export_all, export_cell
 
     with World.open(path, readonly=True) as world:
         if key is None:

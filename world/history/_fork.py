@@ -1,0 +1,95 @@
+"""A fork of a world at a past position (``world fork DIR --at SEQ NEW``).
+
+``fork_world`` writes a new world whose journal is the source's records ``0..seq`` (extended to
+the end of a tick group, as ``world.history._timetravel.through`` reads it), with the same AIR,
+content store and receipt key, and no checkpoint: its first open rebuilds its state from the
+journal. It is built in a hidden sibling folder and renamed into place, so a failed fork leaves
+nothing. The source is only read (shared lock).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from world import _fileio as fileio
+from world._directory import remove_tree
+from world._fsutil import sync_paths, write_unsynced
+from world._world import World
+from world.errors import WorldExists, storage_errors
+from world.history._timetravel import check_seq, through
+from world.journal._file import FileJournal
+
+__all__ = ["Forked", "fork_world"]
+
+_COMMIT_EVERY = 10_000
+"""A fork commits its journal in batches of this many records (bounded memory)."""
+
+
+@dataclass(frozen=True)
+class Forked:
+    """A fork written at ``path``: records ``0..seq_through`` of the source (``seq`` asked)."""
+
+    path: Path
+    seq: int
+    seq_through: int
+
+    @property
+    def extended(self) -> bool:
+        return self.seq_through != self.seq
+
+
+def fork_world(source: Path, seq: int, target: Path) -> Forked:
+    """Write a new world at ``target`` (absent or empty) from ``source``'s records ``0..seq``."""
+    source, target = Path(source), Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise WorldExists(str(target))
+    with World.open(source, readonly=True) as world:
+        check_seq(seq, world.journal.seq_next)
+        parent = target.absolute().parent
+        with storage_errors("fork"):
+            fileio.mkdir(parent, parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
+            try:
+                last = _write_fork(world, source, staging, seq)
+                if target.exists():
+                    target.rmdir()  # empty (checked above); rename cannot replace it otherwise
+                fileio.replace(staging, target)
+                fileio.fsync_dir(parent)
+            except BaseException:
+                remove_tree(staging)
+                raise
+    return Forked(target, seq, last)
+
+
+def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
+    for folder in ("air", "keys", "cas"):
+        if (source / folder).is_dir():
+            _copy_tree(source / folder, staging / folder)
+    fileio.mkdir(staging / "journal")
+    last = seq
+    with FileJournal.open(staging / "journal") as journal:
+        for record in through(world.journal.read(0), seq):
+            journal.append(record.kind, record.subject, record.body)
+            last = record.seq
+            if journal.seq_next % _COMMIT_EVERY == 0:
+                journal.commit()
+        journal.commit()
+    return last
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` (a new folder) and make it durable; skip temp folders."""
+    files: list[Path] = []
+    dirs: list[Path] = []
+    for root, names, file_names in os.walk(source):
+        names[:] = [n for n in names if not n.startswith(".")]
+        here = target / Path(root).relative_to(source)
+        fileio.mkdir(here, exist_ok=True)
+        dirs.append(here)
+        for name in file_names:
+            write_unsynced(here / name, (Path(root) / name).read_bytes())
+            files.append(here / name)
+    sync_paths(files, dirs)

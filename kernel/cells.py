@@ -357,7 +357,6 @@ class Cas(Protocol):
 
     def put(self, data: bytes) -> str: ...
     def get(self, address: str) -> bytes: ...
-    def has(self, address: str) -> bool: ...
 
 
 class MemoryCas:
@@ -377,10 +376,6 @@ class MemoryCas:
         if data is None:
             raise ObjectMissing(address)
         return data
-
-    def has(self, address: str) -> bool:
-        cbor.hash_to_raw(address)
-        return address in self._objects
 
 
 _Cell = tuple[CellEntry, bytes]

@@ -3,6 +3,7 @@ replay without adapters (issue 8, items 3-6)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_forged_altered_unknown_and_duplicate_receipts(tmp_path: Path) -> None:
     with World.open(w) as world:
         key = ReceiptKey.load_or_create(w)
         receipt = Receipt(intent_hash, "timer.sim", "ok", {"delivered_at_ns": 1_000, "key": None})
-        other = ReceiptKey.generate()
+        other = ReceiptKey(os.urandom(32))
         with pytest.raises(ReceiptRefused) as forged:
             accept_receipt(world, key, receipt, other.sign(receipt))
         assert forged.value.reason == "forged"

@@ -45,7 +45,8 @@ def _face(package: str) -> tuple[list[str], dict[str, str]]:
             names = list(ast.literal_eval(node.value))
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for imp in node.body:
-                assert isinstance(imp, ast.ImportFrom) and imp.module is not None
+                assert isinstance(imp, ast.ImportFrom)
+                assert imp.module is not None
                 typed.update({alias.name: imp.module for alias in imp.names})
     return names, typed
 

@@ -1,4 +1,4 @@
-"""The cell history index (``world.history._index``): time travel reads one cell's records, not the
+"""The cell history index (``world._history_index``): time travel reads one cell's records, not the
 journal, and a missing, damaged, foreign or behind index never changes an answer."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from kernel.journal import JournalRecord
 from world import World
 from world import _fileio as fileio
+from world import _history_index as history
 from world._runner import HostRunner
-from world.history import _index as history
 from world.history import _timetravel as timetravel
 from world.journal import FileJournal
 

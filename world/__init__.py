@@ -28,6 +28,7 @@ directory's own files, creation, swaps), ``_airfiles`` (AIR from disk), ``_cas``
 (compiled modules on disk), ``_runner`` (the kernel's ``Runner`` over the WASM host),
 ``_fileio`` (the injectable file layer), ``_fsutil`` (atomic writes, batched syncs, the lock),
 ``_views`` (records as people read them), ``_repair`` (check and repair a whole world),
+``_history_index`` (each cell's records, kept by the writer for time travel),
 ``_face`` (how these faces hand out their names).
 """
 

@@ -112,6 +112,3 @@ class FileCas:
         if actual != address:
             raise HashMismatch(address, actual)
         return data
-
-    def has(self, address: str) -> bool:
-        return os.path.exists(self.path_of(address))

@@ -166,10 +166,6 @@ class WorldLock:
         self.mode = mode
         self._fds = fds
 
-    @property
-    def held(self) -> bool:
-        return bool(self._fds)
-
     def release(self) -> None:
         for fd in self._fds:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -27,14 +27,15 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, Final, Protocol
 
 from air import cbor
 from air.errors import UnknownName
 from kernel import Intent as KernelIntent
-from world._world import World
+from kernel import Kernel
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
-from world.effects._blob import BlobAdapter
+from world.effects._blob import BlobAdapter, BlobStore
 from world.effects._http import HttpAdapter
 from world.effects._receipts import ReceiptKey
 from world.effects._timer import SimClock, TimerAdapter
@@ -44,6 +45,20 @@ __all__ = ["RECEIPT_WAIT_S", "EffectPump", "PumpReport", "accept_receipt", "deci
 
 RECEIPT_WAIT_S: Final = 0.05
 """How long a blocking ``take`` waits for a receipt before its loop looks at its flags again."""
+
+
+class World(Protocol):
+    """What the pump uses of an open world (``world._world.World``): its folder (for the
+    receipt key), its content store (for the blob and HTTP adapters), its kernel (looked up
+    at each use: a rebuild replaces it) and ``commit``."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def cas(self) -> BlobStore: ...
+    @property
+    def kernel(self) -> Kernel: ...
+    def commit(self) -> int: ...
 
 
 @dataclass

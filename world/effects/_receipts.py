@@ -79,11 +79,6 @@ class ReceiptKey:
         return f"ReceiptKey(key_id={self.key_id.hex()})"
 
     @classmethod
-    def generate(cls) -> ReceiptKey:
-        """A new random key, kept only in memory (for worlds without a directory, and tests)."""
-        return cls(os.urandom(KEY_BYTES))
-
-    @classmethod
     def load_or_create(cls, world_dir: str | os.PathLike[str]) -> ReceiptKey:
         """The world's key, created on first use; ``ReceiptKeyDamaged`` if the file is not one."""
         key_dir = Path(world_dir) / KEY_DIR

@@ -11,9 +11,10 @@ Invariants:
 - Replay never calls an adapter: it reuses the journaled receipts, and reports the first
   record that re-executed differently.
 
-Parts: ``_index`` (the history index the writer keeps), ``_timetravel`` (a cell at a past
-position, a cell's history), ``_fork`` (a fork at a past position), ``_replay``
-(``verify_world``: replay from genesis with every check; ``rebuild_world``).
+Parts: ``_timetravel`` (a cell at a past position, a cell's history), ``_fork`` (a fork at a
+past position), ``_replay`` (``verify_world``: replay from genesis with every check;
+``rebuild_world``). The history index itself is kept by the writer as it commits, so it lives
+below ``World``, in ``world._history_index``; time travel reads the past through it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from world.history._fork import Forked, fork_world
-    from world.history._index import CellRecords, HistoryWriter, cell_id, read_cell
     from world.history._replay import Mismatch, ReplayReport, rebuild_world, verify_world
     from world.history._timetravel import (
         CellAt,
@@ -38,17 +38,13 @@ __all__ = [
     "CellAt",
     "CellHistory",
     "CellKey",
-    "CellRecords",
     "Forked",
     "HistoryEntry",
-    "HistoryWriter",
     "Mismatch",
     "ReplayReport",
     "cell_at",
-    "cell_id",
     "cell_key",
     "fork_world",
-    "read_cell",
     "rebuild_world",
     "state_at",
     "verify_world",
@@ -57,15 +53,6 @@ __all__ = [
 _WHERE: dict[str, str] = {
     name: module
     for module, names in (
-        (
-            "world.history._index",
-            (
-                "CellRecords",
-                "HistoryWriter",
-                "cell_id",
-                "read_cell",
-            ),
-        ),
         (
             "world.history._timetravel",
             (

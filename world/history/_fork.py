@@ -20,7 +20,7 @@ from world._fsutil import sync_paths, write_unsynced
 from world._world import World
 from world.errors import WorldExists, storage_errors
 from world.history._timetravel import check_seq, through
-from world.journal._file import FileJournal
+from world.journal import FileJournal
 
 __all__ = ["Forked", "fork_world"]
 

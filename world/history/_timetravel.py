@@ -38,10 +38,10 @@ from kernel import OWED_KINDS, Kernel, abi
 from kernel.cells import MemoryCellStore, key_hash
 from kernel.journal import JournalRecord, MemoryJournal
 from kernel.subjects import cell_subject
+from world._history_index import cell_id, genesis_digest, read_cell
 from world._runner import HostRunner
 from world._world import World
 from world.errors import SeqPastEnd
-from world.history._index import cell_id, genesis_digest, read_cell
 from world.journal import FileJournal
 
 __all__ = [
@@ -64,17 +64,13 @@ class CellKey:
     key_cbor: bytes
 
     @property
-    def key_hash_hex(self) -> str:
-        return key_hash(self.key_cbor).hex()
-
-    @property
     def subject_prefix(self) -> str:
         """Every record of this cell has a subject that starts with this."""
         return self.cell_id + "/"
 
     @property
     def cell_id(self) -> str:
-        """The cell's id in the history index (``world.history._index.cell_id``)."""
+        """The cell's id in the history index (``world._history_index.cell_id``)."""
         return cell_id(cell_subject(self.reducer, key_hash(self.key_cbor)))
 
 
@@ -180,7 +176,7 @@ def _cell_records(
     world: World, where: CellKey, seq: int
 ) -> tuple[bytes | None, list[JournalRecord]]:
     """A proven state of the cell to start from (None: the cell's beginning) and the cell's own
-    records after it, up to ``seq``: from the history index (``world.history._index``) where it
+    records after it, up to ``seq``: from the history index (``world._history_index``) where it
     covers the journal, else by reading the journal."""
     journal = world.journal
     genesis = _read_one(journal, 0)

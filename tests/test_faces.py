@@ -123,3 +123,14 @@ def test_outside_a_package_only_its_face_is_used() -> None:
                 continue  # the faces' own helper
             crossings.append(f"{name}: from {package}{'.' + private if private else ''}")
     assert crossings == []
+
+
+def test_the_world_face_exports_every_error_the_world_raises() -> None:
+    import world.errors
+
+    classes = {
+        name
+        for name, value in vars(world.errors).items()
+        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
+    }
+    assert classes - {"WorldError"} <= set(_face("world")[0])

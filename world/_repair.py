@@ -25,10 +25,10 @@ from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import ObjectMissing
 from world import journal as file_journal
 from world._cas import FileCas
+from world._directory import discard_store
 from world._fsutil import lock_world
-from world._world import NotAWorld, discard_store
 from world.cellstore import FileCellStore
-from world.errors import StoreDamaged
+from world.errors import NotAWorld, StoreDamaged
 from world.journal import RepairReport, VerifyReport
 
 __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]

@@ -66,7 +66,6 @@ from world._airfiles import read_file as _read_file
 from world._cas import FileCas
 from world._directory import (
     build_world,
-    discard_store,
     load_world_air,
     read_sources,
     recover_swap,
@@ -80,10 +79,8 @@ from world._recovery import Recovered, Recovery
 from world._runner import HostRunner
 from world.cellstore import FileCellStore
 from world.errors import (
-    CheckpointAhead,
     CheckpointMoved,
     EventRejected,
-    GenesisMismatch,
     Interrupted,
     NotAWorld,
     StorageError,
@@ -95,18 +92,12 @@ from world.errors import (
 from world.journal import FileJournal
 
 __all__ = [
+    "CLOSE_CHECKPOINT_RECORDS",
+    "COMMIT_EVERY_STEPS",
+    "READER_RETRIES_MAX",
     "SNAPSHOT_DIRTY_MAX",
     "SNAPSHOT_RECORDS_MAX",
-    "CellView",
-    "CheckpointAhead",
-    "EventRejected",
-    "GenesisMismatch",
-    "Interrupted",
-    "NotAWorld",
     "World",
-    "WorldExists",
-    "WorldStale",
-    "discard_store",
 ]
 
 SNAPSHOT_DIRTY_MAX: Final = 200_000

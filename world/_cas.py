@@ -33,7 +33,7 @@ from air import cbor
 from air.errors import HashMismatch, WrongMode
 from kernel.errors import ObjectMissing
 from world import _fileio as fileio
-from world._fsutil import atomic_write, fsync_dir
+from world._fsutil import atomic_write
 
 __all__ = ["CAS_DIR", "PIN_SUFFIX", "SHARING", "FileCas", "pin_path", "pinned"]
 
@@ -90,7 +90,7 @@ class FileCas:
                 pass
             if not path.parent.is_dir():
                 fileio.mkdir(path.parent, exist_ok=True)
-                fsync_dir(self.root)
+                fileio.fsync_dir(self.root)
             atomic_write(path, data, tmp_dir=self._tmp)
         return address
 

@@ -72,7 +72,7 @@ from world._directory import (
     remove_tree,
     swapped_in,
 )
-from world._fsutil import WorldLock, atomic_write, lock_world
+from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
 from world._history_index import HistoryWriter
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
@@ -191,12 +191,13 @@ class World:
     ) -> World:
         """Build the world in a hidden sibling folder, then rename it to ``path``."""
         parent = path.absolute().parent
-        fileio.mkdir(parent, parents=True, exist_ok=True)
+        mkdir_durable(parent)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.init-", dir=parent))
         placed = False
         lock: WorldLock | None = None
         try:
             lock = build_world(staging, air, sources)
+            sync_tree(staging)
             if path.exists():
                 path.rmdir()  # empty (checked above); rename cannot replace it otherwise
             fileio.replace(staging, path)

@@ -83,8 +83,7 @@ from kernel.cells import (
     index_root_of,
     shard_of,
 )
-from world import _fileio as fileio
-from world._fsutil import StrPath
+from world._fsutil import StrPath, mkdir_durable
 from world.cellstore._disk import StoreDisk, read_or_none
 from world.cellstore._flush import Cell, ModulePlan, Planner, merge_shard, merged_count
 from world.cellstore._format import (
@@ -166,7 +165,7 @@ class FileCellStore:
         self._mods: dict[str, _Module] = {}
         self._failed = False
         if not readonly:
-            fileio.mkdir(self._disk.root, parents=True, exist_ok=True)
+            mkdir_durable(self._disk.root)
             self._disk.recover()
         self._cp = self._disk.read_checkpoint()
         self._legacy = LegacyStore(self._disk.root) if self._cp.format == LEGACY_FORMAT else None

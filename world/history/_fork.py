@@ -16,7 +16,7 @@ from pathlib import Path
 
 from world import _fileio as fileio
 from world._directory import remove_tree
-from world._fsutil import sync_paths, write_unsynced
+from world._fsutil import mkdir_durable, sync_paths, sync_tree, write_unsynced
 from world._world import World
 from world.errors import WorldExists, storage_errors
 from world.history._timetravel import check_seq, through
@@ -50,10 +50,11 @@ def fork_world(source: Path, seq: int, target: Path) -> Forked:
         check_seq(seq, world.journal.seq_next)
         parent = target.absolute().parent
         with storage_errors("fork"):
-            fileio.mkdir(parent, parents=True, exist_ok=True)
+            mkdir_durable(parent)
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
             try:
                 last = _write_fork(world, source, staging, seq)
+                sync_tree(staging)
                 if target.exists():
                     target.rmdir()  # empty (checked above); rename cannot replace it otherwise
                 fileio.replace(staging, target)

@@ -31,6 +31,7 @@ from air.errors import CborError, UsageError
 from kernel.errors import JournalProblem
 from kernel.journal import JournalRecord, decode_record_fast
 from world import _fileio as fileio
+from world._fsutil import mkdir_durable
 from world.errors import storage_errors
 from world.journal._segments import (
     FRAME_HEADER_BYTES,
@@ -283,7 +284,7 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
         if (path / seal_name(name)).exists()
     ]
     with storage_errors("mkdir", backup_path):
-        fileio.mkdir(backup_path, parents=True, exist_ok=True)
+        mkdir_durable(backup_path)
     backups = [_backup(path / name, backup_path) for name in (*cut_names, *moved, *seals)]
     fsync_dir(backup_path)
     for seal in seals:
@@ -318,7 +319,7 @@ def _drop_stale_seals(path: Path, backup_path: Path, before: VerifyReport) -> Re
     writable open scans those segments and seals them again)."""
     seals = [seal_name(name) for name in before.stale_seals if (path / seal_name(name)).exists()]
     with storage_errors("mkdir", backup_path):
-        fileio.mkdir(backup_path, parents=True, exist_ok=True)
+        mkdir_durable(backup_path)
     backups = [_backup(path / name, backup_path) for name in seals]
     fsync_dir(backup_path)
     for seal in seals:

@@ -46,8 +46,7 @@ from air.errors import (
 )
 from kernel import check_cell, imported_record
 from kernel.cells import NULL_KEY_CBOR, key_hash
-from world import _fileio as fileio
-from world._fsutil import atomic_write
+from world._fsutil import atomic_write, mkdir_durable
 from world._world import World
 from world.errors import CellFileRefused, WorldStale, storage_errors
 
@@ -142,7 +141,7 @@ def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
     if not cells:
         raise InvalidArgument("key", key, f"{reducer} has no cell for it")
     with storage_errors("export"):
-        fileio.mkdir(Path(out).parent, parents=True, exist_ok=True)
+        mkdir_durable(Path(out).parent)
         atomic_write(out, cells[0].to_bytes())
     return cells[0]
 
@@ -156,7 +155,7 @@ def export_all(world: World, reducer: str, folder: Path) -> int:
     cells = _cell_files(world, reducer, None)
     base = folder / "state" / "reducers" / module_hex
     with storage_errors("export"):
-        fileio.mkdir(base / "cells", parents=True, exist_ok=True)
+        mkdir_durable(base / "cells")
         index = {}
         for cell in cells:
             khash = key_hash(cell.key_cbor)

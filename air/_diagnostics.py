@@ -47,6 +47,8 @@ to point into, put the 1-based line and column at the start of their message.
                                  slot it is bound to
     air.cap.schema               a defcap of a built-in cap type (http.out, blob, timer) has a
                                  schema field the kernel does not enforce, or one of the wrong type
+    air.cap.budget_unenforced    a grant's budget sets ``cents`` or ``tokens``, which the kernel
+                                 never charges (only ``bytes`` is enforced)
     air.value.mismatch           a literal value does not match its schema
     air.expr.<code>              an expression failed to parse, or a constant one to evaluate
                                  (``expr.*`` codes from air.expr, e.g. air.expr.parse.shape)

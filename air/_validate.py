@@ -10,7 +10,9 @@ Capabilities. A defcap of a built-in cap type (``http.out``, ``blob``, ``timer``
 author's own, with any record schema whose fields the kernel knows how to enforce: for
 ``http.out`` ``hosts``, ``verbs`` (or AgentOS's ``methods``) and ``path_prefixes``, each a set or
 list of text, optionally an option; for ``blob`` and ``timer`` none. A field the kernel does not
-read would be a constraint silently not enforced, so it is an error (``air.cap.schema``).
+read would be a constraint silently not enforced, so it is an error (``air.cap.schema``). So is
+a grant's budget in ``cents`` or ``tokens`` (``air.cap.budget_unenforced``): only ``bytes`` is
+charged (by ``blob.put``).
 
 Reducer effects. A reducer's effect names its cap slot or not; without one, the kernel uses the
 one slot of the effect's cap type, and that slot's grant is its binding in ``module_bindings``
@@ -49,7 +51,7 @@ from air.types import (
 )
 from air.values import normalise
 
-__all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "validate"]
+__all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "UNENFORCED_BUDGET_FIELDS", "validate"]
 
 REQUIRED_EXPORTS = {"memory": "memory", "alloc": "func", "step": "func"}
 
@@ -59,6 +61,9 @@ BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
     "timer": frozenset(),
 }
 """The fields the kernel enforces for each built-in cap type: all a custom defcap may have."""
+
+UNENFORCED_BUDGET_FIELDS = ("cents", "tokens")
+"""Budget fields AIR accepts in shape but the kernel never charges: refused at validation."""
 
 
 def validate(
@@ -354,6 +359,7 @@ def _defaults(ctx: Ctx, manifest: Located) -> None:
             detail = f"cap grant {grant.name!r} is defined twice"
             ctx.diags.add(manifest.file, f"{at}/name", "air.name.duplicate", detail)
         seen.add(grant.name)
+        _budget(ctx, manifest, grant, at)
         if not ctx.need(grant.cap, DefCap, manifest.file, f"{at}/cap", "air.ref.unknown_cap"):
             continue
         try:
@@ -365,6 +371,18 @@ def _defaults(ctx: Ctx, manifest: Located) -> None:
         at = f"{manifest.pointer}/module_bindings/{escape_pointer(module)}"
         if ctx.need(module, DefModule, manifest.file, at, "air.ref.unknown_module"):
             _binding(ctx, manifest, module, binding.slots, f"{at}/slots")
+
+
+def _budget(ctx: Ctx, manifest: Located, grant: Any, at: str) -> None:
+    """Only a budget's ``bytes`` is enforced: a ``cents`` or ``tokens`` limit would be a
+    promise the kernel never keeps."""
+    if grant.budget is None:
+        return
+    for field_name in UNENFORCED_BUDGET_FIELDS:
+        if getattr(grant.budget, field_name) is not None:
+            detail = f"the kernel enforces only a budget's bytes, not {field_name!r}"
+            pointer = f"{at}/budget/{field_name}"
+            ctx.diags.add(manifest.file, pointer, "air.cap.budget_unenforced", detail)
 
 
 def _binding(ctx: Ctx, manifest: Located, module: str, slots: dict[str, str], base: str) -> None:

@@ -24,7 +24,8 @@ Private parts: ``_core`` (``Kernel``: routing and ticks), ``_steps`` (one cell's
 capabilities, policy, budgets), ``_recorder`` (a tick's records: appended, or compared on
 replay), ``_scheduler`` (mailboxes, the fair ready queue), ``_deadletters``, ``_abi`` (the
 reducer envelope), ``_moves`` (records that move cells in), ``_divergence`` (what replay
-compares).
+compares), ``_urls`` (the one URL normaliser: the capability check reads a URL with it and the
+HTTP adapter sends what it returns).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from kernel._recorder import Record
     from kernel._scheduler import Delivery, Entity
     from kernel._steps import Runner
+    from kernel._urls import Url, UrlRefused, read_url
 
 __all__ = [
     "OWED_KINDS",
@@ -52,10 +54,13 @@ __all__ = [
     "KernelLimits",
     "Record",
     "Runner",
+    "Url",
+    "UrlRefused",
     "check_cell",
     "first_difference",
     "imported_record",
     "migrated_record",
+    "read_url",
 ]
 
 
@@ -74,7 +79,18 @@ def __getattr__(name: str) -> Any:
         _recorder,
         _scheduler,
         _steps,
+        _urls,
     )
 
-    modules = (_core, _deadletters, _divergence, _effects, _moves, _recorder, _scheduler, _steps)
+    modules = (
+        _core,
+        _deadletters,
+        _divergence,
+        _effects,
+        _moves,
+        _recorder,
+        _scheduler,
+        _steps,
+        _urls,
+    )
     return export("kernel", name, modules, globals())

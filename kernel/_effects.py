@@ -12,13 +12,29 @@ Enqueue, in order (the first failure wins and is the journaled reason):
 
 1. **Capability** (``cap.*`` codes): the grant exists in ``manifest.defaults.cap_grants``; its
    cap's ``cap_type`` is the effect's; it has not expired (``expiry_ns`` against the logical
-   clock ``now_ns``, which only journaled timer receipts move); the params stay inside it
-   (``http.out``: the URL's host, or ``host:port``, is in ``hosts``; the method is in ``verbs``
-   (AgentOS spells it ``methods``); the path starts with one of ``path_prefixes`` when given);
+   clock ``now_ns``, which only journaled timer receipts move); the params stay inside it;
    and budget is left (``bytes``: a ``blob.put`` reserves its data's length and its receipt
    settles the stored size; HTTP is not charged, as its receipt does not carry a body size).
+   For ``http.out`` the URL is first read by ``kernel._urls`` (the one normaliser, which the
+   HTTP adapter sends through too): one it cannot read unambiguously (userinfo, another
+   scheme, a backslash, a non-canonical IP, an encoded ``/`` in the path, ...) is
+   ``cap.url_invalid``. Then, on the normalised URL: its host is in ``hosts``
+   (``cap.host_not_allowed``; an entry ``host`` admits any port, ``host:port`` that effective
+   port only); a ``Host`` header, if the params carry one, names the URL's own authority
+   (``cap.host_header``); the method is in ``verbs`` (AgentOS spells it ``methods``;
+   ``cap.method_not_allowed``); the path lies under one of ``path_prefixes``, whole segments
+   only, so ``/api`` admits ``/api/x`` but not ``/apix`` (``cap.path_not_allowed``). An empty
+   set allows nothing (``verbs: []`` no method, ``path_prefixes: []`` no path, ``hosts`` absent
+   or empty no host); ``verbs``/``methods`` or ``path_prefixes`` absent or null restrict
+   nothing. The params are journaled as the plan wrote them, not rewritten: the normaliser
+   is a pure function, so the adapter derives the same URL again when it sends. (A budget's
+   ``cents`` and ``tokens`` are never enforced; validation refuses them.)
 2. **Policy**: the rules of ``defaults.policy``, first match wins; no match (or no policy)
-   denies. The decision is journaled with its rule index (-1 for the default).
+   denies. The decision is journaled with its rule index (-1 for the default). A rule's
+   ``host`` glob and ``path_prefix`` read the same normalised URL (the glob's rules are in
+   ``kernel._urls``: ``*.example.com`` never matches ``evil-example.com``; a prefix matches
+   whole segments); a rule that names either matches only an intent with a URL. ``method``
+   compares without case.
 3. ``allow`` queues the intent for an adapter; ``require_approval`` parks it until
    ``approve``; ``deny`` fails the origin.
 
@@ -35,7 +51,6 @@ records' placement in the journal (``kernel._core``, ``kernel._runs``).
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -46,6 +61,15 @@ from air.errors import WorldError
 from air.types import parse_type
 from air.values import normalise
 from kernel._scheduler import Delivery, Entity
+from kernel._urls import (
+    Url,
+    UrlRefused,
+    host_matches_glob,
+    path_has_prefix,
+    read_authority,
+    read_host_entry,
+    read_url,
+)
 from kernel.abi import StepOutput
 from kernel.subjects import make_subject
 
@@ -58,12 +82,14 @@ _HTTP_VERB_FIELDS: Final = ("verbs", "methods")
 
 
 class CapDenied(Exception):
-    """A capability check failed: ``code`` (``cap.*``) and ``detail``. Internal to the kernel:
-    it becomes a journaled reason, never an error a caller sees."""
+    """A capability check failed: ``code`` (``cap.*``) and ``detail``; for a URL that cannot
+    be read (``cap.url_invalid``), ``reason`` names the rule (``kernel._urls``). Internal to
+    the kernel: code and detail become a journaled reason, never an error a caller sees."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, reason: str | None = None) -> None:
         self.code = code
         self.detail = detail
+        self.reason = reason
         super().__init__(f"{detail} [{code}]")
 
 
@@ -337,68 +363,63 @@ class EffectManager:
         self.now_ns = obj["now_ns"]
 
 
-def _url(params: Any) -> tuple[str, int | None, str]:
-    """``(host, port, path)`` of an http(s) URL, parsed as RFC 3986 does (the authority ends
-    at the first ``/``, ``?`` or ``#``; dot segments are removed from the path), so the
-    capability check sees the host and path the request will really go to. A URL that cannot
-    be read that way (no scheme, userinfo, a bad port, a backslash) has host ``""``, which no
-    grant allows. Written here because ``kernel/`` imports nothing that can touch the network.
-    """
-    url = params.get("url", "") if isinstance(params, dict) else ""
-    if not isinstance(url, str) or "://" not in url or "\\" in url:
-        return "", None, "/"
-    scheme, rest = url.split("://", 1)
-    if scheme.lower() not in ("http", "https"):
-        return "", None, "/"
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    if "@" in authority or not authority:
-        return "", None, "/"
-    port: int | None = None
-    if authority.startswith("["):  # [v6]:port
-        close = authority.find("]")
-        host, after = authority[1:close], authority[close + 1 :]
-        port_text = after[1:] if after.startswith(":") else after
-    else:
-        host, _colon, port_text = authority.partition(":")
-    if port_text:
-        if not port_text.isdigit() or len(port_text) > 5:
-            return "", None, "/"
-        port = int(port_text)
-    path = tail.split("#", 1)[0].split("?", 1)[0] or "/"
-    return host.lower(), port, _without_dot_segments(path)
-
-
-def _without_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 for an absolute path: ``/a/./b/../c`` is ``/a/c``."""
-    out: list[str] = []
-    segments = path.split("/")
-    for segment in segments[1:]:
-        if segment == "..":
-            if out:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    if segments[-1] in (".", "..") and (not out or out[-1] != ""):
-        out.append("")
-    return "/" + "/".join(out)
+def _read_url(params: Any) -> Url:
+    """The intent's URL normalised (``kernel._urls``), or ``CapDenied`` naming why not."""
+    try:
+        return read_url(params.get("url") if isinstance(params, dict) else None)
+    except UrlRefused as exc:
+        raise CapDenied(exc.code, exc.detail, reason=exc.reason) from exc
 
 
 def _check_http(cap: str, grant_params: Any, params: Any) -> None:
-    host, port, path = _url(params)
-    hosts = {str(h).lower() for h in grant_params.get("hosts", [])}
-    if host not in hosts and (port is None or f"{host}:{port}" not in hosts):
-        where = host if port is None else f"{host}:{port}"
-        raise CapDenied("cap.host_not_allowed", f"host {where!r} is outside grant {cap}")
-    verbs: set[str] = set()
-    for name in _HTTP_VERB_FIELDS:
-        verbs |= {str(v).upper() for v in grant_params.get(name) or []}
-    method = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
-    if verbs and method not in verbs:
+    url = _read_url(params)
+    if not any(_admits(entry, url) for entry in grant_params.get("hosts") or []):
+        raise CapDenied("cap.host_not_allowed", f"host {url.authority!r} is outside grant {cap}")
+    _check_host_header(params, url)
+    verbs = _granted_verbs(grant_params)
+    method = str(params.get("method", "")).upper()
+    if verbs is not None and method not in verbs:
         raise CapDenied("cap.method_not_allowed", f"method {method} is outside grant {cap}")
     prefixes = grant_params.get("path_prefixes")
-    if prefixes and not any(path.startswith(str(p)) for p in prefixes):
-        raise CapDenied("cap.path_not_allowed", f"path {path!r} is outside grant {cap}")
+    if prefixes is not None and not any(path_has_prefix(url.path, str(p)) for p in prefixes):
+        raise CapDenied("cap.path_not_allowed", f"path {url.path!r} is outside grant {cap}")
+
+
+def _admits(entry: Any, url: Url) -> bool:
+    """A grant's ``hosts`` entry: ``host`` on any port, or ``host:port`` on that port."""
+    read = read_host_entry(str(entry))
+    if read is None:
+        return False
+    host, port = read
+    return host == url.host and (port is None or port == url.effective_port)
+
+
+def _granted_verbs(grant_params: Any) -> set[str] | None:
+    """The methods a grant allows (``verbs`` and ``methods`` together); None if it names
+    neither (no restriction). A named but empty set allows no method."""
+    given = [grant_params.get(name) for name in _HTTP_VERB_FIELDS]
+    if all(v is None for v in given):
+        return None
+    return {str(v).upper() for verbs in given for v in verbs or []}
+
+
+def _check_host_header(params: Any, url: Url) -> None:
+    """A ``Host`` header (any case) must name the URL's own authority: otherwise the request
+    would reach the granted address while asking its server for another site."""
+    headers = params.get("headers")
+    if not isinstance(headers, dict):
+        return
+    for name, value in headers.items():
+        if str(name).strip().lower() != "host":
+            continue
+        try:
+            same = read_authority(str(value).strip(), url.scheme) == (url.host, url.port)
+        except UrlRefused:
+            same = False
+        if not same:
+            raise CapDenied(
+                "cap.host_header", f"Host header {value!r} is not the URL's {url.authority!r}"
+            )
 
 
 def _matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> bool:
@@ -410,12 +431,17 @@ def _matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]
         return False
     if when.origin_name is not None and when.origin_name != origin["name"]:
         return False
-    host, _port, path = _url(params)
-    if getattr(when, "host", None) is not None and not fnmatch.fnmatchcase(host, when.host):
-        return False
+    glob = getattr(when, "host", None)
     prefix = getattr(when, "path_prefix", None)
-    if prefix is not None and not path.startswith(prefix):
-        return False
+    if glob is not None or prefix is not None:
+        try:  # only an intent with a readable URL has a host and a path to match
+            url = read_url(params.get("url") if isinstance(params, dict) else None)
+        except UrlRefused:
+            return False
+        if glob is not None and not host_matches_glob(url.host, glob):
+            return False
+        if prefix is not None and not path_has_prefix(url.path, prefix):
+            return False
     method = getattr(when, "method", None)
     if method is not None:
         asked = str(params.get("method", "")).upper() if isinstance(params, dict) else ""

@@ -280,6 +280,10 @@ CASES: dict[str, tuple[Case, str]] = {
         ),
         "/5/schema",
     ),
+    "air.cap.budget_unenforced": (
+        Case(_grants({"name": "g", "cap": "sys/timer@1", "params": {}, "budget": {"cents": 5}})),
+        "/4/defaults/cap_grants/0/budget/cents",
+    ),
     "air.value.mismatch": (
         Case(_grants({"name": "g", "cap": "sys/http.out@1", "params": {"hosts": 5, "verbs": []}})),
         "/4/defaults/cap_grants/0/params/hosts",
@@ -452,3 +456,28 @@ def test_no_code_is_raised_that_is_not_listed() -> None:
     # air.json.<code> and air.expr.<code> are built from the JsonError / ExprError code.
     assert used - listed == set()
     assert "air.shape" in used  # the pattern does see one-part codes
+
+
+@pytest.mark.parametrize(
+    ("budget", "pointers"),
+    [
+        pytest.param({"bytes": 5}, [], id="bytes-is-enforced"),
+        pytest.param({"tokens": 5}, ["budget/tokens"], id="tokens"),
+        pytest.param({"cents": 0, "tokens": 0}, ["budget/cents", "budget/tokens"], id="both-zero"),
+        pytest.param(
+            {"bytes": 5, "cents": 1}, ["budget/cents"], id="bytes-beside-cents-still-refused"
+        ),
+    ],
+)
+def test_a_budget_the_kernel_does_not_charge_is_refused_field_by_field(
+    budget: dict[str, int], pointers: list[str]
+) -> None:
+    case = Case(_grants({"name": "g", "cap": "sys/blob@1", "params": {}, "budget": budget}))
+    if not pointers:
+        _load(case)
+        return
+    with pytest.raises(ManifestError) as info:
+        _load(case)
+    found = [(d.code, d.pointer) for d in info.value.diagnostics]
+    at = "/4/defaults/cap_grants/0/"
+    assert found == [("air.cap.budget_unenforced", at + p) for p in pointers]

@@ -12,8 +12,8 @@ Outcomes:
   at most ``retries_max`` times; the last failure decides the receipt: ``timeout`` if it was a
   timeout, else ``error``. An error receipt keeps the schema's shape: ``status`` 0, no headers,
   no ``body_ref``, and ``body_preview`` saying what failed.
-* A request that cannot be sent as given (bad URL or scheme, a header that is not ASCII, a
-  ``body_ref`` not in the blob store) and a response body over ``response_bytes_max`` are
+* A request that cannot be sent as given (a URL the normaliser refuses, a header that is not
+  ASCII, a ``body_ref`` not in the blob store) and a response body over ``response_bytes_max`` are
   ``error`` receipts at once: trying again would not change them.
 
 Bodies: the request body is read from the blob store when ``body_ref`` is given. The response
@@ -26,9 +26,20 @@ body); any other non-empty body goes to the blob store and ``body_ref`` names it
 names are lowercase, and repeated headers are joined with ", " (RFC 9110 §5.3); the receipt's
 map is canonical, so sorted, when encoded.
 
+The URL sent is exactly the one the capability check matched: the intent's URL read through the
+kernel's normaliser (``kernel.read_url``: lower-case scheme and host, IDNA, no default port,
+unreserved escapes decoded, dot segments removed, no fragment), and its ``Url.text`` is what
+httpx is given, already in the form httpx would put it in, so httpx changes nothing. A URL the
+normaliser refuses is an ``error`` receipt at once and no request is made (the kernel refuses
+such an intent before it is queued; the adapter reads the URL again for an intent queued by an
+older kernel, or handed to it directly). A ``Host`` header in the params is dropped, so httpx
+sends the normalised URL's authority: the kernel refused any header that named another.
+
 What is deliberately not done, because the capability check (kernel) saw only the intent's URL:
-redirects are not followed (a 3xx is an ok receipt), no proxy is taken from the environment,
-no cookie is kept from one intent to the next, and no auth is added. The adapter uses an
+redirects are not followed (httpx's transports never follow them, and no client is used: a 3xx
+is an ``ok`` receipt carrying its status and its ``location`` header, and the plan decides
+whether to make a new, checked request), no proxy is taken from the environment, no cookie is
+kept from one intent to the next, and no auth is added. The adapter uses an
 ``httpx.HTTPTransport`` (a thread-safe connection pool) directly rather than ``httpx.Client``,
 because the client carries exactly that state (cookie jar, env proxies, default headers).
 Requests run on ``HTTP_WORKERS`` threads (``_worker.WorkerPool``).
@@ -49,6 +60,7 @@ import httpx
 
 from air import cbor
 from air.errors import WorldError
+from kernel import UrlRefused, read_url
 from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
@@ -213,7 +225,17 @@ class HttpAdapter:
         method, url, headers = params.get("method"), params.get("url"), params.get("headers") or {}
         if not (isinstance(method, str) and isinstance(url, str) and isinstance(headers, dict)):
             raise _Failed("error", "params are not of sys/HttpRequestParams@1", retry=False)
-        headers = {str(name).lower(): str(value) for name, value in headers.items()}
+        try:
+            url = read_url(url).text
+        except UrlRefused as exc:
+            raise _Failed(
+                "error", f"url refused ({exc.reason}): {exc.detail}", retry=False
+            ) from exc
+        headers = {
+            str(name).lower(): str(value)
+            for name, value in headers.items()
+            if str(name).strip().lower() != "host"  # httpx sends the normalised authority
+        }
         headers.setdefault("user-agent", HTTP_USER_AGENT)
         body_ref = params.get("body_ref")
         body = None

@@ -44,10 +44,13 @@ def verify(
     ] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Check every journal record and the checkpoint; with --repair, make the world open again.
+    """Check every journal record, every receipt's signature and the checkpoint; with --repair,
+    make the world open again.
 
     Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
-    open), or after a repair; exit 1 when it needs --repair."""
+    open) and every receipt's signature holds, or after a repair; exit 1 when it needs
+    --repair, or a receipt's signature fails (the journal was edited), or the world's key file
+    is missing or damaged (signatures cannot be checked). Writes nothing without --repair."""
     from world import check_world, repair_world
 
     with handle_errors(json_output):
@@ -57,8 +60,10 @@ def verify(
                 emit_json(check.as_json())
             elif check.ok:
                 console.print(check.describe(), markup=False, highlight=False, soft_wrap=True)
-            else:
+            elif check.needs_repair:
                 fail(f"{check.describe()}; run `world journal verify {directory} --repair`")
+            else:  # a receipt's signature or the key: cutting the journal cannot fix that
+                fail(check.describe())
             if not check.ok:
                 raise typer.Exit(1)
             return

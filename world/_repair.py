@@ -6,6 +6,17 @@ checkpoint's journal position: a checkpoint that reaches past the journal's last
 proves that committed records were lost (a torn tail that was really a damaged committed
 record, or a cut journal), and a checkpoint that cannot be read is damaged derived state.
 
+A frame's CRCs defend against accidents, not against an edit: whoever changes a record can
+fix its CRCs. So ``check_world`` also checks the signature of every journaled ``receipt`` among
+the good records with the world's key, over the bytes the record holds
+(``world.effects.JournalSignatures``), and reports the first that fails (``bad_receipt``: its
+seq, intent hash and reason, ``forged`` or ``altered``). The key is only read, never created; a
+key file that is missing while the journal holds receipts, or damaged, is
+``receipt_key_problem``, naming the file. Signatures are checked only in a journal without
+corruption (repair comes first), and never fixed: a bad one makes the world not ``ok`` but is
+no reason to repair (``needs_repair``), as cutting the journal cannot make it good. What a
+receipt answers (a queued intent) is replay's check (``world.history``), not this one's.
+
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
 last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
@@ -28,21 +39,28 @@ from world._cas import FileCas
 from world._directory import discard_store
 from world._fsutil import lock_world
 from world.cellstore import FileCellStore
+from world.effects import BadReceipt, JournalSignatures, KeyProblem
 from world.errors import NotAWorld, StoreDamaged
-from world.journal import RepairReport, VerifyReport
+from world.journal import FileJournal, RepairReport, VerifyReport
 
 __all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]
 
 
 @dataclass(frozen=True)
 class WorldCheck:
-    """The journal's report, and the checkpoint's position (None: no checkpoint) or the reason
-    it cannot be read. ``as_json`` is the journal's report (``world.journal._file.VerifyReport``)
-    with the world's ``ok``/``clean``/``findings`` and the checkpoint fields added."""
+    """The journal's report, the checkpoint's position (None: no checkpoint) or the reason it
+    cannot be read, and the receipts' signatures. ``as_json`` is the journal's report
+    (``world.journal._file.VerifyReport``) with the world's ``ok``/``clean``/``findings``, the
+    checkpoint fields and the signature fields added: ``receipts_checked`` signatures were
+    checked (up to the first bad one), ``bad_receipt`` is the first that fails and
+    ``receipt_key_problem`` a key file that cannot check them."""
 
     journal: VerifyReport
     checkpoint_seq_next: int | None
     checkpoint_damage: str | None
+    receipts_checked: int = 0
+    bad_receipt: BadReceipt | None = None
+    receipt_key_problem: KeyProblem | None = None
 
     @property
     def checkpoint_ahead(self) -> bool:
@@ -51,13 +69,27 @@ class WorldCheck:
         )
 
     @property
+    def needs_repair(self) -> bool:
+        """Does not open as it is: corruption, or a checkpoint past the journal."""
+        return not self.journal.ok or self.checkpoint_ahead
+
+    @property
     def ok(self) -> bool:
-        """Opens without repair: no corruption, and no checkpoint past the journal."""
-        return self.journal.ok and not self.checkpoint_ahead
+        """Opens without repair, and every journaled receipt's signature holds."""
+        return not self.needs_repair and self.signatures_ok
+
+    @property
+    def signatures_ok(self) -> bool:
+        return self.bad_receipt is None and self.receipt_key_problem is None
 
     @property
     def clean(self) -> bool:
-        return self.journal.clean and not self.checkpoint_ahead and not self.checkpoint_damage
+        return (
+            self.journal.clean
+            and not self.checkpoint_ahead
+            and not self.checkpoint_damage
+            and self.signatures_ok
+        )
 
     def findings(self) -> list[str]:
         found = [self.journal.describe()] if not self.journal.clean else []
@@ -68,14 +100,21 @@ class WorldCheck:
             )
         if self.checkpoint_damage:
             found.append(f"checkpoint unreadable ({self.checkpoint_damage}): it will be rebuilt")
+        if self.bad_receipt is not None:
+            found.append(f"{self.bad_receipt.describe()}, the journal was changed")
+        if self.receipt_key_problem is not None:
+            found.append(self.receipt_key_problem.describe())
         return found
 
     def describe(self) -> str:
         if self.clean:
-            return self.journal.describe()
+            checked = self.receipts_checked
+            held = f"; {checked} receipt signature(s) hold" if checked else ""
+            return f"{self.journal.describe()}{held}"
         return "; ".join(self.findings())
 
     def as_json(self) -> dict[str, Any]:
+        bad, key_problem = self.bad_receipt, self.receipt_key_problem
         return {
             **self.journal.as_json(),
             "ok": self.ok,
@@ -84,6 +123,10 @@ class WorldCheck:
             "checkpoint_ahead": self.checkpoint_ahead,
             "checkpoint_damage": self.checkpoint_damage,
             "findings": self.findings(),
+            "needs_repair": self.needs_repair,
+            "receipts_checked": self.receipts_checked,
+            "bad_receipt": None if bad is None else bad.as_json(),
+            "receipt_key_problem": None if key_problem is None else key_problem.as_json(),
         }
 
 
@@ -130,16 +173,39 @@ def _check(path: Path) -> WorldCheck:
     if not (path / "journal").is_dir():
         raise NotAWorld(str(path))
     report = file_journal.verify(path / "journal")
+    signed = _signatures(path, report)
     try:
-        return WorldCheck(report, checkpoint_seq_next(path), None)
+        return WorldCheck(report, checkpoint_seq_next(path), None, *signed)
     except StoreDamaged as damage:
-        return WorldCheck(report, None, f"{damage.path}: {damage.reason}")
+        return WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed)
     except WorldError as exc:  # e.g. a checkpoint.cbor that is not a checkpoint at all
-        return WorldCheck(report, None, str(exc))
+        return WorldCheck(report, None, str(exc), *signed)
+
+
+def _signatures(
+    path: Path, report: VerifyReport
+) -> tuple[int, BadReceipt | None, KeyProblem | None]:
+    """Check the signature of every receipt among the ``report.records`` good records, up to
+    the first that fails: ``(checked, first bad, key problem)``. Nothing in a corrupt journal
+    (repair first). The key is read after the frames were verified, so a writer that made it
+    for a receipt had made it by then."""
+    if not report.ok:
+        return 0, None, None
+    signatures = JournalSignatures(path)
+    with FileJournal(path / "journal", readonly=True) as journal:
+        for record in journal.read(0):
+            if record.seq >= report.records:  # a live writer's later commits
+                break
+            if record.kind == "receipt":
+                bad = signatures.check(record)
+                if bad is not None:
+                    return signatures.checked, bad, signatures.key_problem
+    return signatures.checked, None, signatures.key_problem
 
 
 def check_world(path: Path) -> WorldCheck:
-    """Verify the journal and the checkpoint's position; writes nothing (shared lock)."""
+    """Verify the journal, the checkpoint's position and the receipts' signatures; writes
+    nothing (shared lock; the key file is only read)."""
     if not path.is_dir():
         raise NotAWorld(str(path))
     with lock_world(path, "read"):

@@ -11,13 +11,16 @@ Invariants:
   still in flight when a loop stops is dispatched again by the next (at least once).
 - A receipt is signed with the world's key where it is taken and verified before it is
   journaled; a forged, altered, unknown or duplicate one is refused or ignored, never
-  journaled.
+  journaled. Its signature is journaled with it and checked again by the readers that verify
+  a world (``JournalSignatures``), which load the key read-only and report a missing or
+  damaged key file instead of creating one.
 - Close is bounded (``ADAPTER_CLOSE_WAIT_S``) and adapter threads are daemons.
 
 Parts: ``_adapters`` (``Intent``, ``Receipt``, the ``Adapter`` protocol, ``Dispatcher``, the
 named limits), ``_timer``, ``_blob`` and ``_http`` (the adapters), ``_workers`` (their threads
-and receipt delivery), ``_receipts`` (the world's receipt key, signing and verifying),
-``_pump`` (``EffectPump``: intents out, receipts in; approvals of parked intents).
+and receipt delivery), ``_receipts`` (the world's receipt key, signing and verifying; checking
+a journal's receipts), ``_pump`` (``EffectPump``: intents out, receipts in; approvals of
+parked intents).
 """
 
 from __future__ import annotations
@@ -55,7 +58,14 @@ if TYPE_CHECKING:
         accept_receipt,
         decide_parked,
     )
-    from world.effects._receipts import KEY_DIR, KEY_FILE, ReceiptKey
+    from world.effects._receipts import (
+        KEY_DIR,
+        KEY_FILE,
+        BadReceipt,
+        JournalSignatures,
+        KeyProblem,
+        ReceiptKey,
+    )
     from world.effects._timer import Clock, SimClock, TimerAdapter, WallClock
 
 __all__ = [
@@ -75,6 +85,7 @@ __all__ = [
     "RECEIPT_WAIT_S",
     "RETRIES_MAX",
     "Adapter",
+    "BadReceipt",
     "BlobAdapter",
     "Clock",
     "Dispatcher",
@@ -82,6 +93,8 @@ __all__ = [
     "EffectPump",
     "HttpAdapter",
     "Intent",
+    "JournalSignatures",
+    "KeyProblem",
     "PumpReport",
     "Receipt",
     "ReceiptKey",
@@ -136,6 +149,9 @@ _WHERE: dict[str, str] = {
             "world.effects._receipts",
             (
                 "ReceiptKey",
+                "BadReceipt",
+                "JournalSignatures",
+                "KeyProblem",
                 "KEY_DIR",
                 "KEY_FILE",
             ),

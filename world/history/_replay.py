@@ -10,7 +10,22 @@ queues), the dead letters, and the step and dead-letter totals; each difference 
 field with both values. Every cell state the world's store holds is read and verified, so a
 missing or damaged object is reported, never "identical".
 
-The world is opened read-only: verification writes nothing and runs beside a live writer.
+Every record a tick writes is compared, not only its first: the effect records
+(``effect.queued``, ``policy.decision``) that follow a ``step`` or ``plan.step`` are owed by the
+re-executed tick and compared as replay reaches them (``kernel._recorder``), so an edited
+intent's params or policy rule index is a ``ReplayDivergence`` at that record's seq.
+
+A ``receipt`` is an input: replay cannot re-derive it, only check it. Before it is applied, its
+signature is checked with the world's key over the bytes the journal holds
+(``world.effects.JournalSignatures``), and it must answer an intent the replayed kernel has
+queued and waiting. The first receipt that fails stops replay (everything after it is computed
+from it) and is reported as ``bad_receipt``: its seq, intent hash and reason (``forged``,
+``altered``, ``unknown_intent``, ``not_queued``). A key file that is missing (while the journal
+holds receipts) or damaged is ``receipt_key_problem``, naming the file; replay goes on without
+checking signatures, and the report is not ok.
+
+The world is opened read-only and the key is only read, never created: verification writes
+nothing and runs beside a live writer.
 """
 
 from __future__ import annotations
@@ -23,9 +38,10 @@ from typing import Final
 from kernel import TICK_KINDS, Kernel, first_difference
 from kernel.cells import MemoryCellStore
 from kernel.errors import ReplayDivergence
-from kernel.journal import MemoryJournal
+from kernel.journal import JournalRecord, MemoryJournal
 from world._runner import HostRunner
 from world._world import World
+from world.effects import BadReceipt, JournalSignatures, KeyProblem
 from world.errors import StoreDamaged
 
 __all__ = ["Mismatch", "ReplayReport", "rebuild_world", "verify_world"]
@@ -45,15 +61,28 @@ class Mismatch:
 
 @dataclass
 class ReplayReport:
+    """What replay found. ``records`` were replayed (up to the first divergence or bad
+    receipt), ``steps`` of them ticks; ``receipts_checked`` receipts had their signature
+    checked."""
+
     records: int = 0
     steps: int = 0
     divergence: ReplayDivergence | None = None
     mismatches: list[Mismatch] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
+    receipts_checked: int = 0
+    bad_receipt: BadReceipt | None = None
+    receipt_key_problem: KeyProblem | None = None
 
     @property
     def ok(self) -> bool:
-        return self.divergence is None and not self.mismatches and not self.damaged
+        return (
+            self.divergence is None
+            and not self.mismatches
+            and not self.damaged
+            and self.bad_receipt is None
+            and self.receipt_key_problem is None
+        )
 
     @property
     def state_mismatches(self) -> list[str]:
@@ -73,28 +102,67 @@ def verify_world(path: Path, progress: Callable[[int, int], None] | None = None)
     report = ReplayReport()
     with World.open(path, readonly=True) as world:
         report.damaged.extend(world.notices)
+        signatures = JournalSignatures(path)
         kernel = Kernel(
             world.air,
             MemoryJournal(),
             MemoryCellStore(),
             HostRunner(world.air, path / "cache", readonly=True),
         )
-        total = world.journal.seq_next
         try:
-            for record in world.journal.read(0):
-                kernel.apply(record)
-                report.records += 1
-                report.steps += record.kind in TICK_KINDS
-                if progress is not None and report.records % PROGRESS_EVERY == 0:
-                    progress(report.records, total)
+            _replay(world, kernel, signatures, report, progress)
         except ReplayDivergence as exc:
             report.divergence = exc
+        report.receipts_checked = signatures.checked
+        report.receipt_key_problem = signatures.key_problem
+        if report.divergence is not None or report.bad_receipt is not None:
             return report
-        if progress is not None and report.records % PROGRESS_EVERY:
-            progress(report.records, total)
         report.mismatches.extend(_compare(kernel, world))
         report.damaged.extend(_damaged_objects(world))
     return report
+
+
+def _replay(
+    world: World,
+    kernel: Kernel,
+    signatures: JournalSignatures,
+    report: ReplayReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Apply every record to ``kernel``, each receipt checked first; stop at a bad receipt
+    (``report.bad_receipt``). ``ReplayDivergence`` at the first difference."""
+    total = world.journal.seq_next
+    for record in world.journal.read(0):
+        if record.kind == "receipt":
+            report.bad_receipt = _refused(record, signatures, kernel)
+            if report.bad_receipt is not None:
+                return
+        kernel.apply(record)
+        report.records += 1
+        report.steps += record.kind in TICK_KINDS
+        if progress is not None and report.records % PROGRESS_EVERY == 0:
+            progress(report.records, total)
+    if progress is not None and report.records % PROGRESS_EVERY:
+        progress(report.records, total)
+
+
+def _refused(
+    record: JournalRecord, signatures: JournalSignatures, kernel: Kernel
+) -> BadReceipt | None:
+    """Why the receipt ``record`` does not hold: its signature, or no queued intent waits for
+    it (the pump journals a receipt only for one); None if it holds."""
+    bad = signatures.check(record)
+    if bad is not None:
+        return bad
+    intent_hash = record.body.get("intent_hash") if isinstance(record.body, dict) else None
+    if not isinstance(intent_hash, bytes):
+        return BadReceipt(record.seq, repr(intent_hash), "unknown_intent")
+    intent = kernel.effects.intents.get(intent_hash)
+    if intent is None:
+        return BadReceipt(record.seq, intent_hash.hex(), "unknown_intent")
+    if intent.status != "queued":
+        return BadReceipt(record.seq, intent_hash.hex(), "not_queued")
+    return None
 
 
 def _compare(replayed: Kernel, world: World) -> list[Mismatch]:

@@ -2,8 +2,9 @@
 
 Differential: every input goes to the C function and to the pure-Python reference it stands
 for (``tools/fuzz/native_oracle.py``); they must agree as ``kernel/native/__init__.py`` promises. Three
-sources of inputs, each bounded so the suite stays quick: a seeded mutation loop over real
-step outputs, journal records and canonical values (always runs); hypothesis-generated values
+sources of inputs, each bounded so the suite stays quick: a seeded mutation loop over every
+head boundary (``tests/test_cbor_heads.py``'s table), real step outputs, journal records and
+canonical values (always runs); hypothesis-generated values
 for the encoders; and, where atheris is installed, a short coverage-guided libFuzzer run of
 ``tools/fuzz/fuzz_native.py`` in a subprocess (libFuzzer exits the process when done). The long
 run is by hand: ``python tools/fuzz/fuzz_native.py [-runs=N | --random --seconds S]``.

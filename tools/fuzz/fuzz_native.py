@@ -10,7 +10,9 @@ decode, output decode, record decode), written over a field of a small index sha
 (``check_shard_splice``: the checkpoint's shard merge) and, read as a structured recipe, to the
 encoders (``check_dumps``, ``check_encode_input``). Coverage guidance comes from the Python reference
 code atheris instruments; the C code is not instrumented (gcc has no libFuzzer coverage mode),
-so the corpus is seeded with real outputs and records. ``--random`` (or no atheris) runs the
+so the corpus is seeded with real outputs and records, and with every CBOR head at every width
+boundary in its shortest and its longer forms (``native_oracle.boundary_seeds``: mutations of
+random values never happened on ``19 00 ff``). ``--random`` (or no atheris) runs the
 same checks on ``native_oracle.Mutator``'s mutations of the same seeds instead. A disagreement
 raises ``Disagreement`` with the input: add it to ``tests/test_native_fuzz.py`` as a regression.
 """

@@ -5,7 +5,8 @@ reference it stands for, and raises ``Disagreement`` unless they agree as ``kern
 promises: what the C code accepts, the reference accepts with the same result (types included:
 ``True`` is not ``1``); and for the strict decoders, what the C code refuses, the reference
 refuses too. ``check_bytes`` routes one fuzz input to all byte-level targets; ``Mutator`` turns
-seeds (real reducer outputs, journal payloads, canonical encodings of random values) into
+seeds (every head at every width boundary, shortest and over-long; real reducer outputs,
+journal payloads, canonical encodings of random values) into
 inputs: bit flips, byte edits, truncation, splices, non-shortest heads, random bytes.
 
 Used by ``tests/test_native_fuzz.py`` (a bounded run in the suite), ``tools/fuzz/fuzz_native.py``
@@ -308,9 +309,65 @@ def _key(rng: random.Random, wild: bool) -> Any:
     return rng.choice([True, None, 1.5, (1, 2)])
 
 
-def seed_corpus(rng: random.Random, count: int = 200) -> list[bytes]:
-    """Canonical encodings of random values and of step outputs and journal records."""
+HEAD_BOUNDARIES = (0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**64 - 1)
+"""Where the shortest head of a value changes width (RFC 8949 §4.2.1), and the two ends."""
+SEED_LENGTH_MAX = 256
+"""Longest bytes, text, array or map a boundary seed builds; longer ones stop at the head."""
+_WIDTH_AI = {1: 24, 2: 25, 4: 26, 8: 27}  # argument bytes -> the additional information
+
+
+def _heads(major: int, value: int) -> list[bytes]:
+    """Every head of ``value`` in ``major``: the shortest (canonical) first, then each longer."""
+    top = major << 5
+    forms = [bytes((top | value,))] if value < 24 else []
+    for size, ai in _WIDTH_AI.items():
+        if value < 1 << (8 * size):
+            forms.append(bytes((top | ai,)) + value.to_bytes(size, "big"))
+    return forms
+
+
+def _announced(major: int, n: int) -> bytes:
+    """What a head ``(major, n)`` is followed by: n bytes, characters, items or entries, or
+    dec128's content after a tag; nothing for an integer or a length past the seed maximum."""
+    if major in (0, 1) or (major in (2, 3, 4, 5) and n > SEED_LENGTH_MAX):
+        return b""
+    if major == 6:
+        return b"\x50" + bytes(16)
+    if major == 5:  # keys 0..n-1 ascend bytewise when encoded, as canonical order wants
+        return b"".join(cbor.head(0, k) + b"\x00" for k in range(n))
+    return {2: b"\x00", 3: b"a", 4: b"\x00"}[major] * n
+
+
+def boundary_seeds() -> list[bytes]:
+    """Each head boundary of major types 0 to 6 (and tag 2000, dec128's), in its shortest head
+    and in every longer one, with dec128's content and false, true and null in longer heads too:
+    the item alone, as the state payload of a step output and as the body of a journal record.
+    So ``check_bytes`` meets every over-long head through ``loads``, ``decode_output`` and
+    ``decode_record`` at the start of every run: a C decoder that took ``19 00 ff`` for 255 got
+    past the mutation loop and 30,000 atheris runs seeded with random values alone.
+    ``tests/test_cbor_heads.py`` holds the table these mirror, and checks they are here."""
+    items = [
+        form + _announced(major, value)
+        for major in range(7)
+        for value in HEAD_BOUNDARIES + ((cbor.DEC128_TAG,) if major == 6 else ())
+        for form in _heads(major, value)
+    ]
+    dec128 = cbor.head(6, cbor.DEC128_TAG)
+    items += [dec128 + form + bytes(16) for form in _heads(2, 16)]  # its content's heads
+    items += [bytes(form) for simple in (20, 21, 22) for form in ((0xE0 | simple,), (0xF8, simple))]
+    record_tail = b"".join(map(cbor.dumps, ["kind", "step", "subject", "/world/a/b"]))
     seeds = []
+    for item in items:
+        seeds.append(item)
+        seeds.append(cbor.dumps({"state": item}))
+        seeds.append(b"\xa4\x63seq\x00\x64body" + item + record_tail)
+    return seeds
+
+
+def seed_corpus(rng: random.Random, count: int = 200) -> list[bytes]:
+    """The boundary heads (``boundary_seeds``), then canonical encodings of random values and
+    of step outputs and journal records."""
+    seeds = boundary_seeds()
     for _ in range(count):
         value = random_value(rng, wild=False)
         seeds.append(cbor.dumps(value))

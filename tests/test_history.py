@@ -13,7 +13,9 @@ from typing import Any
 import blake3
 import pytest
 
-from kernel.journal import JournalRecord
+from kernel import OWED_KINDS, Kernel
+from kernel.cells import MemoryCellStore
+from kernel.journal import JournalRecord, MemoryJournal
 from world import World
 from world import _fileio as fileio
 from world import _history_index as history
@@ -121,19 +123,58 @@ def test_cell_at_reads_only_the_cells_records_and_starts_from_a_stored_state(
     assert records <= 3 * runs + 10
 
 
-def test_every_position_agrees_with_a_full_replay(built: Any, tmp_path: Path) -> None:
-    path, _seen = built
-    bare = _copy(built, tmp_path)
-    shutil.rmtree(bare / "cache" / "history")  # the oracle: no index, the journal scan path
+def _replayed_at_every_position(path: Path) -> list[tuple[int, dict[str, bytes | None]]]:
+    """The oracle: one replay from genesis; for each position, where its tick group ends and
+    every key's state (CBOR) after it."""
     with World.open(path, readonly=True) as world:
+        records = list(world.journal.read(0))
+        runner = HostRunner(world.air, path / "cache", readonly=True)
+        kernel = Kernel(world.air, MemoryJournal(), MemoryCellStore(), runner)
+        keys = {key: timetravel.cell_key(world.air, COUNTER, key).key_cbor for key in KEYS}
+        after = []
+        for record in records:
+            kernel.apply(record)
+            after.append({key: kernel.state_of(COUNTER, keys[key]) for key in KEYS})
+    ends = list(range(len(records)))
+    for seq in reversed(ends[:-1]):  # a position inside a tick group means after the group
+        if records[seq + 1].kind in OWED_KINDS:
+            ends[seq] = ends[seq + 1]
+    return [(end, after[end]) for end in ends]
+
+
+def _stored_state_seq(path: Path, key: str) -> int | None:
+    """The last step after which the index stored ``key``'s state."""
+    with World.open(path, readonly=True) as world:
+        cell = timetravel.cell_key(world.air, COUNTER, key).cell_id
+        genesis = history.genesis_digest(next(iter(world.journal.read(0))))
         seq_next = world.journal.seq_next
-    for seq in range(0, seq_next, 37):
+    found = history.read_cell(path, cell, seq_next, genesis, seq_next)
+    assert found is not None
+    return found.state_seq
+
+
+def test_every_position_agrees_with_a_full_replay_with_and_without_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A world small enough to ask at every position (61 records, 3 flushes), with the index
+    # storing a state every 12 steps: "a" (8 steps a round) gets one at the second flush,
+    # "b" and "c" (one step a round) none, so answers start from a stored state, from the
+    # cell's first step, and from the journal alone (the copy without an index).
+    monkeypatch.setattr(history, "STATE_EVERY", 12)
+    path, bare = tmp_path / "w", tmp_path / "bare"
+    build(path, rounds=3, per_round=10)
+    shutil.copytree(path, bare)
+    shutil.rmtree(bare / "cache" / "history")
+    assert _stored_state_seq(path, "a") is not None
+    assert _stored_state_seq(path, "b") is None
+    replayed = _replayed_at_every_position(path)
+    assert len(replayed) == 61
+    for seq, (seq_through, states) in enumerate(replayed):
         for key in KEYS:
-            fast = timetravel.cell_at(path, COUNTER, key, seq)
-            assert (fast.state, fast.seq_through) == (
-                (slow := timetravel.cell_at(bare, COUNTER, key, seq)).state,
-                slow.seq_through,
-            ), (seq, key)
+            for world in (path, bare):
+                at = timetravel.cell_at(world, COUNTER, key, seq)
+                want = (states[key], seq_through)
+                assert (at.state_cbor, at.seq_through) == want, (world.name, seq, key)
 
 
 def test_records_after_the_last_flush_are_read_from_the_journal(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ from air import cbor
 from air.errors import ManifestError
 from cli.main import app
 from world import Engine, LoopReport, World
-from world.effects import Adapter, BlobAdapter, HttpAdapter, decide_parked
+from world.effects import Adapter, BlobAdapter, HttpAdapter, PumpReport, decide_parked
 from world.history import verify_world
 
 runner = CliRunner()
@@ -840,3 +840,26 @@ def test_air_written_for_agentos_runs_against_a_loopback_server(
     (event,) = raised(records(w), 0)
     assert event == ("acme/LogEvent@1", {"$tag": "Ok", "$value": {"status": 202}})
     assert verify_world(w).ok
+
+
+def test_a_simulated_run_puts_blobs_inside_dispatch_so_no_receipt_waits_on_a_thread(
+    tmp_path: Path,
+) -> None:
+    # A simulated run writes the same bytes whatever the machine's load: a blob receipt is
+    # taken in the cycle that dispatched its intent, never one that a worker thread finished.
+    air = plan_world(
+        tmp_path / "air",
+        schemas={GO: {"record": {"url": "text"}}},
+        plans=[_blob_plan(DATA6, DATA8)],
+        triggers=[{"event": GO, "plan": "t/go@1"}],
+        grants=[blob_grant()],
+    )
+    w = tmp_path / "w"
+    with World.create(w, air) as world, Engine(world, sim=True) as loop:
+        world.send(GO, {"url": "-"})
+        world.run_until_idle()
+        sent = loop.pump.dispatch(PumpReport())
+        assert sent == 1
+        assert loop.pump.in_flight == 0
+        loop.run(until_idle=True)
+    assert [r.body["status"] for r in of_kind(records(w), "receipt")] == ["ok", "ok"]

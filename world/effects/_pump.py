@@ -15,7 +15,9 @@ journaled receipts.
 Time. ``sim=True`` runs the timer adapter on a simulated clock that starts at the kernel's
 logical ``now_ns``; ``advance_sim`` jumps it to the next deadline when only timers are in
 flight, so a timer world runs at once and writes the same journal bytes on every run of the
-same world. Without it, timers fire on the wall clock. Given its own ``adapters``, the pump
+same world; blobs are then put and got inside ``dispatch`` (not on a worker thread), so their
+receipts too arrive at a tick that does not depend on the machine's load (an HTTP answer
+still does: it comes from outside). Without it, timers fire on the wall clock. Given its own ``adapters``, the pump
 advances a simulated ``TimerAdapter`` among them, if there is one.
 
 Intents still in flight when the pump closes are dispatched again by the next pump (at least
@@ -85,7 +87,8 @@ class EffectPump:
         self.key = ReceiptKey.load_or_create(world.path)
         if adapters is None:
             clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
-            adapters = [TimerAdapter(clock), BlobAdapter(world.cas), HttpAdapter(world.cas)]
+            blobs = BlobAdapter(world.cas, synchronous=sim)
+            adapters = [TimerAdapter(clock), blobs, HttpAdapter(world.cas)]
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)
         self._timer = next(

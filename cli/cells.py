@@ -16,6 +16,12 @@ rows remain, ``--json`` carries ``next_after``: the last row's key, to pass back
 ``--after`` for the next page. The served path (``world serve``) lists every cell through the
 socket and pages here, so both paths give the same rows and the same shape.
 
+A page is one read (``World.read``): its rows and ``count`` are the world at one journal
+position, even when a live writer checkpoints while it is read (the reader reopens and reads the
+page again). Pages are separate opens, so the next page, ``--after`` the last key, shows the
+world as it is then: a writer in between changes what the next page shows, never what this one
+did, and the cells after the key are neither skipped nor repeated.
+
 JSON shape of ``cells ls``: ``{"ok", "reducer", "count", "cells": [{"key", "key_hash",
 "state", "state_hash", "size", "last_active"}], "next_after"?}``: ``count`` is the number of
 cells in all, ``cells`` one page; ``next_after`` is absent on the last page.
@@ -62,7 +68,7 @@ def ls(
         page = via_server(directory, "cells_ls", reducer=reducer, limit=limit, after=after_value)
         if page is None:
             with opened(directory, readonly=True) as world:
-                page = cells_page(world, reducer, after_value, limit)
+                page = world.read(lambda: cells_page(world, reducer, after_value, limit))
     out: dict[str, Any] = {"ok": True, **page}
     total, cells = page["count"], page["cells"]
     if json_output:

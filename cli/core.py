@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from air.errors import InputFileError, JsonError
+from air.errors import InputFileError, InvalidArgument, JsonError
 from cli import _progress
 from cli.common import (
     SignalGate,
@@ -172,7 +172,19 @@ def send(
     value: Annotated[str | None, typer.Argument(help="The event value as JSON")] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", help="JSON Lines: one value per line, one durable batch"),
+        typer.Option(
+            "--file",
+            help="JSON Lines: one value per line, one durable batch (all or nothing); an "
+            "object's \"$id\" is that event's idempotency key",
+        ),
+    ] = None,
+    event_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            help="Idempotency key of VALUE: an event already journaled with this id is not "
+            "journaled again (a retry after a crash is exactly once)",
+        ),
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -181,17 +193,22 @@ def send(
 
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")
+    if event_id is not None and file is not None:
+        fail('--id is for one VALUE; in a --file, give each line an "$id"')
     with handle_errors(json_output), signals_deferred():
         lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
+        lines, ids = _split_ids(lines, event_id)
         big = file is not None and len(lines) >= SEND_PROGRESS_MIN
         shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
         with shown as progress:
             try:
-                sent = _send_served(directory, schema, [v for _n, v in lines], progress)
+                sent = _send_served(directory, schema, [v for _n, v in lines], ids, progress)
             except ServedError as exc:
                 raise _served_rejection(exc, file, lines) from exc
             seqs = (
-                sent if sent is not None else _send_here(directory, schema, lines, file, progress)
+                sent
+                if sent is not None
+                else _send_here(directory, schema, lines, ids, file, progress)
             )
     if json_output:
         emit_json({"ok": True, "seqs": seqs})
@@ -199,8 +216,36 @@ def send(
         console.print(f"sent {len(seqs)} event(s), journal seq {seqs[0]}..{seqs[-1]}")
 
 
+ID_FIELD = "$id"
+"""The key of a JSON Lines object that holds the event's idempotency key, not a field of the
+value (``$``: no AIR field name starts with it, so it never clashes with a schema's own
+``id``)."""
+
+
+def _split_ids(
+    lines: list[tuple[int, Any]], event_id: str | None
+) -> tuple[list[tuple[int, Any]], list[str | None]]:
+    """The values without their ``$id`` keys, and the ids (None where a line has none)."""
+    if event_id is not None:
+        return lines, [event_id]
+    values, ids = [], []
+    for number, value in lines:
+        found = value.get(ID_FIELD) if isinstance(value, dict) else None
+        if isinstance(value, dict) and ID_FIELD in value:
+            if not isinstance(found, str):
+                raise InvalidArgument(ID_FIELD, found, f"line {number}: an event id is text")
+            value = {k: v for k, v in value.items() if k != ID_FIELD}
+        values.append((number, value))
+        ids.append(found)
+    return values, ids
+
+
 def _send_served(
-    directory: Path, schema: str, values: list[Any], progress: _progress.ProgressFn | None
+    directory: Path,
+    schema: str,
+    values: list[Any],
+    ids: list[str | None],
+    progress: _progress.ProgressFn | None,
 ) -> list[int] | None:
     """Send through a served world (None: not served): one request if it fits, else parts of a
     batch that the server journals whole with the last one (``world.serve._ops``)."""
@@ -213,9 +258,12 @@ def _send_served(
         batch, start, size = None, 0, len(values)
         while True:
             part = values[start : start + size]
+            part_ids = ids[start : start + size]
             more = start + len(part) < len(values)
             try:
-                reply = client.call("send", schema=schema, values=part, batch=batch, more=more)
+                reply = client.call(
+                    "send", schema=schema, values=part, ids=part_ids, batch=batch, more=more
+                )
             except LimitExceeded:
                 if size == 1:
                     raise
@@ -233,6 +281,7 @@ def _send_here(
     directory: Path,
     schema: str,
     lines: list[Any],
+    ids: list[str | None],
     file: Path | None,
     progress: _progress.ProgressFn | None = None,
 ) -> list[int]:
@@ -241,7 +290,8 @@ def _send_here(
     events = [(schema, v) for _n, v in lines]
     with opened(directory) as world:
         try:
-            return world.send_many(events if progress is None else _counted(events, progress))
+            taken = events if progress is None else _counted(events, progress)
+            return world.send_many(taken, ids=ids)
         except EventRejected as exc:
             if file is None:
                 raise exc.cause from exc

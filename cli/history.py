@@ -79,8 +79,13 @@ def show(
         elif at is None:
             with opened(directory, readonly=True) as world:
                 where = cell_key(world.air, reducer, key_value)
-                state_cbor = world.kernel.state_of(reducer, where.key_cbor)
-                state = world.state(reducer, key_value) if state_cbor is not None else None
+                # One read: the bytes and the value from one view, whatever a writer does.
+                state_cbor, state = world.read(
+                    lambda: (
+                        world.kernel.state_of(reducer, where.key_cbor),
+                        world.state(reducer, key_value),
+                    )
+                )
         else:
             found = cell_at(directory, reducer, key_value, at)
             state_cbor, state = found.state_cbor, found.state
@@ -153,14 +158,14 @@ def _tail_here(
     raw: bool,
     emit: Callable[[dict[str, Any]], None],
 ) -> None:
-    """The cell's history read from the journal files (no server holds the world)."""
-    from world import RecordView, load_world_air
-    from world.errors import NotAWorld
+    """The cell's history read from the journal files (no server holds the world): only the
+    journal, which a writer only appends to, so its checkpoints never stop it, and ``--follow``
+    goes on from the seq after the last record it read."""
+    from world import RecordView, World, load_world_air
     from world.history import CellHistory, cell_key
     from world.journal import FileJournal
 
-    if not (directory / "air" / "sources.json").is_file() or not (directory / "journal").is_dir():
-        raise NotAWorld(str(directory))
+    World.check_directory(directory)
     air = load_world_air(directory)
     history = CellHistory(air, cell_key(air, reducer, parse_key_arg(key)))
     view = RecordView(air)

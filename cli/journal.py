@@ -2,7 +2,14 @@
 
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
 records per request (``journal_tail`` in ``world.serve._ops``): the same lines as a direct
-read, and what the server ran just before is in them."""
+read, and what the server ran just before is in them. A direct ``tail`` reads the journal
+files alone, which a live writer only appends to: its checkpoints (which replace and collect
+the cell store's files) never reach a tail, and ``--follow`` goes on from the seq after the
+last record it printed, each record once.
+
+``verify --repair`` prints what the repair did (``WorldRepair.describe``): the records it cut
+are counted from the files before they are cut (``world.journal`` ``RepairReport``), so the
+count and the seqs it prints are those that were cut."""
 
 from __future__ import annotations
 
@@ -105,8 +112,7 @@ def tail(
     cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world import RecordView, load_world_air
-    from world.errors import NotAWorld
+    from world import RecordView, World, load_world_air
     from world.journal import FileJournal
 
     with handle_errors():
@@ -116,8 +122,7 @@ def tail(
             with client:
                 _tail_served(client, subject or None, min(from_seq, SEQ_MAX), follow, raw)
             return
-        if not (directory / "journal").is_dir():
-            raise NotAWorld(str(directory))
+        World.check_directory(directory)
         pattern = SubjectPattern.compile(subject) if subject else None
         view = RecordView(load_world_air(directory))
         reader = FileJournal(directory / "journal", readonly=True)

@@ -6,12 +6,13 @@ clock and no file; everything that happens enters through ``ingest`` (an event f
 and ``tick`` (one step of one ready entity), and is written as journal records:
 
     kind          subject                                   body
-    event.in      /world/event/<schema>                     {schema, value}
+    event.in      /world/event/<schema>                     {schema, value, id?}
     step          /world/cell/<reducer>/<key hash>/step     {reducer, key, src, idx, out_hash,
                   /world/reducer/<reducer>/step               state_hash, events?, effects?}
     step.failed   (same subjects, leaf step.failed)         {reducer, key, src, idx, reason}
 
-``src, idx`` is the delivery's identity (the seq of the record that produced it and its
+``id`` is the sender's idempotency key, when it gave one (``ingest_many``: an id journaled
+among the last ``event_ids_kept`` is not journaled again). ``src, idx`` is the delivery's identity (the seq of the record that produced it and its
 position there); ``events``/``effects`` are present only when the step emitted some. ``out_hash`` is blake3 of the
 reducer's raw output bytes, so replay can say exactly where behaviour first differed.
 
@@ -39,6 +40,7 @@ its reason, its delivery goes to the dead-letter list, and the world goes on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -64,6 +66,7 @@ from kernel.subjects import make_subject
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",
+    "EVENT_IDS_KEPT",
     "OWED_KINDS",
     "TICK_KINDS",
     "DeadLetter",
@@ -76,6 +79,9 @@ __all__ = [
 EVENTS_PER_STEP_MAX: Final = 64
 STEPS_PER_RUN_MAX: Final = 1_000_000
 DEAD_LETTERS_KEPT: Final = 10_000
+EVENT_IDS_KEPT: Final = 100_000
+"""How many of the latest outside events' ids the kernel remembers: an event sent again with an
+id among them is not journaled again (a client's retry after a crash is exactly once)."""
 _ENTITIES_CACHED_MAX: Final = 65_536  # per reducer
 
 
@@ -86,6 +92,11 @@ class KernelLimits:
     events_per_step_max: int = EVENTS_PER_STEP_MAX
     steps_per_run_max: int = STEPS_PER_RUN_MAX
     dead_letters_kept: int = DEAD_LETTERS_KEPT
+    event_ids_kept: int = EVENT_IDS_KEPT
+
+
+Outside = tuple[str, bytes, Any, "str | None"]
+"""An event from outside: ``(schema, value_cbor, value or None, id or None)``."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,7 @@ class Kernel:
         }
         self._manifest_raw = cbor.hash_to_raw(air.manifest_hash)
         self._event_subjects: dict[str, str] = {}
+        self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
         self._norm_programs: dict[str, tuple[Any, ...]] = {}
         self._entities: dict[str, dict[bytes | None, Entity]] = {}
 
@@ -165,12 +177,52 @@ class Kernel:
     def ingest(self, schema: str, value_cbor: bytes, value: Any = None) -> int:
         """Journal an outside event and route it; return its seq. ``value`` is the decoded
         ``value_cbor`` when the caller has it (saves a decode)."""
+        return self.ingest_many([(schema, value_cbor, value, None)])[0]
+
+    def ingest_many(self, events: Sequence[Outside]) -> list[int]:
+        """Journal outside events ``(schema, value_cbor, value, id)`` and route them; their
+        seqs. Every record is encoded before any is appended, so one that cannot be (too
+        large) leaves nothing pending. An event whose ``id`` is among the last
+        ``event_ids_kept`` journaled (or earlier in this batch) is not journaled again: its
+        seq is the first one's."""
+        records: list[Record] = []
+        taken: list[Outside] = []
+        seqs: list[int] = []
+        first = self.journal.seq_next
+        fresh: dict[str, int] = {}
+        for event in events:
+            schema, value_cbor, _value, event_id = event
+            if event_id is not None:
+                known = self._event_ids.get(event_id, fresh.get(event_id))
+                if known is not None:
+                    seqs.append(known)
+                    continue
+                fresh[event_id] = first + len(records)
+            body: dict[str, Any] = {"schema": schema, "value": value_cbor}
+            if event_id is not None:
+                body["id"] = event_id
+            records.append(("event.in", self._event_subject(schema), body))
+            taken.append(event)
+            seqs.append(first + len(records) - 1)
+        appended = self.journal.append_many(records)
+        for seq, (schema, value_cbor, value, event_id) in zip(appended, taken, strict=True):
+            if event_id is not None:
+                self._remember_id(event_id, seq)
+            self._route(seq, 0, schema, value_cbor, value)
+        return seqs
+
+    def _event_subject(self, schema: str) -> str:
         subject = self._event_subjects.get(schema)
         if subject is None:
             subject = self._event_subjects[schema] = make_subject("world", "event", schema)
-        seq = self.journal.append("event.in", subject, {"schema": schema, "value": value_cbor})
-        self._route(seq, 0, schema, value_cbor, value)
-        return seq
+        return subject
+
+    def _remember_id(self, event_id: str, seq: int) -> None:
+        """Keep ``event_id``'s seq among the latest ``event_ids_kept`` (the oldest go first)."""
+        ids = self._event_ids
+        ids[event_id] = seq
+        while len(ids) > self.limits.event_ids_kept:
+            del ids[next(iter(ids))]
 
     def _route(
         self, src_seq: int, first_index: int, schema: str, value_cbor: bytes, value: Any = None
@@ -360,11 +412,14 @@ class Kernel:
             reason = {"code": "effect_denied", "detail": "an approver denied it"}
             self.dead_letters.add(seq, str(origin["name"]), origin.get("key"), letter, reason)
 
-    def ingest_move(self, kind: str, subject: str, body: dict[str, Any]) -> int:
-        """Journal a record that moves cells in (``kernel._moves``) and apply it; its seq."""
-        seq = self.journal.append(kind, subject, body)
-        self._apply_move(JournalRecord(seq, subject, kind, body))
-        return seq
+    def ingest_moves(self, records: Sequence[Record]) -> list[int]:
+        """Journal records that move cells in (``kernel._moves``) and apply them; their seqs.
+        Every record is encoded before any is appended (one too large leaves none pending);
+        the caller checked the cells (``check_cell``), which applying checks again."""
+        seqs = list(self.journal.append_many(records))
+        for seq, (kind, subject, body) in zip(seqs, records, strict=True):
+            self._apply_move(JournalRecord(seq, subject, kind, body))
+        return seqs
 
     def _apply_move(self, record: JournalRecord) -> None:
         cell = moved_cell(self.air, record)
@@ -388,7 +443,10 @@ class Kernel:
         if self.recorder.settle(record):
             return
         if record.kind == "event.in":
-            self._route(record.seq, 0, record.body["schema"], record.body["value"])
+            body = record.body
+            if "id" in body:
+                self._remember_id(body["id"], record.seq)
+            self._route(record.seq, 0, body["schema"], body["value"])
         elif record.kind in TICK_KINDS:
             self.tick(expected=record)
         elif record.kind == "receipt":
@@ -420,7 +478,7 @@ class Kernel:
         return [self._module_hash[name] for name in sorted(self._module_hash)]
 
     def snapshot_obj(self, seq_next: int) -> dict[str, Any]:
-        return {
+        obj = {
             "seq_next": seq_next,
             "manifest_hash": self._manifest_raw,
             "scheduler": self.scheduler.to_obj(),
@@ -431,6 +489,9 @@ class Kernel:
             "runs_started": self.plans.started,
             "effects": self.effects.to_obj(),
         }
+        if self._event_ids:  # absent when no event carried an id: older snapshots' shape
+            obj["event_ids"] = [[event_id, seq] for event_id, seq in self._event_ids.items()]
+        return obj
 
     def restore(self, obj: dict[str, Any]) -> None:
         self.scheduler.restore(obj["scheduler"])
@@ -438,6 +499,7 @@ class Kernel:
         self.steps_total = obj["steps_total"]
         self.plans.restore(obj.get("runs", []), obj.get("runs_started", 0))
         self.effects.restore(obj.get("effects"))
+        self._event_ids = dict(obj.get("event_ids", []))
 
 
 _ENVIRONMENT_CODES: Final = frozenset(("engine", "instantiate"))

@@ -8,7 +8,7 @@
 
 This is the pure half of ``world cells import`` and ``world migrate cells`` (``world.moves``):
 it builds those records and says what applying one means (``moved_cell``); ``Kernel`` applies
-them (``ingest_move`` live, ``apply`` on replay) the same way, so a world that imported cells
+them (``ingest_moves`` live, ``apply`` on replay) the same way, so a world that imported cells
 replays from genesis to the same store: ``cell.imported`` puts ``state`` into the kernel's cell
 store as the cell of ``key`` (``last_active`` = the record's seq, pinned manifest = the
 kernel's manifest), replacing a cell that was there; ``world.migrated`` holds no state and only

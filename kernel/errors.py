@@ -176,8 +176,14 @@ class ReplayDivergence(WorldError):
 
 
 class ObjectMissing(WorldError):
-    """The content store holds nothing at ``address`` (``blake3:<hex>``)."""
+    """The content store holds nothing at ``address`` (``blake3:<hex>``). A store of files names
+    the file it looked for (``path``); a caller that knows which module the object is (the
+    wasm of a reducer) names it (``module``). Both are empty when unknown."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, path: str = "", module: str = "") -> None:
         self.address = address
-        super().__init__(f"no object {address}")
+        self.path = path
+        self.module = module
+        where = f" at {path}" if path else ""
+        what = f" (the wasm of module {module})" if module else ""
+        super().__init__(f"no object {address}{where}{what}")

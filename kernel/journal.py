@@ -16,7 +16,9 @@ Subjects, kinds and subject patterns, and their cached encodings: ``kernel.subje
 
 Durability contract (every backend). ``append`` validates, encodes and buffers a record and
 returns its seq; it is *not* durable. ``commit`` makes every record appended so far durable (one
-group commit) and returns the next seq. ``read`` sees every appended record, committed or not,
+group commit) and returns the next seq; ``commit(atomic=True)`` makes the batch durable whole or
+not at all even under a crash inside it (for a batch of inputs, which a client would otherwise
+retry). ``read`` sees every appended record, committed or not,
 because the writer must be able to read what it has just written (a step's outputs before the
 tick commits); pass ``committed_only=True`` to stop at the durable horizon, e.g. before sending
 an intent to the outside world. Records appended after ``read`` is called are not yielded by it.
@@ -276,7 +278,7 @@ class Journal(Protocol):
 
     def append_many(self, entries: Iterable[tuple[str, str, Any]]) -> range: ...
 
-    def commit(self) -> int: ...
+    def commit(self, *, atomic: bool = False) -> int: ...
 
     def read(
         self,
@@ -356,7 +358,8 @@ class MemoryJournal:
         self._payloads.extend(payloads)
         return range(first, len(self._payloads))
 
-    def commit(self) -> int:
+    def commit(self, *, atomic: bool = False) -> int:
+        """Every pending record is committed at once here, so ``atomic`` changes nothing."""
         self._check_open()
         self._committed = len(self._payloads)
         return self._committed

@@ -19,9 +19,13 @@ fake writes the image of what survives into ``image`` and raises ``PowerCut``; e
 after that raises ``PowerCut`` too, so nothing the program does next (cleanup, unlocks) can
 change what survived. ``seed=None`` drops every change not made durable: the worst case, which
 catches every missing ``fsync``. With a seed, each pending directory change survives or not
-(a rename whole, never half), and each file not synced since its last change keeps its durable
-bytes, all its new bytes, a prefix of them, or its new length with the unsynced pages zeroed:
-the reorderings a real disk may make within the unsynced window.
+(a rename whole, never half; drawn from the seed), and every file not synced since its last
+change keeps, by ``seed % 4``: its durable bytes, all its new bytes, a prefix of them (its
+length drawn), or its new length with the sectors after some sector zeroed (the file grew but
+those sectors were never written): each of the four in any four consecutive seeds. Within one
+file, bytes persist in order (as ext4's ordered data mode gives): a later page that survived
+an earlier lost one is bit rot to the journal, which reports it and ``repair`` cuts it, by
+design (``world.journal._segments``, "Opening").
 
 Not modelled: anything written without going through ``world._fileio`` (it is not in the model,
 so it does not survive the cut), extended attributes and modes (the image's files are 0600, its
@@ -44,7 +48,8 @@ from world import _fileio as fileio
 
 __all__ = ["PowerCut", "PowerLoss", "count_operations", "run_with_cut"]
 
-PAGE = 4096
+SECTOR = 512
+"""A disk writes a sector whole or not at all."""
 
 
 class PowerCut(BaseException):
@@ -360,7 +365,7 @@ class PowerLoss:
         if rng is None or not node.dirty:
             return node.durable
         live = self._content(node)
-        choice = rng.randrange(4)
+        choice = (self.seed or 0) % 4  # each seed one way to tear: all four in four seeds
         if choice == 0:
             return node.durable
         if choice == 1:
@@ -373,11 +378,9 @@ class PowerLoss:
             common = min(len(node.durable), len(live))
         if choice == 2:
             return live[: rng.randint(common, len(live))]
-        zeroed = bytearray(live)
-        for start in range(common - common % PAGE, len(live), PAGE):
-            if rng.random() < 0.5:
-                zeroed[start : start + PAGE] = bytes(len(zeroed[start : start + PAGE]))
-        return bytes(zeroed)
+        # grown to its new size, its sectors written in order up to one, the rest zeros
+        written = min(len(live), rng.randint(common // SECTOR, len(live) // SECTOR + 1) * SECTOR)
+        return live[:written] + bytes(len(live) - written)
 
     def _write_dir(
         self,

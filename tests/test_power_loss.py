@@ -10,11 +10,13 @@ each cut the image is opened as a user would (a writable open: recovery runs), a
 - every journal record acknowledged before the cut (a call that returned) is there, unchanged;
 - derived state is whole: no "derived state damaged" rebuild (a checkpoint is atomic: the old
   one or the new one, never a damaged one);
-- what the scenario acknowledged besides (an export, a migration, a repair, a fork) holds.
+- what the scenario acknowledged besides (an export, a migration, a repair, a fork) holds;
+- a batch of inputs (a send of many events, an import) is there whole or not at all.
 
 Cut points: for a scenario of N operations, about 48 spread evenly plus every operation next
-to a rename or a ``sync()`` (the commit points), with the worst case; and 8 seeded cuts. The
-number of cuts is fixed by the scenario, never by time.
+to a rename, a truncation or a ``sync()`` (the commit points), with the worst case; and, at up
+to 8 points where a write waits for its sync, four seeded cuts, one for each way the unsynced
+bytes may be torn. The number of cuts is fixed by the scenario, never by time.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def counter_world(cells: int) -> Step:
             world.run_until_idle()
         with World.open(root / "w", readonly=True) as world:
             _ack(acked, "w", world)
+        acked.facts["before"] = len(acked.records["w"])
 
     return setup
 
@@ -139,6 +142,20 @@ def export_and_import(root: Path, acked: Acked) -> None:
         _ack(acked, "copy", world)
         import_path(world, root / "export")
         _ack(acked, "copy", world)
+
+
+def big_batch(root: Path, acked: Acked) -> None:
+    with World.open(root / "w") as world:
+        world.send_many([(EVENT, add(f"b{i % 7}", i + 1)) for i in range(300)])
+        _ack(acked, "w", world)
+
+
+def check_big_batch(image: Path, acked: Acked) -> None:
+    """The batch is all there or not at all, acknowledged or not (a torn write of it, which
+    the seeded cuts make, leaves no prefix of it)."""
+    check_worlds(image, acked)
+    records = _records(image / "w")
+    assert len(records) - acked.facts["before"] in (0, 300)
 
 
 def v1_world(root: Path, acked: Acked) -> None:
@@ -206,6 +223,9 @@ def check_export_and_import(image: Path, acked: Acked) -> None:
     check_worlds(image, acked)
     if acked.facts.get("exported"):
         assert len(read_tree(image / "export")) == acked.facts["exported"]
+    if (image / "copy" / "journal").is_dir() and "copy" in acked.records:
+        imported = len(_records(image / "copy")) - 1  # after the genesis record
+        assert imported in (0, 5)  # an import is one atomic batch
 
 
 def check_migration(image: Path, acked: Acked) -> None:
@@ -235,8 +255,8 @@ def check_repair(image: Path, acked: Acked) -> None:
         except JournalCorrupt:
             pass  # the damage the repair was cutting is still there: nothing was promised
         return
+    check_worlds(image, acked)  # a writable open: a torn tail of an unacknowledged send goes
     assert check_world(image / "w").journal.clean
-    check_worlds(image, acked)
 
 
 def check_fork(image: Path, acked: Acked) -> None:
@@ -251,6 +271,7 @@ SCENARIOS: dict[str, Scenario] = {
     "journal_and_checkpoint": Scenario(None, journal_and_checkpoint, check_worlds),
     "many_objects": Scenario(counter_world(40), many_objects, check_worlds),
     "export_and_import": Scenario(counter_world(5), export_and_import, check_export_and_import),
+    "big_batch": Scenario(counter_world(3), big_batch, check_big_batch),
     "migration": Scenario(v1_world, migration, check_migration),
     "repair": Scenario(damaged_world, repair, check_repair),
     "fork": Scenario(counter_world(4), fork, check_fork),
@@ -295,6 +316,7 @@ def test_after_a_power_cut_at_any_durable_operation_nothing_acknowledged_is_lost
     shutil.copytree(base, probe)
     kinds = count_operations(probe, lambda: scenario.run(probe, copy.deepcopy(base_acked)))
     points = _cut_points(kinds)
-    seeded = points[:: max(1, len(points) // SEEDED)][:SEEDED]
-    for cut, seed in [*((p, None) for p in points), *((p, p) for p in seeded)]:
+    torn = [i for i in range(1, len(kinds)) if kinds[i] == "fsync" and kinds[i - 1] == "write"]
+    seeded = [(p, 4 * p + way) for p in torn[:: max(1, len(torn) // SEEDED)] for way in range(4)]
+    for cut, seed in [*((p, None) for p in points), *seeded]:
         _run(base, base_acked, scenario, cut, seed)

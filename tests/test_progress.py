@@ -82,7 +82,7 @@ def test_a_send_counts_its_events_as_they_are_taken(tmp_path: Path) -> None:
     World.create(tmp_path / "w", COUNTER_AIR).close()
     lines = [(n, add("k", n)) for n in range(1, 251)]
     calls = Calls()
-    seqs = core._send_here(tmp_path / "w", EVENT, lines, None, calls)
+    seqs = core._send_here(tmp_path / "w", EVENT, lines, [None] * len(lines), None, calls)
     assert seqs == list(range(1, 251))
     calls.assert_count_up_to_the_total()
     assert calls[-1] == (250, 250)

@@ -35,12 +35,12 @@ def main() -> None:
     real_commit = FileJournal.commit
     calls = 0
 
-    def commit(self: FileJournal) -> int:
+    def commit(self: FileJournal, *, atomic: bool = False) -> int:
         nonlocal calls
         calls += 1
         if calls == die_at and mode == "before":
             os.kill(os.getpid(), signal.SIGKILL)
-        result = real_commit(self)
+        result = real_commit(self, atomic=atomic)
         if calls == die_at and mode == "after":
             os.kill(os.getpid(), signal.SIGKILL)
         return result

@@ -2,9 +2,17 @@
 
 Functions over a ``Source`` (what ``world._world.World`` is to them: its AIR, kernel, cell store
 and journal, and ``read``). Every read of derived state goes through ``source.read``, which
-rebuilds once from the journal when the store is damaged, so a reader never fails on a bad cell
-file; the kernel and store are looked up on the source at each read, since a rebuild replaces
-them.
+rebuilds once from the journal when the store is damaged, and reopens a reader whose checkpoint
+a live writer replaced, so a reader never fails on a bad cell file nor on a writer's
+checkpoint; the kernel and store are looked up on the source at each read, since a rebuild or
+a reopen replaces them.
+
+What each sees (``world._world``, "Readers survive checkpoints"): ``state``, ``cell_count``
+and ``info`` are each one ``read``, so one view, one journal position (``info``'s counts and
+kernel fields all from the same one). ``cells`` is one ``read`` per cell: a long iteration does
+not hold one view (a writer collects what the old one used), so each cell comes with its state
+from one view, and after a reopen the iteration goes on from the cell after the last one it
+gave, in the new view (``_Cursor``), instead of starting again.
 """
 
 from __future__ import annotations
@@ -83,49 +91,87 @@ def state(source: Source, reducer: str, key: Any = None) -> Any:
 
 
 def cells(source: Source, reducer: str) -> Iterator[CellView]:
-    """Every cell of a keyed reducer, in key-hash order."""
+    """Every cell of a keyed reducer, in key-hash order, each read whole from one view (see the
+    module docstring for what an iteration sees across a writer's checkpoint)."""
     air = source.air
     module = _module(air, reducer)
-    module_hash = source.kernel.module_hash(reducer)
     key_type = air.key_types.get(reducer)
-    entries: list[tuple[bytes, CellEntry]] = source.read(
-        lambda: list(source.store.iter_entries(module_hash))
-    )
-    for khash, entry in entries:
-        found = source.read(partial(_get, source, module_hash, khash))
-        if found is None:
-            raise StoreDamaged(f"cell {khash.hex()} of {reducer}", "index entry without state")
-        state_value = to_sugar(Ref(module.abi.reducer.state), cbor.loads(found[1]), air.schemas)
+    cursor = _Cursor(source, reducer)
+    while (found := source.read(cursor.next)) is not None:
+        khash, entry, state_cbor = found
+        state_value = to_sugar(Ref(module.abi.reducer.state), cbor.loads(state_cbor), air.schemas)
         key = (
             None
             if key_type is None
             else to_sugar(key_type, cbor.loads(entry.key_cbor), air.schemas)
         )
+        cursor.taken(khash)
         yield CellView(key, khash.hex(), state_value, entry)
 
 
-def _get(source: Source, module_hash: str, khash: bytes) -> tuple[CellEntry, bytes] | None:
-    return source.store.get(module_hash, khash)
+class _Cursor:
+    """Where an iteration of one reducer's cells is: the last key hash it gave. ``next`` (a
+    ``read``) gives the cell after it with its state, from the source's store as it is now: a
+    store that a rebuild or a reopen replaced is iterated afresh from after that key hash."""
+
+    def __init__(self, source: Source, reducer: str) -> None:
+        self._source = source
+        self._reducer = reducer
+        self._module_hash = source.kernel.module_hash(reducer)
+        self._after: bytes | None = None
+        self._store: CellStore | None = None
+        self._entries: Iterator[tuple[bytes, CellEntry]] = iter(())
+
+    def next(self) -> tuple[bytes, CellEntry, bytes] | None:
+        store = self._source.store
+        if store is not self._store:  # the first call, or a rebuild or reopen since the last
+            self._store, self._entries = store, self._from(store)
+        found = next(self._entries, None)
+        if found is None:
+            return None
+        khash, entry = found
+        stored = store.get(self._module_hash, khash)
+        if stored is None:
+            where = f"cell {khash.hex()} of {self._reducer}"
+            raise StoreDamaged(where, "index entry without state")
+        return khash, entry, stored[1]
+
+    def taken(self, khash: bytes) -> None:
+        self._after = khash
+
+    def _from(self, store: CellStore) -> Iterator[tuple[bytes, CellEntry]]:
+        after = self._after
+        for khash, entry in store.iter_entries(self._module_hash):
+            if after is None or khash > after:
+                yield khash, entry
 
 
 def cell_count(source: Source, reducer: str) -> int:
     _module(source.air, reducer)
-    return int(source.read(lambda: source.store.count(source.kernel.module_hash(reducer))))
+    return source.read(partial(_count, source, reducer))
+
+
+def _count(source: Source, reducer: str) -> int:
+    return int(source.store.count(source.kernel.module_hash(reducer)))
 
 
 def info(source: Source) -> dict[str, Any]:
-    """``world info``: the world's reducers, journal, steps, dead letters, runs and effects."""
+    """``world info``: the world's reducers, journal, steps, dead letters, runs and effects,
+    all from one view (one ``read``)."""
+    return source.read(partial(_info, source))
+
+
+def _info(source: Source) -> dict[str, Any]:
     kernel = source.kernel
     reducers = {}
     for name, module in sorted(source.air.modules.items()):
-        count = cell_count(source, name)
+        count = _count(source, name)
         reducers[name] = {
             "keyed": module.key_schema is not None,
             "cells" if module.key_schema else "has_state": count
             if module.key_schema
             else count > 0,
         }
-    kernel = source.kernel  # a count may have rebuilt it
     return {
         "path": str(source.path),
         "manifest_hash": source.air.manifest_hash,

@@ -7,7 +7,17 @@ returns what it recovered (``Recovered``: the cell store, the kernel, the checkp
 position, and the records a cut commit owed the journal); the world takes them, appends the
 owed records and commits, and after a rebuild checkpoints. The rules it keeps are in
 ``world._world``'s docstring: derived state never loses or blocks, the genesis record is
-checked at every open, a reader whose checkpoint a live writer replaced retries.
+checked at every open, a reader whose checkpoint a live writer replaced reopens.
+
+A reader and a live writer. A reader reads the journal up to where it ended when the reader
+looked, then the checkpoint. A writer may commit and checkpoint in between, so a checkpoint
+that reaches past the reader's journal makes the reader look at the journal again before it
+calls the checkpoint ahead (``CheckpointAhead`` is for a journal that lost records, not for a
+reader that looked early). A writer may also replace the checkpoint while a reader replays
+after it, and collect the objects the old one used: the reader then meets them missing, which
+is ``StoreDamaged`` for any other store but here ``CheckpointMoved``, the signal for the world
+to reopen at the new checkpoint (``World.read``). That signal never leaves ``world._world``.
+``rebuild_in_memory`` is the way out that no writer can move: the journal alone, from genesis.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from air import LoadedAir, cbor
 from air.errors import CborError, HashMismatch
 from kernel import Kernel, KernelLimits, Record
 from kernel.cells import CellStore, MemoryCellStore
-from kernel.errors import ObjectMissing
+from kernel.errors import JournalCorrupt, ObjectMissing
 from kernel.journal import JournalRecord
 from world._cas import FileCas
 from world._directory import discard_store
@@ -32,7 +42,7 @@ from world.errors import (
     StoreDamaged,
     storage_errors,
 )
-from world.journal import FileJournal
+from world.journal import SEGMENT_HEADER_BYTES, FileJournal, segment_name
 
 __all__ = ["Recovered", "Recovery"]
 
@@ -81,7 +91,9 @@ class Recovery:
         opened). The genesis record is checked first, whatever the checkpoint covers: a
         journal that another manifest started is never replayed onto this one."""
         genesis = next(iter(self.journal.read(0)), None)
-        if genesis is None or genesis.kind != "world.created":
+        if genesis is None:
+            raise _no_record(self.journal)
+        if genesis.kind != "world.created":
             raise GenesisMismatch("(no genesis record)", self.air.manifest_hash)
         self._check_genesis(genesis)
         try:
@@ -111,6 +123,8 @@ class Recovery:
             address = cbor.raw_to_hash(cbor.loads(checkpoint)["snapshot"])
             snap = cbor.loads(self.cas.get(address))
             seq_from = snap["seq_next"]
+            if seq_from > self.journal.seq_next and self.readonly:
+                self.journal.refresh()  # a live writer committed, then checkpointed (above)
             if seq_from > self.journal.seq_next:
                 raise CheckpointAhead(seq_from, self.journal.seq_next)
             kernel.restore(snap)
@@ -131,16 +145,25 @@ class Recovery:
 
     def rebuild(self, damage: StoreDamaged, store: CellStore) -> Recovered:
         """Throw the derived state in ``store`` away and re-execute the whole journal
-        (checked). A writer starts a new, empty file store; a reader rebuilds in memory."""
+        (checked). A writer starts a new, empty file store; a reader rebuilds in memory,
+        unless a live writer replaced its checkpoint (``CheckpointMoved``: reopen instead)."""
         if self.readonly and _checkpoint_replaced(store):
             raise CheckpointMoved(_checkpoint_path(store)) from damage
         if self.readonly:
-            store = MemoryCellStore()
-        else:
-            self.journal.commit()
-            with storage_errors("rebuild"):
-                discard_store(self.path)
-                store = FileCellStore(self.path)
+            return self.rebuild_in_memory(damage)
+        self.journal.commit()
+        with storage_errors("rebuild"):
+            discard_store(self.path)
+            store = FileCellStore(self.path)
+        return self._from_genesis(store, damage)
+
+    def rebuild_in_memory(self, damage: StoreDamaged | None) -> Recovered:
+        """Re-execute the whole journal into a memory store: reads no derived file, so nothing
+        a writer does can move it (for a reader: ``damage`` None when it was not damage but a
+        writer that kept replacing the checkpoint)."""
+        return self._from_genesis(MemoryCellStore(), damage)
+
+    def _from_genesis(self, store: CellStore, damage: StoreDamaged | None) -> Recovered:
         kernel = self.kernel(store)
         for record in self.journal.read(0):
             self._check_genesis(record)
@@ -155,6 +178,20 @@ class Recovery:
         if found != wanted:
             actual = cbor.raw_to_hash(found) if isinstance(found, bytes) else repr(found)
             raise GenesisMismatch(actual, self.air.manifest_hash)
+
+
+def _no_record(journal: FileJournal) -> JournalCorrupt:
+    """A journal without even its genesis record: no segment at all (an emptied folder), or
+    segments that hold no record. Nothing rebuilds a world's history: it names what is gone."""
+    segments = journal.segments
+    if not segments:
+        detail = "no segment at all: the world's history is gone; put it back, from a backup"
+        return JournalCorrupt(segment_name(0), 0, 0, "segment_gap", detail)
+    detail = "not even the genesis record is whole: put the journal back, from a backup"
+    torn = journal.dropped
+    if torn is not None:  # the genesis record itself is torn
+        return JournalCorrupt(torn.segment, torn.offset, 0, "torn_tail", detail)
+    return JournalCorrupt(segments[0], SEGMENT_HEADER_BYTES, 0, "short_header", detail)
 
 
 def _checkpoint_replaced(store: CellStore) -> bool:

@@ -44,6 +44,24 @@ Failure rules (issue 7):
   opens every store read-only, re-executes the journal tail in memory, and never checkpoints:
   it works beside a live writer (seeing what it committed), on a full disk and on a read-only
   file system.
+* **Readers survive checkpoints.** A live writer's checkpoint replaces the one a reader loaded
+  and collects the objects only the old one used. A reader that then misses one reopens in
+  place (``read``): it looks at the journal again, takes the newest checkpoint and re-executes
+  the journal after it, as ``open`` does, and reads again; after ``READER_RETRIES_MAX``
+  reopens in one read it rebuilds from the journal alone, in memory, which no writer can move.
+  So ``CheckpointMoved`` never leaves the handle. What a reader sees: each read (``state``,
+  ``cell_count``, ``info``, a ``cells_page`` through ``read``) is one consistent view, the
+  world at one journal position, the one the reader opened or last reopened at; a reopen moves
+  it forward, to what the writer had committed, never back. An iteration of ``cells`` is
+  consistent per cell, not as a whole: each cell with its state at one position, in key-hash
+  order, each cell at most once, the positions never going back; after a reopen it goes on
+  after the last cell it gave, so a cell created behind it is not seen, nor one deleted ahead
+  of it. The journal never moves under a reader (a writer only appends), so tails and time
+  travel, which read the journal, go on from their seq whatever the writer checkpoints.
+* **The journal is named when it is missing.** ``air/sources.json`` without a ``journal/``
+  folder is a ``StorageError`` naming ``journal/`` (``ENOENT``, or ``ENOTDIR`` for a file in
+  its place), and a journal without even its genesis record is ``JournalCorrupt``: nothing
+  rebuilds a world's history, so neither is called "not a world" nor "another manifest".
 * **Creation is atomic.** ``init`` builds the world in a hidden sibling folder and renames it
   into place, so a crash leaves either no world or a whole one.
 """
@@ -51,7 +69,7 @@ Failure rules (issue 7):
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -115,7 +133,9 @@ last checkpoint. So a ``world send`` of a few events closes without one (a check
 dozen fsyncs, ~50 ms here, more than the send), and the next open re-applies at most this many
 records that changed no cell (queued deliveries, failed steps, plan records)."""
 READER_RETRIES_MAX: Final = 3
-"""A reader whose checkpoint a live writer replaced under it retries the open this often."""
+"""Reopens of a reader in one read (or open) whose checkpoint a live writer replaced under it;
+one more, and it rebuilds from the journal in memory instead, which no writer can move (slow
+for a long journal, so only after these)."""
 
 T = TypeVar("T")
 
@@ -145,13 +165,10 @@ class World:
         self._checkpoint_failed = False
         self.cas = FileCas(path, readonly=readonly)
         self.journal = FileJournal.open(path / "journal", readonly=readonly)
-        self._damage: StoreDamaged | None = None
-        """Found when the store was opened, before recovery (which then rebuilds)."""
         self.store: CellStore
-        try:
-            self.store = FileCellStore(path, readonly=readonly)
-        except StoreDamaged as damage:  # a garbage checkpoint.cbor or flush intent
-            self._damage, self.store = damage, MemoryCellStore()
+        self._damage: StoreDamaged | None
+        """Found when the store was opened, before recovery (which then rebuilds)."""
+        self.store, self._damage = _file_store(path, readonly=readonly)
         runner = HostRunner(air, path / "cache", readonly=readonly)
         self._recovery = Recovery(
             path, air, self.journal, self.cas, runner, limits, readonly=readonly
@@ -235,25 +252,35 @@ class World:
                 path = swapped_in(path) or path
             else:
                 recover_swap(path)  # ... or finish the swap
-        if not (path / "air" / "sources.json").is_file() or not (path / "journal").is_dir():
+        cls.check_directory(path)
+        lock = lock_world(path, "read" if readonly else "write")
+        try:
+            with storage_errors("open"):
+                air = load_world_air(path)
+                world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
+                world._recover()
+        except BaseException:
+            lock.release()
+            raise
+        return world
+
+    @staticmethod
+    def check_directory(path: Path) -> None:
+        """Raise what keeps ``path`` from being read as a world: ``NotAWorld`` without
+        ``air/sources.json``; with it, a ``StorageError`` naming ``journal/`` when that is not
+        a folder (``ENOTDIR``: a file in its place) or is missing (``ENOENT``)."""
+        path = Path(path)
+        if not (path / "air" / "sources.json").is_file():
             raise NotAWorld(str(path))
-        for attempt in range(READER_RETRIES_MAX + 1):
-            lock = lock_world(path, "read" if readonly else "write")
-            try:
-                with storage_errors("open"):
-                    air = load_world_air(path)
-                    world = cls(path, air, lock, limits or KernelLimits(), readonly=readonly)
-                    world._recover()
-            except CheckpointMoved:
-                lock.release()
-                if attempt == READER_RETRIES_MAX:
-                    raise
-                continue
-            except BaseException:
-                lock.release()
-                raise
-            return world
-        raise AssertionError("unreachable")  # pragma: no cover
+        journal = path / "journal"
+        if journal.is_dir():
+            return
+        there = journal.exists() or journal.is_symlink()
+        detail = (
+            f"{'not a folder' if there else 'missing'}: the journal (the world's history, which "
+            "nothing rebuilds) is a folder of segments; put it back, from a backup"
+        )
+        raise StorageError(str(journal), "open", "ENOTDIR" if there else "ENOENT", detail)
 
     def close(self) -> None:
         """Checkpoint (a trusted writer only, and only as a courtesy: a failure becomes a
@@ -303,8 +330,34 @@ class World:
 
     def _recover(self) -> None:
         """Bring memory up to the journal (``world._recovery``)."""
-        self._take(self._recovery.recover(self.store, self._damage))
+        try:
+            self._take(self._recovery.recover(self.store, self._damage))
+        except CheckpointMoved:  # a live writer checkpointed while this reader opened
+            self._reopen(1)
         self._damage = None
+
+    def _reopen(self, moves: int) -> int:
+        """A reader whose checkpoint a live writer replaced (the ``moves``-th time in this read):
+        look at the journal again, take the newest checkpoint and re-execute the journal after
+        it, as ``open`` does. Past ``READER_RETRIES_MAX`` moves, rebuild from the journal
+        alone in memory instead (a notice says so). Returns the moves counted, with those the
+        reopens themselves met."""
+        while moves <= READER_RETRIES_MAX:
+            self.journal.refresh()
+            store, damage = _file_store(self.path, readonly=True)
+            try:
+                self._take(self._recovery.recover(store, damage))
+            except CheckpointMoved:
+                moves += 1
+                continue
+            return moves
+        self.journal.refresh()
+        self._take(self._recovery.rebuild_in_memory(None))
+        self.notices.append(
+            f"a live writer replaced the checkpoint {moves} times while this reader read it; "
+            "rebuilt from the journal in memory instead"
+        )
+        return moves
 
     def _rebuild(self, damage: StoreDamaged) -> None:
         """Throw the derived state away and re-execute the whole journal (checked)."""
@@ -332,13 +385,33 @@ class World:
     # --- reading (``world._reading``) ----------------------------------------------------
 
     def read(self, fn: Callable[[], T]) -> T:
-        """``fn()``, a read of derived state; if it finds it damaged, rebuild once from the
-        journal and call it again."""
-        try:
-            return fn()
-        except StoreDamaged as damage:
-            self._rebuild(damage)
-            return fn()
+        """``fn()``, a read of derived state, on one view of the world (the module docstring,
+        "Readers survive checkpoints"). If it finds the store damaged, rebuild once from the
+        journal and call it again; if a live writer replaced a reader's checkpoint under it,
+        reopen (``_reopen``) and call it again. So ``fn`` must only read, and may run more
+        than once; it runs again too when a ``read`` inside it reopened, so that what it
+        returns never mixes two views."""
+        moves, rebuilt = 0, False
+        while True:
+            store = self.store
+            try:
+                value = fn()
+            except StoreDamaged as damage:
+                if self.store is store:
+                    if rebuilt:
+                        raise
+                    try:
+                        self._rebuild(damage)
+                        rebuilt = True
+                        continue
+                    except CheckpointMoved:
+                        pass  # not damage: a live writer's new checkpoint; reopen below
+            else:
+                if self.store is store:
+                    return value
+            moves += 1
+            if self.readonly and (self.store is store or moves > READER_RETRIES_MAX):
+                moves = self._reopen(moves)
 
     def key_cbor(self, reducer: str, key: Any) -> bytes:
         return _reading.key_cbor(self.air, reducer, key)
@@ -365,10 +438,11 @@ class World:
         if self.stale is not None:
             raise WorldStale(self.stale)
 
-    def commit(self) -> int:
-        """Make everything journaled so far durable (a failure makes this handle stale)."""
+    def commit(self, *, atomic: bool = False) -> int:
+        """Make everything journaled so far durable (a failure makes this handle stale);
+        ``atomic``: whole or not at all, even under a crash (a batch of inputs)."""
         try:
-            seq_next = self.journal.commit()
+            seq_next = self.journal.commit(atomic=atomic)
         except BaseException as exc:
             self.stale = f"journal commit failed: {exc}"
             raise
@@ -385,27 +459,45 @@ class World:
                 self.notices.append(notice)
                 self._history = None
 
-    def send(self, schema: str, value: Any) -> int:
-        """Normalise, journal and route one event from outside; durable on return."""
+    def send(self, schema: str, value: Any, *, event_id: str | None = None) -> int:
+        """Normalise, journal and route one event from outside; durable on return. With
+        ``event_id``, an event already journaled under that id is not journaled again."""
         try:
-            return self.send_many([(schema, value)])[0]
+            return self.send_many([(schema, value)], ids=[event_id])[0]
         except EventRejected as exc:
             raise exc.cause from None
 
-    def send_many(self, events: Iterable[tuple[str, Any]]) -> list[int]:
-        """All events are normalised first (nothing is journaled if one is bad), then one commit:
-        on return all are durable; on an error none is."""
+    def send_many(
+        self, events: Iterable[tuple[str, Any]], *, ids: Sequence[str | None] | None = None
+    ) -> list[int]:
+        """One durable batch, all or nothing: every event is normalised and every record
+        encoded before any is journaled (``EventRejected`` names the first bad one), and the
+        commit is atomic (``FileJournal.commit(atomic=True)``: a crash or a power cut inside it
+        leaves none of the batch, never a prefix). ``ids[i]``, when not None, is event ``i``'s
+        idempotency key: one journaled under it before (among the kernel's last
+        ``event_ids_kept``) is not journaled again, and its seq is returned."""
         self._writable()
         encoded = []
         for index, (schema, value) in enumerate(events):
             try:
-                encoded.append((schema, *self.kernel.normalise_event(schema, value)))
+                event_id = None if ids is None else ids[index]
+                if event_id is not None and not isinstance(event_id, str):
+                    raise InvalidArgument("id", event_id, "an event id is text")
+                encoded.append((schema, *self.kernel.normalise_event(schema, value), event_id))
             except WorldError as exc:
                 raise EventRejected(index, exc) from exc
+        before = self.journal.seq_next
         self.kernel.consistent = False
-        seqs = [self.kernel.ingest(schema, value_cbor, obj) for schema, value_cbor, obj in encoded]
+        try:
+            seqs = self.kernel.ingest_many(encoded)
+        except BaseException as exc:
+            if self.journal.seq_next != before:  # appended, not routed: memory is behind
+                self.stale = f"a batch failed after it was journaled: {type(exc).__name__}"
+                raise
+            self.kernel.consistent = True  # nothing appended (a record too large, say)
+            raise
         self.kernel.consistent = True
-        self.commit()
+        self.commit(atomic=True)
         return seqs
 
     def step(self, ticks: int = 1) -> int:
@@ -478,3 +570,12 @@ class World:
             atomic_write(self.path / "snapshots" / "latest", address.encode())
         self._flush_history()
         return address
+
+
+def _file_store(path: Path, *, readonly: bool) -> tuple[CellStore, StoreDamaged | None]:
+    """The world's file cell store, or (a garbage ``checkpoint.cbor`` or flush intent) an
+    empty memory store and the damage, for recovery to rebuild from."""
+    try:
+        return FileCellStore(path, readonly=readonly), None
+    except StoreDamaged as damage:
+        return MemoryCellStore(), damage

@@ -19,6 +19,13 @@ journaled. Any step it cannot prove that way (a source it cannot read the delive
 receipt, an imported cell, a hash that differs) makes it fall back to the full replay from
 genesis, which is always right. The fast path reads the journal once (a random read per
 source) and runs the reducer only for the cell's own steps.
+
+Beside a live writer. Once the world is open (``World.open`` itself survives a checkpoint the
+writer makes meanwhile), time travel reads the journal, which the writer only appends to, and
+the history index, which it checks (``world._history_index``: an index behind, ahead of or
+torn by the writer is ignored where it does not describe this journal): never the cell store,
+whose checkpoint the writer replaces and collects. So a writer's checkpoints cannot stop it,
+and ``CellHistory.read`` with the next ``from_seq`` goes on where it was, each record once.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Invariants:
 - A commit is one batch: one write and one ``fdatasync`` into one segment (a batch never spans
   two). Under an I/O error it is all or nothing (undone, ``JournalWriteFailed``); after a
   crash every commit that returned is whole, and of the one in flight a prefix of whole records
-  survives.
+  survives, or, for an atomic commit (a batch of inputs: ``commit(atomic=True)``), all of it or
+  none.
 - A torn tail (an incomplete last write) is dropped on open; any other damage is reported with
   its segment, offset and seq (``JournalCorrupt``), never guessed around. ``repair`` cuts only
   after the last good record, backing up what it cuts.
@@ -19,7 +20,8 @@ Invariants:
 Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``verify`` and
 ``repair``), ``_segments`` (the frame format, the scan of one segment, the torn-tail rule),
 ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo; preparing
-the directory), ``_repair`` (the reports, the cut, ``salvage``). Each module's docstring gives
+the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair`` (the
+reports, the cut, ``salvage``). Each module's docstring gives
 its formats and rules in full.
 """
 

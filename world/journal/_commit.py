@@ -25,11 +25,10 @@ whole (a torn last frame is dropped), never a later one without the earlier ones
     power loss that kept a later page and lost an earlier one: reported as corruption, which
         ``repair`` cuts; nothing is guessed around.
 
-None of these records was acknowledged. Rejected: making a batch one unit on disk (a bit in each
-frame saying "more of this commit follows", and a torn-tail rule that drops an unfinished batch
-whole). It would turn "a prefix" into "all or none" for crashes too, but it writes the commit
-grouping into every frame, so no replay that commits differently could reproduce even a small
-journal byte for byte (``world.history._replay.rebuild_world`` commits once, at the end).
+None of these records was acknowledged. A prefix is fine for the ticks of a run (replay
+re-derives the rest); for a batch of inputs it is not, so ``commit(atomic=True)`` makes such a
+batch all or nothing under a crash too, with a marker written before it
+(``world.journal._batch``, which also says why not a bit in every frame).
 """
 
 from __future__ import annotations
@@ -47,9 +46,9 @@ from world.journal._segments import fsync_dir, truncate, unlink
 
 __all__ = ["Commit", "close_fd", "prepare_directory", "roll_back"]
 
-# Temp names of a segment or a seal being written: ours (``.<name>.new.tmp``) and those of
+# Temp names of a segment, a seal or the batch marker being written: ours (``.<name>.new.tmp``) and those of
 # ``world._fsutil.atomic_write``, which wrote them before.
-_TEMP_NAME_RE: Final = re.compile(r"\.\d{20}\.log(\.seal)?\..*\.tmp")
+_TEMP_NAME_RE: Final = re.compile(r"\.(\d{20}\.log(\.seal)?|batch\.pending)\..*\.tmp")
 
 
 def prepare_directory(directory: Path) -> None:

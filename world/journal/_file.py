@@ -58,11 +58,13 @@ segments, or deciding what the kernel journals.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from air import cbor
 from air.errors import UsageError
 from kernel.errors import JournalProblem
 from kernel.journal import (
@@ -76,6 +78,13 @@ from kernel.journal import (
 )
 from world import _fileio as fileio
 from world.errors import JournalWriteFailed, StorageError, storage_error, storage_errors
+from world.journal._batch import (
+    BATCH_NAME,
+    Marker,
+    clear_marker,
+    cut_partial_batch,
+    write_marker,
+)
 from world.journal._commit import Commit, close_fd, prepare_directory, roll_back
 from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
 from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
@@ -183,6 +192,7 @@ def _scan_journal(
         _scan_segment(scan, name, read_file(directory / name), first_seq, is_last, strict)
         if scan.problem is None and not is_last:
             scan.unsealed.append(scan.segments[-1])
+    cut_partial_batch(directory, scan, strict)
     return scan
 
 
@@ -231,6 +241,8 @@ class FileJournal:
         if not readonly:
             if scan.torn is not None:
                 truncate(self._dir / scan.torn.segment, scan.torn.offset)
+            if (self._dir / BATCH_NAME).exists():
+                clear_marker(self._dir)  # its batch is whole, or was just cut, or never began
             seal_scanned(self._dir, scan.unsealed)
         self.dropped: TornTail | None = scan.torn
         self._segments = scan.segments
@@ -289,11 +301,24 @@ class FileJournal:
         self._watched.extend(noted)
         return range(first, self.seq_next)
 
-    def commit(self) -> int:
-        """Write and sync every pending record as one batch; return the next seq."""
+    def commit(self, *, atomic: bool = False) -> int:
+        """Write and sync every pending record as one batch; return the next seq. ``atomic``:
+        durable whole or not at all, also under a crash or a power cut inside the write
+        (``world.journal._batch``: a marker first, for a batch of more than one record)."""
         self._check_writable()
-        if self._pending:
-            self._commit_batch(self._pending)
+        if not self._pending:
+            return self._seq_committed
+        marked = atomic and len(self._pending) > 1
+        if marked:
+            marker = Marker(self._seq_committed, len(self._pending), cbor.digest(self._pending[0]))
+            try:
+                write_marker(self._dir, marker)
+            except BaseException as exc:
+                self._fail(Commit(), exc)
+        self._commit_batch(self._pending)
+        if marked:
+            with contextlib.suppress(StorageError):  # the batch is durable; a stale marker of
+                clear_marker(self._dir)  # a whole batch is harmless
         return self._seq_committed
 
     def refresh(self) -> int:

@@ -113,8 +113,10 @@ class VerifyReport:
 
 @dataclass(frozen=True, slots=True)
 class RepairReport:
-    """What ``repair`` did. ``records_cut`` records (seqs ``seq_cut_first .. seq_cut_last``, as
-    far as frame headers could be followed past the damage) were cut, ``bytes_removed`` bytes in
+    """What ``repair`` did. ``records_cut`` records (seqs ``seq_cut_first .. seq_cut_last``;
+    every one of them unless segment names skip seqs) were cut, the damaged one included, and
+    counted as ``_count_cut`` says (a segment's frames, or the seqs its name and the next
+    segment's name give it where a damaged length stops the frames), ``bytes_removed`` bytes in
     all, from ``cut_segment`` at ``cut_offset`` on; ``segments_moved`` were removed whole. Every
     changed or removed file is in ``backup_dir`` (``backup_files``), where ``salvage`` reads the
     cut records back. ``seq_next`` is where the journal now ends."""
@@ -141,11 +143,12 @@ class RepairReport:
                 f"repaired: removed {len(self.backup_files)} stale seal(s); nothing cut; the "
                 f"journal has {self.seq_next} record(s); backup in {self.backup_dir}"
             )
-        seqs = (
-            ""
-            if self.seq_cut_first is None
-            else f" (seq {self.seq_cut_first}..{self.seq_cut_last})"
-        )
+        seqs = ""
+        if self.seq_cut_first is not None and self.seq_cut_last is not None:
+            span = self.seq_cut_last - self.seq_cut_first + 1
+            missing = span - self.records_cut  # segment names that skip seqs
+            gaps = f", {missing} of them not in the journal" if missing > 0 else ""
+            seqs = f" (seq {self.seq_cut_first}..{self.seq_cut_last}{gaps})"
         return (
             f"repaired: cut {self.records_cut} record(s){seqs}, {self.bytes_removed} bytes, "
             f"from {self.cut_segment} at offset {self.cut_offset}; the journal now has "
@@ -209,20 +212,42 @@ def salvage(directory: str | os.PathLike[str]) -> Iterator[JournalRecord]:
             yield record
 
 
+def _followed(data: bytes, offset: int, *, whole_only: bool) -> tuple[int, bool]:
+    """How many frames follow from ``offset`` while their headers hold (``whole_only``: only
+    those whose payload checks too), and whether following them reached the end of ``data``."""
+    count, end = 0, offset
+    for start, payload in _frames(data, offset):
+        end = start + FRAME_HEADER_BYTES + _FRAME_HEAD.unpack_from(data, start)[0]
+        count += payload is not None or not whole_only
+    return count, end == len(data)
+
+
 def _count_cut(
-    path: Path, cut_segment: str, moved: tuple[str, ...], offset: int, seq: int
+    path: Path,
+    segments: tuple[str, ...],
+    cuts: list[tuple[str, int, int]],
+    *,
+    torn: bool,
 ) -> list[tuple[int, int]]:
-    """``(first seq, record count)`` of each stretch of records a repair cuts: from ``offset``
-    (where ``seq`` was) in ``cut_segment``, then every moved segment from its header."""
+    """``(first seq, record count)`` of each stretch of records a repair cuts: ``cuts`` is
+    ``(segment, offset, seq)`` of each cut, the cut segment from where the bad frame (or torn
+    tail) starts, then every removed segment from its header, named by its first seq.
+
+    A segment holds the seqs from its own first to the next segment's first (names are first
+    seqs, and opening checks that they follow on), so where frame headers cannot be followed
+    to a segment's end (a damaged length), the next segment's name gives the count; only the
+    last segment is counted by its frames alone. A torn tail (``torn``) cuts only the frames of
+    it that are whole: a frame cut short by a crash was never a record (a partial batch's
+    whole frames were)."""
+    firsts = [int(name.removesuffix(".log")) for name in segments]
     stretches = []
-    if offset >= SEGMENT_HEADER_BYTES:
-        data = read_file(path / cut_segment)
-        stretches.append((seq, sum(1 for _ in _frames(data, offset))))
-    for name in moved:
-        data = read_file(path / name)
-        stretches.append(
-            (int(name.removesuffix(".log")), sum(1 for _ in _frames(data, SEGMENT_HEADER_BYTES)))
-        )
+    for name, offset, seq in cuts:
+        position = segments.index(name)
+        following = firsts[position + 1] if position + 1 < len(firsts) else None
+        count, to_end = _followed(read_file(path / name), offset, whole_only=torn)
+        if not to_end and not torn and following is not None and following > seq:
+            count = max(count, following - seq)
+        stretches.append((seq, count))
     return [stretch for stretch in stretches if stretch[1]]
 
 
@@ -271,12 +296,10 @@ def cut_after_last_good(path: Path, backup_path: Path, before: VerifyReport) -> 
     whole = cut_offset < SEGMENT_HEADER_BYTES
     moved = names[position:] if whole else names[position + 1 :]
     cut_names = () if whole else (cut_segment,)
-    # A torn tail holds no record: only corruption cuts records that were written whole.
-    stretches = (
-        []
-        if before.problem is None
-        else _count_cut(path, cut_segment, moved, cut_offset, before.records)
-    )
+    first_cut = cut.seq if cut.seq is not None else before.records
+    cuts = [(cut_segment, cut_offset, first_cut)] if not whole else []
+    cuts += [(name, SEGMENT_HEADER_BYTES, int(name.removesuffix(".log"))) for name in moved]
+    stretches = _count_cut(path, names, cuts, torn=before.problem is None)
     cut_seals = [name for name in before.stale_seals if name not in (*cut_names, *moved)]
     seals = [
         seal_name(name)

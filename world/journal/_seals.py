@@ -45,6 +45,7 @@ import blake3
 
 from air import cbor
 from air.errors import CborError
+from kernel.errors import JournalCorrupt
 from world import _fileio as fileio
 from world.errors import storage_errors
 from world.journal._segments import (
@@ -56,6 +57,7 @@ from world.journal._segments import (
     _Segment,
     fsync_dir,
     fsync_file,
+    open_file,
     seal_name,
     write_temp,
 )
@@ -137,10 +139,10 @@ def _read_seal(directory: Path, name: str, first_seq: int) -> tuple[_Segment, by
     """The segment and digest ``name``'s seal holds; None if there is no seal or it does not
     read or decode strictly."""
     try:
-        with open(directory / seal_name(name), "rb") as file:
+        with open_file(directory / seal_name(name)) as file:
             data = file.read(_SEAL_BYTES_MAX + 1)
-    except OSError:
-        return None
+    except (OSError, JournalCorrupt):  # not a regular file: as a damaged seal, the segment is
+        return None  # scanned (and a writable open writes a new seal over it)
     return _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
 
 
@@ -157,7 +159,7 @@ def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:
     if sealed is None:  # no seal, an unreadable or a damaged one: the segment is scanned
         return None
     segment, _digest_unchecked = sealed
-    with storage_errors("read", directory / name), open(directory / name, "rb") as file:
+    with storage_errors("read", directory / name), open_file(directory / name) as file:
         if os.fstat(file.fileno()).st_size != segment.size:
             return None
         header = file.read(SEGMENT_HEADER_BYTES)
@@ -178,7 +180,7 @@ def stale_seal(directory: Path, name: str, first_seq: int) -> bool:
     if sealed is None:
         return False
     segment, digest = sealed
-    with storage_errors("read", directory / name), open(directory / name, "rb") as file:
+    with storage_errors("read", directory / name), open_file(directory / name) as file:
         if os.fstat(file.fileno()).st_size != segment.size:
             return True
         return _digest(file, segment.size) != digest
@@ -188,7 +190,7 @@ def seal_bytes(directory: Path, segment: _Segment) -> bytes:
     """The seal of ``segment``, with the digest of its file's bytes as they are now."""
     with (
         storage_errors("read", directory / segment.name),
-        open(directory / segment.name, "rb") as file,
+        open_file(directory / segment.name) as file,
     ):
         return _encode_seal(segment, _digest(file, segment.size))
 

@@ -84,7 +84,9 @@ _INDEX_STRIDE: Final = 256  # a sparse seq -> offset index: one entry per this m
 _SECTOR_BYTES: Final = 512
 _ZERO_CHUNK_MIN: Final = 8
 _TORN_ALWAYS: Final = frozenset({"short_header", "short_payload"})
-TORN_REASONS: Final = frozenset({"short_header", "short_payload", "zero_fill", "partial_write"})
+TORN_REASONS: Final = frozenset(
+    {"short_header", "short_payload", "zero_fill", "partial_write", "partial_batch"}
+)
 SEAL_SUFFIX: Final = ".seal"
 _TEMP_SUFFIX: Final = ".new.tmp"
 
@@ -368,9 +370,22 @@ def list_segments(directory: Path) -> list[tuple[int, str]]:
     return sorted((int(match.group(1)), match.group(0)) for match in found if match)
 
 
+def open_file(path: Path, buffering: int = -1) -> BinaryIO:
+    """Open a journal file (a segment, a seal, the batch marker) for reading: a regular file
+    only. A FIFO, a device or a folder under a segment's name is never opened for reading (a
+    FIFO would block the open forever, a device would read without end): it is
+    ``JournalCorrupt`` naming the file (reason ``segment_header``, the detail saying what it
+    is). ``OSError`` otherwise, as ``open``."""
+    return fileio.open_regular(path, damaged=_not_a_file, buffering=buffering)
+
+
+def _not_a_file(path: str, what: str) -> JournalCorrupt:
+    return JournalCorrupt(os.path.basename(path), 0, None, "segment_header", what)
+
+
 def read_file(path: Path, start: int = 0) -> bytes:
-    """The bytes of ``path`` from ``start`` on."""
-    with storage_errors("read", path), open(path, "rb") as file:
+    """The bytes of ``path`` from ``start`` on (``open_file``)."""
+    with storage_errors("read", path), open_file(path) as file:
         file.seek(start)
         return file.read()
 
@@ -452,7 +467,7 @@ def read_segment(
     stride = (from_seq - segment.first_seq) // _INDEX_STRIDE
     seq, offset = segment.first_seq + stride * _INDEX_STRIDE, segment.index[stride]
     path = directory / segment.name
-    with storage_errors("read", path), open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
+    with storage_errors("read", path), open_file(path, _READ_BUFFER_BYTES) as file:
         file.seek(offset)
         while seq < end_seq:
             payload = _read_payload(file, segment.name, offset, seq)

@@ -17,7 +17,8 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   ├── InvalidArgument(name, value, reason)      an argument outside its domain
     │   ├── WrongMode(operation, mode)                e.g. a write to a read-only handle
     │   ├── KeyMismatch(reducer, keyed)               a key for a non-keyed reducer, or none for a keyed one
-    │   └── InputFileError(path, reason)              an input file unreadable, empty or of the wrong kind
+    │   ├── InputFileError(path, reason)              an input file unreadable, empty or of the wrong kind
+    │   └── OutputExists(path, kind)                  world.errors: an export would write over a file
     ├── ReducerError(module, code, detail)            kernel.errors: a module's load or step failed
     │   ├── ReducerLoadError                          refused at load (not_wasm, imports, exports, ...)
     │   ├── ReducerTrap(trap_code)                    code "trap"; trap_code e.g. "unreachable"
@@ -28,7 +29,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     ├── WasmFormatError(offset, detail)               kernel.errors: bytes are not a wasm module
     ├── JournalCorrupt(segment, offset, seq, reason, detail)  kernel.errors: a bad record in the journal
     ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.errors: replay differed
-    ├── ObjectMissing(address)                        kernel.errors: nothing in the CAS at an address
+    ├── ObjectMissing(address, path, module)          kernel.errors: nothing in the CAS at an address
     ├── StorageError(path, operation, errno_name, detail)  world.errors: the OS failed a durable operation
     │   └── JournalWriteFailed(..., rolled_back)      a journal commit failed; nothing of it is kept
     ├── DerivedStateError                             world.errors: derived state is not usable; the
@@ -50,6 +51,8 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   └── GenesisMismatch(expected, actual)         the journal was started by another manifest
     ├── ServeError                                    world.errors: a served world
     │   ├── ProtocolError(code, detail)               a frame that is not of the control protocol
+    │   ├── SocketNotTrusted(path, reason)            not this world's socket; nothing sent on it
+    │   ├── ServerBusy(clients_max)                   all connections taken; answered and closed
     │   └── ServedError(error_class, code, detail, fields)  the served world answered an error
     ├── Interrupted(seq_next)                         world.errors: stopped at a tick boundary
     ├── SeqPastEnd(seq, seq_last)                     world.errors: a position past the journal's end

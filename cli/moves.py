@@ -41,17 +41,25 @@ def export(
         str | None, typer.Argument(help="The key, JSON read through the key schema")
     ] = None,
     all_cells: Annotated[bool, typer.Option("--all", help="Every cell, as a folder tree")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over an existing file or non-empty folder")
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder."""
+    """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder.
+    An existing file (a folder that is not empty, with --all) is written over only with
+    --force."""
+    from world.moves import check_export_target
+
     with handle_errors(json_output):
+        check_export_target(out, folder=all_cells, force=force)
         client = served_client(directory)
         if client is None:
-            count = _export_here(directory, reducer, key, all_cells, out)
+            count = _export_here(directory, reducer, key, all_cells, out, force)
         else:
             _one_of(key, all_cells)
             with client:
-                count = _export_served(client, reducer, key, out)
+                count = _export_served(client, reducer, key, out, force)
     if json_output:
         emit_json({"ok": True, "reducer": reducer, "cells": count, "path": str(out)})
     else:
@@ -63,21 +71,30 @@ def _one_of(key: str | None, all_cells: bool) -> None:
         raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
 
 
-def _export_here(directory: Path, reducer: str, key: str | None, all_cells: bool, out: Path) -> int:
+def _export_here(
+    directory: Path, reducer: str, key: str | None, all_cells: bool, out: Path, force: bool
+) -> int:
     from world.moves import export_all, export_cell
 
     with opened(directory, readonly=True) as world:
         _one_of(key, all_cells)
         if key is None:
-            return export_all(world, reducer, out)
-        export_cell(world, reducer, parse_key_arg(key), out)
+            return export_all(world, reducer, out, force=force)
+        export_cell(world, reducer, parse_key_arg(key), out, force=force)
         return 1
 
 
-def _export_served(client: Client, reducer: str, key: str | None, out: Path) -> int:
+def _export_served(client: Client, reducer: str, key: str | None, out: Path, force: bool) -> int:
     """The server writes the export (to ``out`` made absolute: its working folder is not
-    ours) from a read-only handle of its own, as ``_export_here`` does."""
-    args: dict[str, Any] = {"reducer": reducer, "out": str(out.absolute()), "all": key is None}
+    ours) from a read-only handle of its own, as ``_export_here`` does. The target was
+    checked here first (``check_export_target``); ``force`` is passed on for the server's own
+    check."""
+    args: dict[str, Any] = {
+        "reducer": reducer,
+        "out": str(out.absolute()),
+        "all": key is None,
+        "force": force,
+    }
     if key is not None:
         args["key"] = parse_key_arg(key)
     reply = client.call("cells_export", **args)

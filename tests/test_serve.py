@@ -297,3 +297,21 @@ def test_a_stop_right_behind_a_send_runs_that_send_first(server: Served) -> None
     assert stopped["result"]["steps"] > 0  # type: ignore[index]
     with World.open(server.path, readonly=True) as world:
         assert (world.cell_count(COUNTER), world.kernel.idle()) == (300, True)
+
+
+def test_a_served_export_writes_over_a_file_only_with_force(
+    server: Served, world_dir: Path, tmp_path: Path
+) -> None:
+    from world.errors import OutputExists
+
+    out = tmp_path / "a.cbor"
+    out.write_bytes(b"keep me")
+    with server.client() as client:
+        client.call("send", schema=EVENT, values=[add("a", 3)])
+        args = {"reducer": COUNTER, "out": str(out), "all": False, "key": "a"}
+        with pytest.raises(ServedError) as refused:
+            client.call("cells_export", **args)
+        assert refused.value.error_class == OutputExists.__name__
+        assert out.read_bytes() == b"keep me"
+        assert client.call("cells_export", **args, force=True)["cells"] == 1
+    assert out.read_bytes() != b"keep me"

@@ -5,21 +5,26 @@ and reading back the AIR sources a world stored (``<world>/air/sources.json``).
 This is the I/O half of ``air._loader.load_air``; the pure half never opens a file. Nothing read
 here raises a bare Python error: an author's file that cannot be read is a ``ManifestError``
 diagnostic (bytes that are not UTF-8 go to the loader, which says where), and a world's own
-``sources.json`` that is not what the world wrote is ``StoreDamaged`` naming the file.
+``sources.json`` that is not what the world wrote is ``StoreDamaged`` naming the file. Every
+file is read with ``world._fileio.read_regular``: a FIFO, a device or a folder where a file
+should be is reported, never read (an author's file too, up to ``AUTHOR_FILE_BYTES_MAX``).
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from air import AirSource, LoadedAir, WasmInfo, jsontext, load_air
 from air.errors import Diagnostic, JsonError, ManifestError
 from kernel.wasm import inspect_wasm_report
-from world.errors import StoreDamaged
+from world import _fileio as fileio
+from world.errors import StorageError, StoreDamaged
 
 __all__ = [
+    "AUTHOR_FILE_BYTES_MAX",
+    "WORLD_AIR_BYTES_MAX",
     "air_sources",
     "builtin_sources",
     "inspect_wasm",
@@ -27,6 +32,12 @@ __all__ = [
     "read_file",
     "read_world_sources",
 ]
+
+
+AUTHOR_FILE_BYTES_MAX: Final = 256 << 20
+"""The largest AIR document or wasm binary an author's folder may hand ``world init``."""
+WORLD_AIR_BYTES_MAX: Final = 256 << 20
+"""The largest ``air/sources.json`` or ``air/manifest.cbor`` a world reads."""
 
 
 def builtin_sources() -> list[AirSource]:
@@ -49,9 +60,13 @@ def air_sources(path: Path) -> list[AirSource]:
     sources, unreadable = [], []
     for file in files:
         try:
-            data = file.read_bytes()
-        except OSError as exc:
-            unreadable.append(Diagnostic(str(file), "", "air.json", f"cannot read: {exc.strerror}"))
+            data = fileio.read_regular(file, AUTHOR_FILE_BYTES_MAX, damaged=StoreDamaged)
+        except (StoreDamaged, StorageError) as exc:
+            detail = exc.reason if isinstance(exc, StoreDamaged) else exc.detail
+            unreadable.append(Diagnostic(str(file), "", "air.json", f"cannot read: {detail}"))
+            continue
+        if data is None:
+            unreadable.append(Diagnostic(str(file), "", "air.json", "cannot read: no such file"))
             continue
         sources.append(AirSource(str(file), _text(data)))
     if unreadable:
@@ -71,8 +86,8 @@ def _text(data: bytes) -> str | bytes:
 def read_file(path: str) -> bytes | None:
     """The file's bytes, or None if it is missing or cannot be read (the loader reports it)."""
     try:
-        return Path(path).read_bytes()
-    except OSError:
+        return fileio.read_regular(path, AUTHOR_FILE_BYTES_MAX)
+    except (StoreDamaged, StorageError):
         return None
 
 
@@ -93,11 +108,12 @@ def read_world_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
     not of that shape. Other keys (the world's ``format``) are the caller's to check.
     """
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise StoreDamaged(
-            str(path), f"cannot read the world's AIR sources: {exc.strerror}"
-        ) from exc
+        data = fileio.read_regular(path, WORLD_AIR_BYTES_MAX)
+    except StorageError as exc:
+        reason = f"cannot read the world's AIR sources: {exc.detail}"
+        raise StoreDamaged(str(path), reason) from exc
+    if data is None:
+        raise StoreDamaged(str(path), "cannot read the world's AIR sources: no such file")
     try:
         doc = jsontext.loads(data, source=str(path))
     except JsonError as exc:

@@ -7,7 +7,9 @@ Invariants:
   ``cas/.tmp``, fsync, rename, fsync dir), and is durable when ``put`` returns. Temp files left
   by a crash are removed when the store is opened.
 * ``get`` verifies: bytes whose blake3 differs from their address raise ``HashMismatch``; an
-  absent object raises ``ObjectMissing``.
+  absent object raises ``ObjectMissing`` naming its file. Something else in an object's place
+  (a FIFO, a device, a folder) or an object over ``OBJECT_BYTES_MAX`` is ``StoreDamaged``
+  naming the file, never read (``world._fileio.read_regular``).
 
 Not here: garbage collection. The cell store (``world.cellstore._store``) writes its index objects,
 shards and large states here in bulk (unsynced, then one sync) and unlinks the ones it owns once
@@ -25,6 +27,7 @@ unlinked it would otherwise pin a file that is gone.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Final
@@ -35,9 +38,20 @@ from kernel.errors import ObjectMissing
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 
-__all__ = ["CAS_DIR", "PIN_SUFFIX", "SHARING", "FileCas", "pin_path", "pinned"]
+__all__ = [
+    "CAS_DIR",
+    "OBJECT_BYTES_MAX",
+    "PIN_SUFFIX",
+    "SHARING",
+    "FileCas",
+    "pin_path",
+    "pinned",
+]
 
 CAS_DIR: Final = "cas"
+OBJECT_BYTES_MAX: Final = 1 << 30
+"""The largest object ``get`` reads (it reads an object whole): a wasm module, an AIR node, a
+snapshot, a shard group (≤ 128 KiB), a cell's state, a blob. A file past it is damage."""
 PIN_SUFFIX: Final = ".pin"
 _TMP_DIR: Final = ".tmp"
 SHARING: Final = threading.Lock()
@@ -83,7 +97,8 @@ class FileCas:
         path = self.path_of(address)
         with SHARING:
             try:
-                if path.stat().st_size == len(data):
+                found = path.stat()
+                if stat.S_ISREG(found.st_mode) and found.st_size == len(data):
                     self._pin(path)
                     return address
             except FileNotFoundError:
@@ -104,10 +119,9 @@ class FileCas:
 
     def get(self, address: str) -> bytes:
         path = self.path_of(address)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError as exc:
-            raise ObjectMissing(address) from exc
+        data = fileio.read_regular(path, OBJECT_BYTES_MAX, operation="read object")
+        if data is None:
+            raise ObjectMissing(address, str(path))
         actual = cbor.content_hash(data)
         if actual != address:
             raise HashMismatch(address, actual)

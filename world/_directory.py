@@ -23,11 +23,12 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
-from air.errors import WorldError
+from air import AirSource, LoadedAir, cbor, jsontext, load_air, resolve_relative
+from air.errors import HashMismatch, JsonError, WorldError
+from kernel.errors import ObjectMissing
 from kernel.subjects import make_subject
 from world import _fileio as fileio
-from world._airfiles import read_world_sources
+from world._airfiles import WORLD_AIR_BYTES_MAX, read_world_sources
 from world._cas import FileCas
 from world._fsutil import WorldLock, atomic_write, lock_world
 from world.effects import ReceiptKey
@@ -39,6 +40,8 @@ __all__ = [
     "build_world",
     "discard_store",
     "load_world_air",
+    "modules_using",
+    "read_module_wasm",
     "read_sources",
     "recover_swap",
     "remove_tree",
@@ -111,20 +114,60 @@ def read_sources(path: Path) -> tuple[list[AirSource], dict[str, str]]:
 
 
 def load_world_air(path: Path) -> LoadedAir:
+    """The world's AIR: its sources, each module's wasm from the CAS, checked against
+    ``air/manifest.cbor``. A wasm object that is missing is ``ObjectMissing`` naming its file
+    and module; one that was altered or is not a file, ``StoreDamaged`` naming both."""
     sources, wasm_map = read_sources(path / "air" / "sources.json")
     cas = FileCas(path, readonly=True)
 
     def read_wasm(p: str) -> bytes | None:
-        return cas.get(wasm_map[p]) if p in wasm_map else None
+        return read_module_wasm(cas, sources, p, wasm_map[p]) if p in wasm_map else None
 
     air = load_air(sources, read_wasm)
-    stored = (path / "air" / "manifest.cbor").read_bytes()
+    manifest = path / "air" / "manifest.cbor"
+    stored = fileio.read_regular(manifest, WORLD_AIR_BYTES_MAX)
+    if stored is None:
+        raise StoreDamaged(str(manifest), "missing; the world directory was altered")
     if stored != air.manifest_cbor:
         raise StoreDamaged(
-            str(path / "air" / "manifest.cbor"),
-            "does not match the AIR sources; the world directory was altered",
+            str(manifest), "does not match the AIR sources; the world directory was altered"
         )
     return air
+
+
+def read_module_wasm(cas: FileCas, sources: list[AirSource], wasm: str, address: str) -> bytes:
+    """The wasm the AIR names ``wasm`` (a path in ``sources``), stored in ``cas`` at
+    ``address``; every error names the object's file and the module(s) it is."""
+    try:
+        return cas.get(address)
+    except ObjectMissing as exc:
+        raise ObjectMissing(exc.address, exc.path, modules_using(sources, wasm)) from exc
+    except HashMismatch as exc:
+        reason = f"altered: its content hash is {exc.actual}"
+        raise StoreDamaged(str(cas.path_of(address)), _of_module(reason, sources, wasm)) from exc
+    except StoreDamaged as exc:
+        raise StoreDamaged(exc.path, _of_module(exc.reason, sources, wasm)) from exc
+
+
+def _of_module(reason: str, sources: list[AirSource], wasm: str) -> str:
+    return f"{reason} (the wasm of module {modules_using(sources, wasm)})"
+
+
+def modules_using(sources: list[AirSource], wasm: str) -> str:
+    """The modules whose ``wasm`` is the path ``wasm`` in ``sources``, comma-separated (the
+    path itself when no source can be read to say): for error messages only."""
+    names = []
+    for source in sources:
+        try:
+            doc = jsontext.loads(source.text, source=source.file)
+        except JsonError:
+            continue
+        for node in doc if isinstance(doc, list) else [doc]:
+            named = isinstance(node, dict) and node.get("$kind") == "defmodule"
+            target = node.get("wasm") if named else None
+            if isinstance(target, str) and resolve_relative(source.file, target) == wasm:
+                names.append(str(node.get("name")))
+    return ", ".join(names) or wasm
 
 
 # --- swapping a rebuilt world in --------------------------------------------------------------

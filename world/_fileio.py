@@ -16,21 +16,35 @@ Every ``OSError`` (from the OS or from the hook) leaves these functions as
 error type with fields, and ``operation`` names the OS operation that failed.
 
 Reads do not go through the hook: a read that fails is reported where it happens, and the
-durability argument is about writes. Not here: what the files mean (callers decide).
+durability argument is about writes. But every file the world reads is opened here
+(``open_regular``, ``read_regular``), because a name in a world folder is not always a file: a
+FIFO there blocks an ``open`` for reading until some writer comes, and a symlink to
+``/dev/zero`` reads forever (``MemoryError``). So a read first ``stat``s the name (following a
+symlink) and opens it only if it is a regular file of at most the caller's bound, then opens it
+``O_NONBLOCK`` and checks the ``fstat`` of what it opened again (the name may have been swapped
+in between); anything else there (a FIFO, a device, a socket, a folder, a file too large) is
+the caller's damage error naming the file (``StoreDamaged`` unless it says otherwise). The
+writes that open an existing name (``create``, ``open_append``, ``truncate``, ``fsync_file``)
+open it ``O_NONBLOCK`` too, so a FIFO there fails (``ENXIO``) instead of blocking.
+
+Not here: what the files mean (callers decide).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Iterator
-from typing import Final, TypeAlias
+from typing import BinaryIO, Final, TypeAlias
 
-from world.errors import StorageError, storage_error
+from air.errors import WorldError
+from world.errors import StorageError, StoreDamaged, storage_error
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "Damaged",
     "FaultHook",
     "StrPath",
     "create",
@@ -41,6 +55,8 @@ __all__ = [
     "fsync_file",
     "mkdir",
     "open_append",
+    "open_regular",
+    "read_regular",
     "replace",
     "sync",
     "truncate",
@@ -50,6 +66,8 @@ __all__ = [
 
 StrPath: TypeAlias = str | os.PathLike[str]
 FaultHook: TypeAlias = Callable[[str, str], None]
+Damaged: TypeAlias = Callable[[str, str], WorldError]
+"""Makes the error for a name that is not a readable regular file: ``(path, reason)``."""
 
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
@@ -98,13 +116,26 @@ def create(path: StrPath, *, exclusive: bool = False) -> int:
     if exclusive:
         flags |= os.O_EXCL
     with _op("create", path):
-        fd = os.open(path, flags, FILE_MODE)
+        fd = _open_nonblocking(path, flags, FILE_MODE)
     return fd
 
 
 def open_append(path: StrPath) -> int:
     """Open an existing file for appending; return the fd."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    return _open_nonblocking(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+
+def _open_nonblocking(path: StrPath, flags: int, mode: int = 0o777) -> int:
+    """``os.open`` that cannot block on a FIFO or a device (``O_NONBLOCK``: a FIFO nobody
+    reads fails with ``ENXIO``); the fd is made blocking again, so a regular file behaves as
+    opened without the flag."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY, mode)
+    try:
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write(fd: int, data: bytes, path: StrPath) -> None:
@@ -135,7 +166,7 @@ def fdatasync(fd: int, path: StrPath) -> None:
 def fsync_file(path: StrPath) -> None:
     """Make the bytes of the file at ``path`` durable (one ``fsync`` operation)."""
     with _op("fsync", path):
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = _open_nonblocking(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
@@ -160,7 +191,7 @@ def replace(source: StrPath, target: StrPath) -> None:
 def truncate(path: StrPath, size: int) -> None:
     """Cut ``path`` to ``size`` bytes and make that durable."""
     with _op("truncate", path):
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = _open_nonblocking(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.ftruncate(fd, size)
             os.fsync(fd)
@@ -196,3 +227,70 @@ def sync() -> None:
     """``sync()``: flush every file system (cheaper than many fsyncs; see ``world._fsutil``)."""
     with _op("sync", "/"):
         os.sync()
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+
+_KINDS: Final = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _unfit(status: os.stat_result, bytes_max: int | None) -> str | None:
+    """Why a file of ``status`` may not be read (not regular, or over ``bytes_max``), or None."""
+    if not stat.S_ISREG(status.st_mode):
+        kind = next((name for test, name in _KINDS if test(status.st_mode)), "something else")
+        return f"{kind}, not a regular file"
+    if bytes_max is not None and status.st_size > bytes_max:
+        return f"{status.st_size} bytes, more than the {bytes_max} such a file may hold"
+    return None
+
+
+def open_regular(
+    path: StrPath,
+    *,
+    bytes_max: int | None = None,
+    damaged: Damaged = StoreDamaged,
+    buffering: int = -1,
+) -> BinaryIO:
+    """Open the regular file at ``path`` for reading (a symlink to one is followed); its size
+    is at most ``bytes_max`` if given. Anything else at ``path`` raises ``damaged(path,
+    reason)`` without being opened for reading (see the module docstring); a missing file and
+    other OS failures raise ``OSError`` as ``open`` does. The caller closes the file."""
+    where = os.fspath(path)
+    problem = _unfit(os.stat(where), bytes_max)
+    if problem is None:
+        fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            problem = _unfit(os.fstat(fd), bytes_max)  # swapped since the stat?
+            if problem is None:
+                os.set_blocking(fd, True)
+                return os.fdopen(fd, "rb", buffering=buffering)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise damaged(where, problem)
+
+
+def read_regular(
+    path: StrPath, bytes_max: int, *, damaged: Damaged = StoreDamaged, operation: str = "read"
+) -> bytes | None:
+    """The bytes of the regular file at ``path`` (at most ``bytes_max`` of them), or None if
+    there is no file: ``open_regular`` and a read, with any other ``OSError`` as
+    ``StorageError(path, operation, ...)``."""
+    try:
+        with open_regular(path, bytes_max=bytes_max, damaged=damaged) as file:
+            data = file.read(bytes_max + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise storage_error(exc, operation, path) from exc
+    if len(data) > bytes_max:  # it grew after the fstat
+        raise damaged(os.fspath(path), f"more than the {bytes_max} bytes such a file may hold")
+    return data

@@ -57,6 +57,7 @@ __all__ = [
     "WorldLock",
     "atomic_write",
     "in_threads",
+    "lock_folder",
     "lock_world",
     "mkdir_durable",
     "sync_paths",
@@ -217,6 +218,17 @@ def _flock_dir(path: Path, operation: int, mode: LockMode, fds: list[int]) -> No
             raise WorldLocked(str(path), mode) from exc
         raise
     fds.append(fd)
+
+
+def lock_folder(path: StrPath) -> WorldLock:
+    """Hold the folder ``path`` alone: an exclusive ``flock`` on it, non-blocking
+    (``WorldLocked`` if someone holds it). For a folder being built aside (a fork's staging
+    folder), so that whoever removes the leftovers of killed builds can tell them from a live
+    one: the hold dies with its process."""
+    folder = Path(path)
+    fds: list[int] = []
+    _flock_dir(folder, fcntl.LOCK_EX, "exclusive", fds)
+    return WorldLock(folder, "exclusive", fds)
 
 
 def lock_world(world_dir: StrPath, mode: LockMode = "write") -> WorldLock:

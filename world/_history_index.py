@@ -30,7 +30,9 @@ recorded sizes, which readers ignore and the next flush cuts off first. Nothing 
 index is derived, and a reader checks what it reads (each shard has exactly its recorded size
 and is whole batches with good CRCs, ``ranges.cbor`` decodes), so what a power loss can do to
 unsynced files (a shorter file, zeros, an old ``ranges.cbor``) makes readers ignore the index
-and the next writer start a new one; it never makes them trust a wrong entry. A flush costs no
+and the next writer start a new one; it never makes them trust a wrong entry. Nor does a FIFO,
+a device or a folder in place of one of its files: it is read by ``world._fileio``'s safe
+reader, which refuses it unopened, and counts as damage. A flush costs no
 sync on the path of a ``world send`` or a checkpoint. Records a world re-executed at open (a crash before its last flush) fall in a gap
 between ranges: readers read those from the journal.
 
@@ -43,6 +45,7 @@ re-execute and how (``world.history._timetravel``).
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -59,12 +62,13 @@ from kernel.cells import CellStore
 from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import write_unsynced
-from world.errors import StorageError
+from world.errors import StorageError, StoreDamaged
 from world.journal import FileJournal
 
 __all__ = [
     "CELL_PREFIX",
     "FLUSH_ENTRIES",
+    "RANGES_BYTES_MAX",
     "SINCE_STATE_CELLS_MAX",
     "STATE_BYTES_MAX",
     "STATE_EVERY",
@@ -87,6 +91,9 @@ SINCE_STATE_CELLS_MAX: Final = 262_144
 """Cells whose steps since their last stored state a writer counts (~150 bytes each); past
 this the counts start again, so a world of more active cells stores their states later (each
 such cell steps rarely, so its re-execution stays short)."""
+
+RANGES_BYTES_MAX: Final = 1 << 20
+"""The largest ``ranges.cbor`` read (64 sizes and the ranges: a few KB); past it, no index."""
 
 _FORMAT: Final = 4  # 4: by key hash XOR reducer (3: by key hash; 2: a blake3 of the id; 1: flat)
 _SHARDS: Final = 64
@@ -148,11 +155,12 @@ class _Ranges:
 
 
 def _load_ranges(directory: Path) -> _Ranges | None:
-    """The committed ranges, or None if there is no index or it does not decode as one."""
+    """The committed ranges, or None if there is no index or it does not decode as one (or
+    ``ranges.cbor`` is not a file of at most ``RANGES_BYTES_MAX`` bytes)."""
     try:
-        with open(directory / _RANGES, "rb") as file:
-            obj = cbor.loads(file.read(1 << 20))
-    except (OSError, CborError):
+        data = fileio.read_regular(directory / _RANGES, RANGES_BYTES_MAX)
+        obj = cbor.loads(data) if data is not None else None
+    except (StorageError, StoreDamaged, CborError):
         return None
     if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
         return None
@@ -232,11 +240,11 @@ def read_cell(
     wanted = _cell_hash(cell)
     shard = _shard_of(wanted)
     try:
-        with open(_shard_path(directory, shard), "rb") as file:
+        with fileio.open_regular(_shard_path(directory, shard)) as file:
             data = file.read(ranges.sizes[shard])
     except FileNotFoundError:
         data = b""
-    except OSError:
+    except (OSError, StoreDamaged):  # unreadable, or not a file: ignored, as damage is
         return None
     payloads = _batches(data) if len(data) == ranges.sizes[shard] else None
     if payloads is None:  # shorter than committed, or damaged: a step could be missing
@@ -380,9 +388,12 @@ class HistoryWriter:
         path = _shard_path(self._dir, shard)
         size = sizes[shard]
         try:
-            actual = os.stat(path).st_size
+            found = os.stat(path)
         except FileNotFoundError:
-            actual = 0
+            found = None
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            raise _Reset  # a FIFO, a device, a folder: a new index unlinks it
+        actual = 0 if found is None else found.st_size
         if actual < size:
             raise _Reset
         if actual > size:  # a flush that crashed before its commit

@@ -8,20 +8,26 @@ one dash), so a key can never name a path outside the directory.
 
 Not here: deciding whether an entry is still good. The host frames entries with a checksum and
 treats a bad or incompatible one as a miss, recompiles and overwrites it; a missing file is a
-miss. Other I/O errors propagate: an unreadable world directory is a real problem.
+miss, and so is something that is not a file of at most ``ENTRY_BYTES_MAX`` bytes (a FIFO, a
+device, a folder: ``world._fileio.read_regular``, never read), which the next ``put`` replaces
+if it can. Other I/O errors propagate: an unreadable world directory is a real problem.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 from air.errors import InvalidArgument
 from kernel.wasm import CACHE_KEY_RE
 from world import _fileio as fileio
 from world._fsutil import StrPath, atomic_write
-from world.errors import StorageError
+from world.errors import StorageError, StoreDamaged
 
-__all__ = ["FileModuleCache"]
+__all__ = ["ENTRY_BYTES_MAX", "FileModuleCache"]
+
+ENTRY_BYTES_MAX: Final = 1 << 30
+"""The largest cache entry read (a compiled module; a reducer's is tens to hundreds of KB)."""
 
 
 class FileModuleCache:
@@ -38,8 +44,8 @@ class FileModuleCache:
 
     def get(self, key: str) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError:
+            return fileio.read_regular(self._path(key), ENTRY_BYTES_MAX, operation="read cache")
+        except StoreDamaged:
             return None
 
     def put(self, key: str, data: bytes) -> None:

@@ -17,6 +17,14 @@ corruption (repair comes first), and never fixed: a bad one makes the world not 
 no reason to repair (``needs_repair``), as cutting the journal cannot make it good. What a
 receipt answers (a queued intent) is replay's check (``world.history``), not this one's.
 
+And the world's own files that the journal does not rebuild: ``check_world`` reads
+``air/sources.json`` and reads back from the CAS every object the world needs to open, the
+wasm of each module and every AIR node (the manifest and each definition), each verified
+against its address. One that is missing, altered, or not a file is an ``ObjectProblem``
+(its address, file, what it is, and why) and makes the world not ``ok``; an AIR that cannot be
+read at all is ``air_problem``. Like a bad signature these are no reason to repair: cutting the
+journal cannot bring them back (a copy of the world, or ``world init`` again, can).
+
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
 last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
@@ -27,23 +35,65 @@ records it cuts are the ones verify named, and they stay readable in the backup
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air import cbor
+from air import AirSource, cbor, load_air
 from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import ObjectMissing
 from world import journal as file_journal
 from world._cas import FileCas
-from world._directory import discard_store
+from world._directory import discard_store, modules_using, read_sources
 from world._fsutil import lock_world
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem
-from world.errors import NotAWorld, StoreDamaged
+from world.errors import NotAWorld, StorageError, StoreDamaged
 from world.journal import FileJournal, RepairReport, VerifyReport
 
-__all__ = ["WorldCheck", "WorldRepair", "check_world", "checkpoint_seq_next", "repair_world"]
+__all__ = [
+    "ObjectProblem",
+    "WorldCheck",
+    "WorldRepair",
+    "check_objects",
+    "check_world",
+    "checkpoint_seq_next",
+    "repair_world",
+]
+
+
+@dataclass(frozen=True)
+class ObjectProblem:
+    """A CAS object the world needs (``what``: the wasm of a module, an AIR node) that is not
+    there whole: ``reason`` is ``missing``, ``altered`` (its bytes hash to something else) or
+    why it cannot be read (not a file, too large)."""
+
+    address: str
+    path: str
+    what: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.what} ({self.address}) at {self.path}: {self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "path": self.path,
+            "what": self.what,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class _Objects:
+    """What ``check_objects`` found: how many objects it read, the problems, and why the AIR
+    could not be read at all (None: it could)."""
+
+    checked: int = 0
+    problems: tuple[ObjectProblem, ...] = ()
+    air_problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +111,9 @@ class WorldCheck:
     receipts_checked: int = 0
     bad_receipt: BadReceipt | None = None
     receipt_key_problem: KeyProblem | None = None
+    objects_checked: int = 0
+    object_problems: tuple[ObjectProblem, ...] = ()
+    air_problem: str | None = None
 
     @property
     def checkpoint_ahead(self) -> bool:
@@ -75,8 +128,13 @@ class WorldCheck:
 
     @property
     def ok(self) -> bool:
-        """Opens without repair, and every journaled receipt's signature holds."""
-        return not self.needs_repair and self.signatures_ok
+        """Opens without repair, every journaled receipt's signature holds, and every object
+        the world needs is in its CAS whole."""
+        return not self.needs_repair and self.signatures_ok and self.objects_ok
+
+    @property
+    def objects_ok(self) -> bool:
+        return not self.object_problems and self.air_problem is None
 
     @property
     def signatures_ok(self) -> bool:
@@ -89,6 +147,7 @@ class WorldCheck:
             and not self.checkpoint_ahead
             and not self.checkpoint_damage
             and self.signatures_ok
+            and self.objects_ok
         )
 
     def findings(self) -> list[str]:
@@ -104,6 +163,9 @@ class WorldCheck:
             found.append(f"{self.bad_receipt.describe()}, the journal was changed")
         if self.receipt_key_problem is not None:
             found.append(self.receipt_key_problem.describe())
+        if self.air_problem is not None:
+            found.append(f"the world's AIR cannot be read: {self.air_problem}")
+        found.extend(problem.describe() for problem in self.object_problems)
         return found
 
     def describe(self) -> str:
@@ -127,6 +189,9 @@ class WorldCheck:
             "receipts_checked": self.receipts_checked,
             "bad_receipt": None if bad is None else bad.as_json(),
             "receipt_key_problem": None if key_problem is None else key_problem.as_json(),
+            "objects_checked": self.objects_checked,
+            "object_problems": [problem.as_json() for problem in self.object_problems],
+            "air_problem": self.air_problem,
         }
 
 
@@ -174,12 +239,74 @@ def _check(path: Path) -> WorldCheck:
         raise NotAWorld(str(path))
     report = file_journal.verify(path / "journal")
     signed = _signatures(path, report)
+    found = check_objects(path)
+    objects = (found.checked, found.problems, found.air_problem)
     try:
-        return WorldCheck(report, checkpoint_seq_next(path), None, *signed)
+        return WorldCheck(report, checkpoint_seq_next(path), None, *signed, *objects)
     except StoreDamaged as damage:
-        return WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed)
+        return WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed, *objects)
     except WorldError as exc:  # e.g. a checkpoint.cbor that is not a checkpoint at all
-        return WorldCheck(report, None, str(exc), *signed)
+        return WorldCheck(report, None, str(exc), *signed, *objects)
+
+
+def check_objects(path: Path) -> _Objects:
+    """Read back every CAS object the world at ``path`` needs to open: each module's wasm,
+    then (if every wasm is whole, so that the AIR loads) the manifest and every definition
+    node. Writes nothing."""
+    try:
+        sources, wasm_map = read_sources(path / "air" / "sources.json")
+    except StoreDamaged as damage:
+        return _Objects(air_problem=f"{damage.path}: {damage.reason}")
+    cas = FileCas(path, readonly=True)
+    found: dict[str, bytes] = {}
+    problems = []
+    for wasm, address in sorted(wasm_map.items()):
+        what = f"the wasm of module {modules_using(sources, wasm)}"
+        data, problem = _read_object(cas, address, what)
+        if data is not None:
+            found[wasm] = data
+        if problem is not None:
+            problems.append(problem)
+    if problems:
+        return _Objects(len(wasm_map), tuple(problems))
+    nodes = _air_nodes(sources, found.get)
+    if isinstance(nodes, str):
+        return _Objects(len(wasm_map), (), nodes)
+    for what, data in nodes:
+        _data, problem = _read_object(cas, cbor.content_hash(data), what)
+        if problem is not None:
+            problems.append(problem)
+    return _Objects(len(wasm_map) + len(nodes), tuple(problems))
+
+
+def _air_nodes(
+    sources: list[AirSource], read_wasm: Callable[[str], bytes | None]
+) -> list[tuple[str, bytes]] | str:
+    """Each AIR node the world stored in its CAS (what it is, its bytes), or why the AIR does
+    not load."""
+    try:
+        air = load_air(sources, read_wasm)
+    except WorldError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    nodes = [("the manifest", air.manifest_cbor)]
+    nodes.extend((f"the AIR node {name}", data) for name, data in sorted(air.def_cbor.items()))
+    return nodes
+
+
+def _read_object(
+    cas: FileCas, address: str, what: str
+) -> tuple[bytes | None, ObjectProblem | None]:
+    """The object at ``address``, or what is wrong with it."""
+    path = str(cas.path_of(address))
+    try:
+        return cas.get(address), None
+    except ObjectMissing:
+        reason = "missing"
+    except HashMismatch as exc:
+        reason = f"altered: its content hash is {exc.actual}"
+    except (StoreDamaged, StorageError) as exc:
+        reason = exc.reason if isinstance(exc, StoreDamaged) else f"unreadable: {exc.detail}"
+    return None, ObjectProblem(address, path, what, reason)
 
 
 def _signatures(

@@ -5,21 +5,67 @@ It is also where the world layer reads ``WORLD_NATIVE`` (``kernel/`` reads no en
 ``0`` (or ``off``, ``false``, ``no``) selects the pure-Python step path for the process, anything
 else (the default) the native one where it was built. Every world open, replay and time-travel
 makes a runner, so the variable is honoured before any kernel of theirs runs a step.
+
+And it reads the process's address-space limit (``RLIMIT_AS``, ``ulimit -v``; the kernel reads
+no resources). The fast backend's pooling allocator reserves ~2.4 GiB of address space when its
+engine is created (``kernel.wasm._engine``: 8 slots of 256 MiB memory and 32 MiB guard, and
+the tables), and under a lower limit wasmtime aborts the process with a Rust backtrace that
+cannot be caught. So below ``FAST_ADDRESS_SPACE_MIN`` a runner takes the public backend, which
+reserves no pool (one memory's 288 MiB while a step runs), and says so once per process: a
+notice in ``HostRunner.notice`` and on the ``world`` logger (which, unconfigured, writes it to
+stderr as one line). The two backends are byte-identical by construction, so the world runs
+the same, only slower (BENCHMARKS.md). Rejected: failing with "raise ulimit -v", which would
+leave a user who cannot raise it without a world at all.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 from pathlib import Path
+from typing import Final
 
 from air import LoadedAir
 from kernel import native
-from kernel.wasm import HostLimits, Reducer, ReducerHost
+from kernel.wasm import BackendChoice, HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache
 
-__all__ = ["HostRunner", "native_requested"]
+__all__ = ["FAST_ADDRESS_SPACE_MIN", "HostRunner", "backend_for_limit", "native_requested"]
+
+FAST_ADDRESS_SPACE_MIN: Final = 4 << 30
+"""The least address-space limit (bytes) under which a runner takes the fast backend: its pool
+(~2.4 GiB) and the process (~0.2 GiB when the engine is made; measured, the engine is made
+under a limit of 2.5 GB and not 2.4 GB), with room for what the process grows to after
+(threads' stacks and malloc arenas, the world's cells in memory)."""
 
 _OFF = frozenset({"0", "off", "false", "no"})
+_log = logging.getLogger("world")
+_told: set[str] = set()
+
+
+def backend_for_limit(limit_bytes: int) -> tuple[BackendChoice, str | None]:
+    """The backend a runner takes under an address-space limit of ``limit_bytes``
+    (``resource.RLIM_INFINITY``: none), and the notice that says why if it is not the
+    default: ``("auto", None)``, or ``("public", notice)`` below ``FAST_ADDRESS_SPACE_MIN``."""
+    if limit_bytes == resource.RLIM_INFINITY or limit_bytes >= FAST_ADDRESS_SPACE_MIN:
+        return "auto", None
+    return "public", (
+        f"the address-space limit (ulimit -v: {limit_bytes // 1024} KiB) is below the "
+        f"{FAST_ADDRESS_SPACE_MIN // 1024} KiB the fast reducer engine reserves with room to "
+        "spare; running on the public one (same results, slower); raise it "
+        f"(ulimit -v {FAST_ADDRESS_SPACE_MIN // 1024} or unlimited) for the fast one"
+    )
+
+
+def _backend() -> tuple[BackendChoice, str | None]:
+    """``backend_for_limit`` of this process's soft ``RLIMIT_AS``; its notice is logged once."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    backend, notice = backend_for_limit(soft)
+    if notice is not None and notice not in _told:
+        _told.add(notice)
+        _log.warning("notice: %s", notice)
+    return backend, notice
 
 
 def native_requested() -> bool:
@@ -28,6 +74,10 @@ def native_requested() -> bool:
 
 
 class HostRunner:
+    """The kernel's ``Runner`` for ``air``'s reducers. ``notice`` says why it runs on the
+    public backend when the address-space limit made it (see the module docstring), else
+    None."""
+
     def __init__(
         self,
         air: LoadedAir,
@@ -38,7 +88,9 @@ class HostRunner:
     ) -> None:
         self._air = air
         native.set_enabled(native_requested())
-        self._host = ReducerHost(limits, cache=FileModuleCache(cache_dir, readonly=readonly))
+        backend, self.notice = _backend()
+        cache = FileModuleCache(cache_dir, readonly=readonly)
+        self._host = ReducerHost(limits, cache=cache, backend=backend)
         self._reducers: dict[str, Reducer] = {}
 
     @property

@@ -22,6 +22,7 @@ import os
 from types import TracebackType
 from typing import Any, Literal
 
+from air.errors import UsageError as _UsageError
 from air.errors import WorldError
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "JournalWriteFailed",
     "MigrationRefused",
     "NotAWorld",
+    "OutputExists",
     "ProtocolError",
     "ReceiptKeyDamaged",
     "ReceiptRefused",
@@ -44,6 +46,8 @@ __all__ = [
     "SeqPastEnd",
     "ServeError",
     "ServedError",
+    "ServerBusy",
+    "SocketNotTrusted",
     "StorageError",
     "StoreDamaged",
     "StoreFailed",
@@ -152,7 +156,8 @@ class CheckpointAhead(DerivedStateError):
 
 class CheckpointMoved(DerivedStateError):
     """A reader found files missing because a live writer replaced the checkpoint at ``path``
-    under it: open again (``World.open`` does, ``READER_RETRIES_MAX`` times)."""
+    under it. Internal to a reader: ``World.read`` and ``World.open`` reopen in place and never
+    let it out (``world._world``, "Readers survive checkpoints")."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -286,6 +291,28 @@ class ProtocolError(ServeError):
         super().__init__(f"control protocol: {detail} [{code}]")
 
 
+class SocketNotTrusted(ServeError):
+    """The control socket at ``path`` is not this world's server's, so nothing was sent on it:
+    ``reason`` says why (a symlink, not a socket, another user's, or a server of another world
+    folder answered)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: not this world's control socket ({reason}); nothing was sent")
+
+
+class ServerBusy(ServeError):
+    """The served world already has ``clients_max`` connections: it answered this one with
+    this error and closed it. Idle connections are closed after a while; try again."""
+
+    def __init__(self, clients_max: int) -> None:
+        self.clients_max = clients_max
+        super().__init__(
+            f"the served world is busy: {clients_max} connections are open (its limit); try again"
+        )
+
+
 class ServedError(ServeError):
     """The served world answered a request with an error: ``error_class`` is the class of the
     error it raised, ``code`` its code, ``detail`` its message, ``fields`` its fields."""
@@ -298,6 +325,19 @@ class ServedError(ServeError):
         self.detail = detail
         self.fields = dict(fields or {})
         super().__init__(detail)
+
+
+# --- usage --------------------------------------------------------------------------------------
+
+
+class OutputExists(_UsageError):
+    """An export would write over what is at ``path`` (``kind``: a ``file``, or a ``folder``
+    that is not empty); nothing was written. ``force`` (``--force``) writes over it."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.path = path
+        self.kind = kind
+        super().__init__(f"{path}: a {kind} is there already; give --force to write over it")
 
 
 # --- the rest -----------------------------------------------------------------------------------

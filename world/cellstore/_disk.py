@@ -1,6 +1,8 @@
 """The file cell store's files: where each lives, and every durable operation on them, in the
 order the flush protocol of ``world.cellstore._store`` needs (write the plan and the objects, sync
-them, commit, collect) and its recovery. Writes go through ``world._fileio`` (fault hooks).
+them, commit, collect) and its recovery. Writes go through ``world._fileio`` (fault hooks), and
+so do reads (``read_regular``): a FIFO, a device or a folder in place of the checkpoint, the
+plan or an object, or one larger than its bound, is ``StoreDamaged`` naming it, never read.
 """
 
 from __future__ import annotations
@@ -34,19 +36,29 @@ from world.cellstore._format import (
 from world.cellstore._legacy import LEGACY_INTENT_NAME, legacy_dirs, remove_tree
 from world.errors import StoreDamaged
 
-__all__ = ["CHECKPOINT_NAME", "PLAN_NAME", "REDUCERS_DIR", "StoreDisk", "read_or_none"]
+__all__ = [
+    "CHECKPOINT_BYTES_MAX",
+    "CHECKPOINT_NAME",
+    "PLAN_BYTES_MAX",
+    "PLAN_NAME",
+    "REDUCERS_DIR",
+    "StoreDisk",
+    "read_or_none",
+]
 
 REDUCERS_DIR: Final = ("state", "reducers")
 CHECKPOINT_NAME: Final = "checkpoint.cbor"
 PLAN_NAME: Final = "flush-plan.cbor"
+CHECKPOINT_BYTES_MAX: Final = 64 << 20
+"""The largest ``checkpoint.cbor`` read: a root per reducer and the kernel's few bytes."""
+PLAN_BYTES_MAX: Final = 1 << 30
+"""The largest ``flush-plan.cbor`` read: 32 bytes per object a flush created or let go."""
 
 
-def read_or_none(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+def read_or_none(path: str, bytes_max: int) -> bytes | None:
+    """The bytes of the store's file at ``path``, None if there is none; ``StoreDamaged`` if
+    something else is there or it is over ``bytes_max``, ``StorageError`` if it cannot be read."""
+    return fileio.read_regular(path, bytes_max)
 
 
 class StoreDisk:
@@ -74,7 +86,7 @@ class StoreDisk:
             fileio.unlink(path, missing_ok=True)
 
     def read_checkpoint(self) -> Checkpoint:
-        data = read_or_none(self.checkpoint)
+        data = read_or_none(self.checkpoint, CHECKPOINT_BYTES_MAX)
         if data is None:
             return EMPTY_CHECKPOINT
         try:
@@ -88,9 +100,8 @@ class StoreDisk:
         try:
             if os.stat(path).st_size != len(data):
                 return False
-            with open(path, "rb") as handle:
-                return handle.read() == data
-        except FileNotFoundError:
+            return fileio.read_regular(path, len(data)) == data
+        except (FileNotFoundError, StoreDamaged):  # not there, or not a file: write it anew
             return False
 
     def write(self, plan: FlushPlan, objects: Iterable[tuple[bytes, bytes]]) -> None:
@@ -128,14 +139,15 @@ class StoreDisk:
         for name in os.listdir(self.root):
             if name.endswith(TMP_SUFFIX):
                 fileio.unlink(os.path.join(self.root, name), missing_ok=True)
-        data = read_or_none(self.plan)
+        data = read_or_none(self.plan, PLAN_BYTES_MAX)
         if data is not None:
             try:
                 plan: FlushPlan | None = decode_plan(data)
             except CborError:  # torn by a power cut: at worst some objects stay unreferenced
                 plan = None
             if plan is not None:
-                committed = cbor.digest(read_or_none(self.checkpoint) or b"") == plan.next
+                current = read_or_none(self.checkpoint, CHECKPOINT_BYTES_MAX)
+                committed = cbor.digest(current or b"") == plan.next
                 for raw in plan.garbage if committed else plan.created:
                     self._unlink_object(raw)
             fileio.unlink(self.plan, missing_ok=True)

@@ -33,6 +33,7 @@ from air import cbor
 from air.errors import CborError
 from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import _fileio as fileio
+from world._cas import OBJECT_BYTES_MAX
 from world.cellstore._format import ShardRef
 from world.errors import StoreDamaged
 
@@ -43,12 +44,11 @@ _PREFIX_HEX: Final = (INDEX_SHARD_BITS + 3) // 4
 
 
 def read_verified(path: str, expected: bytes) -> bytes:
-    """The bytes of ``path``, which must hash to ``expected``; ``StoreDamaged`` otherwise."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError as exc:
-        raise StoreDamaged(path, "missing") from exc
+    """The bytes of ``path``, which must hash to ``expected``; ``StoreDamaged`` otherwise (and
+    for something that is not a file of at most ``OBJECT_BYTES_MAX`` bytes, never read)."""
+    data = fileio.read_regular(path, OBJECT_BYTES_MAX)
+    if data is None:
+        raise StoreDamaged(path, "missing")
     actual = cbor.digest(data)
     if actual != expected:
         raise StoreDamaged(

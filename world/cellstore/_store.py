@@ -84,7 +84,7 @@ from kernel.cells import (
     shard_of,
 )
 from world._fsutil import StrPath, mkdir_durable
-from world.cellstore._disk import StoreDisk, read_or_none
+from world.cellstore._disk import CHECKPOINT_BYTES_MAX, StoreDisk, read_or_none
 from world.cellstore._flush import Cell, ModulePlan, Planner, merge_shard, merged_count
 from world.cellstore._format import (
     FORMAT,
@@ -285,8 +285,12 @@ class FileCellStore:
         return cbor.digest(self._cp.data)
 
     def current_checkpoint_digest(self) -> bytes:
-        """The digest of ``checkpoint.cbor`` on disk now (empty bytes hash if absent)."""
-        return cbor.digest(read_or_none(self._disk.checkpoint) or b"")
+        """The digest of ``checkpoint.cbor`` on disk now (empty bytes hash if absent; empty
+        bytes, no digest at all, if something that is not a checkpoint file is there)."""
+        try:
+            return cbor.digest(read_or_none(self._disk.checkpoint, CHECKPOINT_BYTES_MAX) or b"")
+        except StoreDamaged:
+            return b""
 
     # -- writes (memory only until flush) ------------------------------------------------
 

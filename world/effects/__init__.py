@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from world.effects._receipts import (
         KEY_DIR,
         KEY_FILE,
+        KEY_FILE_BYTES_MAX,
         BadReceipt,
         JournalSignatures,
         KeyProblem,
@@ -82,6 +83,7 @@ __all__ = [
     "HTTP_WORKERS",
     "KEY_DIR",
     "KEY_FILE",
+    "KEY_FILE_BYTES_MAX",
     "RECEIPT_WAIT_S",
     "RETRIES_MAX",
     "Adapter",
@@ -154,6 +156,7 @@ _WHERE: dict[str, str] = {
                 "KeyProblem",
                 "KEY_DIR",
                 "KEY_FILE",
+                "KEY_FILE_BYTES_MAX",
             ),
         ),
         (

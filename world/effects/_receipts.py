@@ -57,13 +57,13 @@ from world.errors import (
     ReceiptRefused,
     RefusalReason,
     StorageError,
-    storage_error,
 )
 
 __all__ = [
     "KEY_BYTES",
     "KEY_DIR",
     "KEY_FILE",
+    "KEY_FILE_BYTES_MAX",
     "KEY_ID_BYTES",
     "KEY_ID_CONTEXT",
     "SIG_BYTES",
@@ -77,6 +77,9 @@ __all__ = [
 KEY_DIR: Final = "keys"
 KEY_FILE: Final = "receipt.key"
 KEY_BYTES: Final = 32
+KEY_FILE_BYTES_MAX: Final = 4096
+"""The most of a key file ``load`` reads: a longer file is damaged, named, and not read (nor
+is a FIFO or a device in its place: ``world._fileio.read_regular``)."""
 KEY_ID_BYTES: Final = 8
 MAC_BYTES: Final = 32
 SIG_BYTES: Final = KEY_ID_BYTES + MAC_BYTES
@@ -113,15 +116,15 @@ class ReceiptKey:
     @classmethod
     def load(cls, world_dir: str | os.PathLike[str]) -> ReceiptKey | None:
         """The world's key, read and never created: None if the world has none yet;
-        ``ReceiptKeyDamaged`` if the file is not one, ``StorageError`` if it cannot be read.
+        ``ReceiptKeyDamaged`` if the file is not one (or not a file: a FIFO, a device, a
+        folder), ``StorageError`` if it cannot be read.
         For readers beside a live writer, which must write nothing."""
         path = _key_path(world_dir)
-        try:
-            key = path.read_bytes()
-        except FileNotFoundError:
+        key = fileio.read_regular(
+            path, KEY_FILE_BYTES_MAX, damaged=ReceiptKeyDamaged, operation="read receipt key"
+        )
+        if key is None:
             return None
-        except OSError as exc:
-            raise storage_error(exc, "read receipt key", path) from exc
         if len(key) != KEY_BYTES:
             raise ReceiptKeyDamaged(str(path), f"{len(key)} bytes, not {KEY_BYTES}")
         return cls(key)

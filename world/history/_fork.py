@@ -3,26 +3,40 @@
 ``fork_world`` writes a new world whose journal is the source's records ``0..seq`` (extended to
 the end of a tick group, as ``world.history._timetravel.through`` reads it), with the same AIR,
 content store and receipt key, and no checkpoint: its first open rebuilds its state from the
-journal. It is built in a hidden sibling folder and renamed into place, so a failed fork leaves
-nothing. The source is only read (shared lock).
+journal. It is built in a hidden sibling folder, ``.<name>.fork-<random>``, and renamed into
+place, so a failed fork leaves nothing. The source is only read (shared lock).
+
+A fork that is killed (``kill -9``, a power cut) cannot remove its hidden folder. The next fork
+to the same target name removes such leftovers before it starts: every ``.<name>.fork-*``
+folder beside the target that no live fork holds (each fork holds its folder with an
+exclusive ``flock`` while it builds it, ``world._fsutil.lock_folder``, and the hold dies with
+its process). A fork started in the instant between another's ``mkdtemp`` and its hold could
+remove that one's folder: the other then fails with a ``StorageError``; nothing is ever
+half-placed.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from world import _fileio as fileio
+from world._cas import OBJECT_BYTES_MAX
 from world._directory import remove_tree
-from world._fsutil import mkdir_durable, sync_paths, sync_tree, write_unsynced
+from world._fsutil import lock_folder, mkdir_durable, sync_paths, sync_tree, write_unsynced
 from world._world import World
-from world.errors import WorldExists, storage_errors
+from world.errors import WorldExists, WorldLocked, storage_errors
 from world.history._timetravel import check_seq, through
 from world.journal import FileJournal
 
-__all__ = ["Forked", "fork_world"]
+__all__ = ["FORK_INFIX", "Forked", "fork_world", "remove_leftovers"]
+
+FORK_INFIX: Final = ".fork-"
+"""A fork to ``<name>`` is built in ``.<name>.fork-<random>`` beside it."""
 
 _COMMIT_EVERY = 10_000
 """A fork commits its journal in batches of this many records (bounded memory)."""
@@ -51,7 +65,9 @@ def fork_world(source: Path, seq: int, target: Path) -> Forked:
         parent = target.absolute().parent
         with storage_errors("fork"):
             mkdir_durable(parent)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=parent))
+            remove_leftovers(parent, target.name)
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{FORK_INFIX}", dir=parent))
+            hold = lock_folder(staging)
             try:
                 last = _write_fork(world, source, staging, seq)
                 sync_tree(staging)
@@ -62,7 +78,28 @@ def fork_world(source: Path, seq: int, target: Path) -> Forked:
             except BaseException:
                 remove_tree(staging)
                 raise
+            finally:
+                hold.release()
     return Forked(target, seq, last)
+
+
+def remove_leftovers(parent: Path, name: str) -> list[Path]:
+    """Remove the hidden folders that killed forks to ``name`` left in ``parent`` (see the
+    module docstring); return them. A folder a live fork holds, or a symlink, stays."""
+    removed = []
+    for leftover in sorted(parent.glob(f".{glob.escape(name)}{FORK_INFIX}*")):
+        if leftover.is_symlink() or not leftover.is_dir():
+            continue
+        try:
+            hold = lock_folder(leftover)
+        except (WorldLocked, FileNotFoundError):  # a live fork's, or gone meanwhile
+            continue
+        try:
+            remove_tree(leftover)
+        finally:
+            hold.release()
+        removed.append(leftover)
+    return removed
 
 
 def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
@@ -82,7 +119,9 @@ def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
 
 
 def _copy_tree(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target`` (a new folder) and make it durable; skip temp folders."""
+    """Copy ``source`` to ``target`` (a new folder) and make it durable; skip temp folders.
+    A file that is not a regular one (a FIFO, a device) or is over ``OBJECT_BYTES_MAX`` is
+    ``StoreDamaged`` naming it, never read (``world._fileio.read_regular``)."""
     files: list[Path] = []
     dirs: list[Path] = []
     for root, names, file_names in os.walk(source):
@@ -91,6 +130,9 @@ def _copy_tree(source: Path, target: Path) -> None:
         fileio.mkdir(here, exist_ok=True)
         dirs.append(here)
         for name in file_names:
-            write_unsynced(here / name, (Path(root) / name).read_bytes())
+            data = fileio.read_regular(Path(root) / name, OBJECT_BYTES_MAX)
+            if data is None:  # gone since the walk: a temp file of a live put
+                continue
+            write_unsynced(here / name, data)
             files.append(here / name)
     sync_paths(files, dirs)

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from world.moves._cellfiles import (
+        CELL_FILE_BYTES_MAX,
         EXPORT_FORMAT,
         CellFile,
+        check_export_target,
         export_all,
         export_cell,
         import_path,
@@ -32,9 +34,11 @@ if TYPE_CHECKING:
     from world.moves._migrate import MigrationPlan, migrate_cells, plan_migration
 
 __all__ = [
+    "CELL_FILE_BYTES_MAX",
     "EXPORT_FORMAT",
     "CellFile",
     "MigrationPlan",
+    "check_export_target",
     "export_all",
     "export_cell",
     "import_path",
@@ -52,8 +56,10 @@ _WHERE: dict[str, str] = {
         (
             "world.moves._cellfiles",
             (
+                "CELL_FILE_BYTES_MAX",
                 "EXPORT_FORMAT",
                 "CellFile",
+                "check_export_target",
                 "export_all",
                 "export_cell",
                 "import_path",

@@ -30,6 +30,8 @@ Not here: the pinned manifest of an imported cell is the importing world's (the 
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +48,23 @@ from air.errors import (
 )
 from kernel import check_cell, imported_record
 from kernel.cells import NULL_KEY_CBOR, key_hash
+from world import _fileio as fileio
 from world._fsutil import atomic_write, mkdir_durable
 from world._world import World
-from world.errors import CellFileRefused, WorldStale, storage_errors
+from world.errors import (
+    CellFileRefused,
+    OutputExists,
+    StorageError,
+    WorldStale,
+    storage_error,
+    storage_errors,
+)
 
 __all__ = [
+    "CELL_FILE_BYTES_MAX",
     "EXPORT_FORMAT",
     "CellFile",
+    "check_export_target",
     "export_all",
     "export_cell",
     "import_path",
@@ -63,6 +75,8 @@ __all__ = [
 ]
 
 EXPORT_FORMAT: Final = 1
+CELL_FILE_BYTES_MAX: Final = 1 << 30
+"""The largest exported cell file an import reads (a cell's state and a few hashes)."""
 _FIELDS: Final = frozenset(
     (
         "format",
@@ -133,9 +147,40 @@ def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[Cell
     return out
 
 
-def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
+def check_export_target(out: Path, *, folder: bool, force: bool) -> None:
+    """Refuse an export that would write over something: ``OutputExists`` for a file at
+    ``out`` (one cell) or a folder that is not empty (``folder``: every cell), unless
+    ``force``; ``InvalidArgument`` for a folder where one cell's file goes, or anything but a
+    folder where a tree goes (``force`` or not). A symlink is not followed: it is what is
+    there."""
+    out = Path(out)
+    try:
+        found = out.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise storage_error(exc, "export", out) from exc
+    is_dir = stat.S_ISDIR(found.st_mode)
+    if folder and not is_dir:
+        raise InvalidArgument("out", str(out), "is not a folder; --all writes a folder")
+    if not folder and is_dir:
+        raise InvalidArgument("out", str(out), "is a folder; one cell is written to a file")
+    if force:
+        return
+    if not is_dir:
+        raise OutputExists(str(out), "file")
+    with storage_errors("export", out), os.scandir(out) as entries:
+        if next(entries, None) is not None:
+            raise OutputExists(str(out), "folder")
+
+
+def export_cell(
+    world: World, reducer: str, key: Any, out: Path, *, force: bool = False
+) -> CellFile:
     """Write the cell of ``key`` (sugar JSON) of ``reducer`` to the file ``out``, creating its
-    folder if needed (as ``--all`` creates its tree)."""
+    folder if needed (as ``--all`` creates its tree). A file already at ``out`` is replaced
+    only with ``force`` (``check_export_target``)."""
+    check_export_target(out, folder=False, force=force)
     key_cbor = world.key_cbor(reducer, key)
     cells = _cell_files(world, reducer, key_cbor)
     if not cells:
@@ -146,8 +191,12 @@ def export_cell(world: World, reducer: str, key: Any, out: Path) -> CellFile:
     return cells[0]
 
 
-def export_all(world: World, reducer: str, folder: Path) -> int:
-    """Write every cell of ``reducer`` as the seed's tree under ``folder``; return the count."""
+def export_all(world: World, reducer: str, folder: Path, *, force: bool = False) -> int:
+    """Write every cell of ``reducer`` as the seed's tree under ``folder``; return the count.
+    A folder that is not empty is written into only with ``force`` (``check_export_target``);
+    then the cell files of ``reducer``'s tree there that this export did not write are
+    removed, so the tree's index and files agree."""
+    check_export_target(folder, folder=True, force=force)
     if reducer not in world.air.modules:
         raise UnknownName("reducer", reducer, sorted(world.air.modules))
     module_hex = world.kernel.module_hash(reducer)
@@ -166,6 +215,10 @@ def export_all(world: World, reducer: str, folder: Path) -> int:
                 "last_active": entry.last_active,
                 "size": entry.size,
             }
+        written = {f"{khash.hex()}.cbor" for khash in index}
+        for stale in sorted((base / "cells").glob("*.cbor")):
+            if stale.name not in written:
+                fileio.unlink(stale, missing_ok=True)
         atomic_write(base / "index.cbor", cbor.dumps(index))
     return len(cells)
 
@@ -174,10 +227,15 @@ def export_all(world: World, reducer: str, folder: Path) -> int:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """An exported file's bytes; ``CellFileRefused`` if it is missing, unreadable, not a
+    regular file (a FIFO, a device: never opened for reading) or over ``CELL_FILE_BYTES_MAX``."""
     try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise CellFileRefused(str(path), f"cannot read: {exc.strerror}") from exc
+        data = fileio.read_regular(path, CELL_FILE_BYTES_MAX, damaged=CellFileRefused)
+    except StorageError as exc:
+        raise CellFileRefused(str(path), f"cannot read: {exc.detail}") from exc
+    if data is None:
+        raise CellFileRefused(str(path), "cannot read: no such file")
+    return data
 
 
 def read_cell_file(path: Path, data: bytes | None = None) -> CellFile:
@@ -286,13 +344,21 @@ def journal_cells(world: World, cells: Iterable[tuple[str, bytes | None, bytes]]
 
 
 def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]) -> list[int]:
-    """Append and apply move records (``kernel._moves``) through ``world``'s writer; commit."""
-    seqs = []
+    """Append and apply move records (``kernel._moves``) through ``world``'s writer as one
+    atomic commit: every record is encoded before any is appended, and a crash or a power cut
+    inside the commit leaves none of them (``FileJournal.commit(atomic=True)``)."""
+    before = world.journal.seq_next
     world.kernel.consistent = False
-    for kind, subject, body in records:
-        seqs.append(world.kernel.ingest_move(kind, subject, body))
+    try:
+        seqs = world.kernel.ingest_moves(records)
+    except BaseException as exc:
+        if world.journal.seq_next != before:  # appended, not all applied: memory is behind
+            world.stale = f"an import failed after it was journaled: {type(exc).__name__}"
+            raise
+        world.kernel.consistent = True
+        raise
     world.kernel.consistent = True
-    world.commit()
+    world.commit(atomic=True)
     return seqs
 
 

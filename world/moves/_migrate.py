@@ -43,12 +43,12 @@ from air.values import normalise
 from kernel import imported_record, migrated_record
 from world import _fileio as fileio
 from world._airfiles import inspect_wasm, read_world_sources
-from world._cas import FileCas
+from world._cas import OBJECT_BYTES_MAX, FileCas
 from world._directory import build_world, recover_swap, remove_tree, swap_in, swap_paths
 from world._fsutil import atomic_write, sync_paths, write_unsynced
 from world._world import World
-from world.effects import KEY_DIR, KEY_FILE
-from world.errors import MigrationRefused, storage_errors
+from world.effects import KEY_DIR, KEY_FILE, KEY_FILE_BYTES_MAX
+from world.errors import MigrationRefused, ReceiptKeyDamaged, storage_errors
 from world.history import verify_world
 from world.moves._cellfiles import journal_records
 
@@ -282,10 +282,15 @@ def _build(old: World, plan: MigrationPlan, staging: Path, progress: Callable[[i
         target = staging / "cas" / source.parent.name / source.name
         if not target.exists():  # CAS objects are immutable: blobs the states refer to
             fileio.mkdir(target.parent, exist_ok=True)
-            write_unsynced(target, source.read_bytes())
+            data = fileio.read_regular(source, OBJECT_BYTES_MAX, operation="read object")
+            if data is not None:
+                write_unsynced(target, data)
     key_file = old.path / KEY_DIR / KEY_FILE
-    if key_file.is_file():  # receipts the cells hold stay verifiable
-        atomic_write(staging / KEY_DIR / KEY_FILE, key_file.read_bytes())
+    key = fileio.read_regular(
+        key_file, KEY_FILE_BYTES_MAX, damaged=ReceiptKeyDamaged, operation="read receipt key"
+    )
+    if key is not None:  # receipts the cells hold stay verifiable
+        atomic_write(staging / KEY_DIR / KEY_FILE, key)
     moved_from = {
         "manifest_hash": cbor.hash_to_raw(plan.manifest_from),
         "journal_seq": plan.journal_seq,

@@ -10,6 +10,11 @@ Invariants:
   worker thread with a read-only handle of their own, so no request holds the loop.
 - A bad request costs only its reply; a client that never reads cannot block the others.
 - The socket is mode 0600 from the start; a stale one is replaced only if nothing answers.
+- A client talks only to its own world's server: a socket that is a symlink, another user's,
+  or answered by a server of another world folder is refused before anything is sent.
+- Connections are bounded: one past ``CLIENTS_MAX`` is answered busy, not reset, and one idle
+  for ``IDLE_S`` is closed. A request that meets a failing disk is answered with the error,
+  and the server reopens the world from its journal and serves on.
 
 Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_ops`` (what each
 request does), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     )
     from world.serve._server import (
         CLIENTS_MAX,
+        IDLE_S,
         JOBS_MAX,
         POLL_S,
         READ_CATCHUP_TICKS_MAX,
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENTS_MAX",
+    "IDLE_S",
     "JOBS_MAX",
     "PAGE_BYTES_MAX",
     "PAGE_ITEMS_MAX",
@@ -70,6 +77,7 @@ _WHERE: dict[str, str] = {
                 "ServeReport",
                 "serve",
                 "CLIENTS_MAX",
+                "IDLE_S",
                 "JOBS_MAX",
                 "POLL_S",
                 "READ_CATCHUP_TICKS_MAX",

@@ -1,7 +1,7 @@
 """What a served world answers (``world.serve._server``): each op's arguments, checks and result.
 
     op            args                                        result
-    send          schema, values, batch?, more?               {seqs} | {batch, staged}
+    send          schema, values, ids?, batch?, more?         {seqs} | {batch, staged}
     state         reducer, key?                               {state}
     info          -                                           World.info()
     snapshot      -                                           {snapshot}
@@ -39,6 +39,14 @@ never the server's ``World``, and answers when it finishes. Rejected: running th
 on the server's world between turns: the world moves on between slices, so an export would mix
 states of several journal positions, while a read-only handle stays at one. ``cells_export``
 writes where ``out`` (an absolute path) says, as the socket's owner: the socket is 0600.
+
+Checkpoints. The ops on the loop read the server's own ``World``, the writer, whose checkpoints
+cannot move under it. The deferred ones read beside it, and the server may checkpoint while they
+run: ``cells_show --at`` reads only the journal once open (``world.history.cell_at``), and an
+export is one ``World.read``, so a checkpoint that collects what the export's handle was
+reading makes it reopen and export again, whole, from the new view: each file is replaced
+atomically and the index (``--all``) written last, so what the index names is one journal
+position's cells.
 """
 
 from __future__ import annotations
@@ -98,7 +106,8 @@ class Ops:
         self.world = world
         self.catch_up = catch_up
         self.view = RecordView(world.air)
-        self._staged: dict[int, tuple[str, list[Any]]] = {}  # batch token -> (schema, values)
+        # batch token -> (schema, values, ids)
+        self._staged: dict[int, tuple[str, list[Any], list[str | None]]] = {}
         self._tokens = 0
 
     def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
@@ -119,12 +128,13 @@ class Ops:
     def send(self, args: dict[str, Any]) -> Any:
         schema = arg(args, "schema", str)
         values = arg(args, "values", list)
+        ids = _ids(args, len(values))
         more = args.get("more", False)
         if not values:
             raise InvalidArgument("values", 0, "send at least one event")
         if type(more) is not bool:
             raise InvalidArgument("more", repr(more), "must be bool")
-        events = values
+        events, event_ids = values, ids
         if args.get("batch") is not None:
             token = arg(args, "batch", int)
             staged = self._staged.pop(token, None)
@@ -132,17 +142,18 @@ class Ops:
                 raise InvalidArgument("batch", token, "no batch by that token is being staged")
             if staged[0] != schema:
                 raise InvalidArgument("schema", schema, f"batch {token} is of {staged[0]}")
-            events = staged[1]
+            events, event_ids = staged[1], staged[2]
             events.extend(values)
+            event_ids.extend(ids)
         if len(events) > STAGED_EVENTS_MAX:
             raise LimitExceeded("STAGED_EVENTS_MAX", STAGED_EVENTS_MAX, f"{len(events)} events")
         if more:
             self._tokens += 1
-            self._staged[self._tokens] = (schema, events)
+            self._staged[self._tokens] = (schema, events, event_ids)
             while len(self._staged) > STAGED_BATCHES_MAX:
                 self._staged.pop(next(iter(self._staged)))
             return {"batch": self._tokens, "staged": len(events)}
-        return {"seqs": self.world.send_many([(schema, v) for v in events])}
+        return {"seqs": self.world.send_many([(schema, v) for v in events], ids=event_ids)}
 
     def state(self, args: dict[str, Any]) -> Any:
         reducer = arg(args, "reducer", str)
@@ -186,13 +197,14 @@ class Ops:
         out = Path(arg(args, "out", str))
         all_cells = arg(args, "all", bool)
         key = args.get("key")
+        force = args.get("force") is True
         if not out.is_absolute():
             raise InvalidArgument("out", str(out), "must be an absolute path")
         if all_cells == (key is not None):
             raise InvalidArgument("key", repr(key), "give exactly one of key or all")
         self.catch_up()
         path = self.world.path
-        return Deferred(lambda: _export(path, reducer, key, out))
+        return Deferred(lambda: _export(path, reducer, key, out, force))
 
     # --- pages of the journal -----------------------------------------------------------------
 
@@ -298,15 +310,17 @@ def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
     }
 
 
-def _export(path: Path, reducer: str, key: Any, out: Path) -> dict[str, Any]:
+def _export(path: Path, reducer: str, key: Any, out: Path, force: bool) -> dict[str, Any]:
     from world.moves import export_all, export_cell
 
-    with World.open(path, readonly=True) as world:
+    def export() -> int:
         if key is None:
-            count = export_all(world, reducer, out)
-        else:
-            export_cell(world, reducer, key, out)
-            count = 1
+            return export_all(world, reducer, out, force=force)
+        export_cell(world, reducer, key, out, force=force)
+        return 1
+
+    with World.open(path, readonly=True) as world:
+        count = world.read(export)
     return {"cells": count, "notices": list(world.notices)}
 
 
@@ -318,6 +332,18 @@ def arg(args: dict[str, Any], name: str, kind: type) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InvalidArgument(name, repr(value), f"must be {kind.__name__}")
     return value
+
+
+def _ids(args: dict[str, Any], count: int) -> list[str | None]:
+    """The events' idempotency keys (``ids``: one per value, text or nil; absent: none)."""
+    ids = args.get("ids")
+    if ids is None:
+        return [None] * count
+    if not isinstance(ids, list) or len(ids) != count:
+        raise InvalidArgument("ids", repr(ids), f"must be a list of {count} ids (text or nil)")
+    if not all(i is None or isinstance(i, str) for i in ids):
+        raise InvalidArgument("ids", repr(ids), "each id is text or nil")
+    return list(ids)
 
 
 def _seq(args: dict[str, Any], name: str) -> int:

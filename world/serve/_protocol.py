@@ -19,8 +19,21 @@ Limits: a request is at most ``REQUEST_BYTES_MAX`` bytes (the server replies wit
 closes the connection past it, since it will not read that much to find the next frame); a
 reply is at most ``REPLY_BYTES_MAX``. A version other than ``PROTOCOL_VERSION`` is refused.
 
+Trust. A client talks only to its own world's server, and checks that before it sends anything
+(``SocketNotTrusted`` otherwise, naming the socket and why): the socket file is a socket (not a
+symlink: ``A/control.sock`` pointing at ``B/control.sock`` would deliver A's events to B),
+owned by this user; the process that accepted the connection runs as this user (its peer
+credentials, where the OS gives them); and its first reply, to ``hello``, names the world
+folder it serves by device and inode, which must be the folder the client was given (a hard
+link to another world's socket passes the first checks, not this one). ``served`` applies the
+same file checks: a world whose socket is a symlink or another user's is refused, not opened
+beside it. A server with ``CLIENTS_MAX`` connections answers a new one with ``ServerBusy`` and
+closes it; the client reads that reply even when the server closed before it sent its request.
+A connection the server closed while it was kept (idle too long) is noticed before the next
+request and replaced.
+
 Not here: the server (``world.serve._server``; ``listening`` makes its socket), and any authentication
-beyond the socket's mode.
+beyond the socket's mode and owner.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import contextlib
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -38,18 +52,20 @@ from typing import Any, Final
 import msgpack
 
 from air.errors import InvalidArgument, LimitExceeded
-from world.errors import ProtocolError, ServedError, WorldLocked
+from world.errors import ProtocolError, ServedError, SocketNotTrusted, WorldLocked
 
 __all__ = [
     "BACKLOG",
     "PROTOCOL_VERSION",
     "REPLY_BYTES_MAX",
     "REQUEST_BYTES_MAX",
+    "SERVED_WAIT_S",
     "SOCKET_NAME",
     "Client",
     "decode",
     "encode",
     "error_reply",
+    "folder_id",
     "frame_length",
     "listening",
     "ok_reply",
@@ -65,6 +81,8 @@ REPLY_BYTES_MAX: Final = 256 * 1024 * 1024
 SOCKET_NAME: Final = "control.sock"
 BACKLOG: Final = 16
 """Connections the socket queues before the server accepts them."""
+SERVED_WAIT_S: Final = 1.0
+"""How long ``served`` waits for room in a full queue before it takes the world as served."""
 _LENGTH = struct.Struct(">I")
 
 
@@ -116,13 +134,60 @@ def error_reply(exc: BaseException, fields: dict[str, Any] | None = None) -> dic
     }
 
 
+def folder_id(path: Path | str) -> list[int]:
+    """What ``hello`` names a world folder by: ``[device, inode]`` (the folder, not a path to
+    it, so every spelling of one folder gives one id)."""
+    found = os.stat(path)
+    return [found.st_dev, found.st_ino]
+
+
+def _check_socket_file(path: Path) -> None:
+    """Refuse a socket path that is a symlink, or a socket of another user (the module
+    docstring); a path with nothing there is left to ``connect`` to report."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SocketNotTrusted(str(path), f"cannot look at it: {exc.strerror}") from exc
+    if stat.S_ISLNK(found.st_mode):
+        raise SocketNotTrusted(str(path), "a symlink; a world's socket never is one")
+    if not stat.S_ISSOCK(found.st_mode):
+        raise SocketNotTrusted(str(path), "not a socket")
+    if found.st_uid != os.getuid():
+        raise SocketNotTrusted(str(path), f"owned by uid {found.st_uid}, not {os.getuid()}")
+
+
+_PEERCRED = getattr(socket, "SO_PEERCRED", None)
+_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+def _check_peer(sock: socket.socket, path: Path) -> None:
+    """Refuse a server process of another user (Linux's ``SO_PEERCRED``; elsewhere the
+    socket file's owner and mode stand for it)."""
+    if _PEERCRED is None:
+        return
+    _pid, uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, _PEERCRED, _UCRED.size))
+    if uid != os.getuid():
+        raise SocketNotTrusted(str(path), f"its server runs as uid {uid}, not {os.getuid()}")
+
+
 class Client:
     """A connection to a served world's socket (made at the first call, kept for the next).
-    ``timeout_s`` bounds each call (None: wait as long as the server takes, e.g. a drain)."""
+    ``timeout_s`` bounds each call (None: wait as long as the server takes, e.g. a drain).
+    ``world_dir`` is the world the server must serve (default: the socket's folder); the
+    connection is checked before anything is sent (the module docstring's "Trust")."""
 
-    def __init__(self, path: Path | str, *, timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        timeout_s: float | None = None,
+        world_dir: Path | str | None = None,
+    ) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
+        self.world_dir = Path(world_dir) if world_dir is not None else self.path.parent
         self._sock: socket.socket | None = None
 
     def __enter__(self) -> Client:
@@ -143,13 +208,30 @@ class Client:
             raise LimitExceeded(
                 "REQUEST_BYTES_MAX", REQUEST_BYTES_MAX, f"{op} of {len(frame)} bytes"
             )
-        sock = self._connected()
+        return self._result(self._exchange(self._connected(), frame))
+
+    def _exchange(self, sock: socket.socket, frame: bytes) -> dict[str, Any]:
+        """Send one request frame on ``sock`` and read its reply."""
         try:
-            sock.sendall(frame)
-            reply = decode(self._read_frame(sock))
+            try:
+                sock.sendall(frame)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                return self._reply_after_close(sock, exc)
+            return decode(self._read_frame(sock))
         except BaseException:
             self.close()  # the stream may be mid-frame: never reuse it
             raise
+
+    def _reply_after_close(self, sock: socket.socket, exc: OSError) -> dict[str, Any]:
+        """The reply a server wrote before it closed the connection under our request (a busy
+        server answers at once and closes); ``exc`` if there is none."""
+        try:
+            return decode(self._read_frame(sock))
+        except (OSError, ProtocolError):
+            raise exc from None
+
+    @staticmethod
+    def _result(reply: dict[str, Any]) -> Any:
         if reply.get("ok") is True:
             return reply.get("result")
         error = reply.get("error")
@@ -190,16 +272,42 @@ class Client:
         return reply
 
     def _connected(self) -> socket.socket:
+        if self._sock is not None and _closed_by_peer(self._sock):
+            self.close()  # the server let it go (idle): a new one
         if self._sock is None:
+            _check_socket_file(self.path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout_s)
             try:
-                sock.connect(str(self.path))
+                _connect(sock, self.path, self.timeout_s)
+                sock.settimeout(self.timeout_s)
+                _check_peer(sock, self.path)
+                self._sock = sock
+                self._greet(sock)
             except BaseException:
                 sock.close()
+                self._sock = None
                 raise
-            self._sock = sock
         return self._sock
+
+    def _greet(self, sock: socket.socket) -> None:
+        """``hello``: the server must serve ``world_dir`` (the module docstring)."""
+        frame = encode({"v": PROTOCOL_VERSION, "op": "hello", "args": {}})
+        try:
+            hello = self._result(self._exchange(sock, frame))
+        except ServedError as exc:
+            if exc.error_class == "ServerBusy":
+                raise
+            raise SocketNotTrusted(str(self.path), f"its server did not greet ({exc})") from exc
+        served_id = hello.get("world") if isinstance(hello, dict) else None
+        try:
+            ours = folder_id(self.world_dir)
+        except OSError as exc:
+            raise SocketNotTrusted(str(self.path), f"cannot look at {self.world_dir}") from exc
+        if served_id != ours:
+            theirs = hello.get("path") if isinstance(hello, dict) else None
+            raise SocketNotTrusted(
+                str(self.path), f"its server serves {theirs or 'another folder'}, not this world"
+            )
 
     def _read_frame(self, sock: socket.socket) -> bytes:
         length = frame_length(_read_exact(sock, _LENGTH.size))
@@ -218,15 +326,55 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def served(world_dir: Path | str) -> bool:
-    """Whether a server listens on ``world_dir``'s socket (it exists and takes a connection)."""
-    path = socket_path(world_dir)
-    if not path.is_socket():
-        return False
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(1.0)
+_TIMEVAL = struct.Struct("ll")
+
+
+def _connect(sock: socket.socket, path: Path, timeout_s: float | None) -> None:
+    """Connect, waiting while the server's queue of connections is full (up to ``timeout_s``
+    if given). Not ``settimeout``: a non-blocking ``connect`` to a Unix socket whose queue is
+    full fails at once (``EAGAIN``), while a blocking one waits for room, bounded by the
+    socket's send timeout."""
+    sock.settimeout(None)
+    if timeout_s is not None:
+        whole = int(timeout_s)
+        micro = int((timeout_s - whole) * 1_000_000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(whole, micro))
+    sock.connect(str(path))
+    if timeout_s is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(0, 0))
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it reads as at its end, without waiting)."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)  # with a timeout, recv would first wait for bytes
     try:
-        sock.connect(str(path))
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+
+
+def served(world_dir: Path | str) -> bool:
+    """Whether a server listens on ``world_dir``'s socket (it exists and takes a connection).
+    Nothing there, or something that is not a socket: False. A symlink, or a socket of
+    another user: ``SocketNotTrusted`` (the module docstring's "Trust")."""
+    path = socket_path(world_dir)
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not (stat.S_ISSOCK(found.st_mode) or stat.S_ISLNK(found.st_mode)):
+        return False
+    _check_socket_file(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        _connect(sock, path, SERVED_WAIT_S)
+    except BlockingIOError:  # a listener whose queue stayed full: served, and busy
+        return True
     except OSError:
         return False
     finally:
@@ -242,7 +390,7 @@ def listening(world_dir: Path) -> Iterator[socket.socket]:
     server that crashed) is replaced; one a server answers on is ``WorldLocked``."""
     path = socket_path(world_dir)
     if os.path.lexists(path):
-        if not path.is_socket():
+        if path.is_symlink() or not path.is_socket():
             raise InvalidArgument("control socket", str(path), "exists and is not a socket")
         if served(world_dir):
             raise WorldLocked(str(path), "serve")

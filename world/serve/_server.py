@@ -34,7 +34,21 @@ the socket takes them, so a client that never reads cannot block the others.
 
 The socket (``world.serve._protocol.listening``) is mode 0600 from the start; a stale one (a server
 that crashed) is replaced only if nothing answers on it; the world's write lock already keeps a
-second server out.
+second server out. ``hello`` (answered here, not by an op) names the world folder served
+(device and inode, ``_protocol.folder_id``) so that a client can check it talks to its world.
+
+Connections are bounded. At most ``CLIENTS_MAX`` are served at once; one more is answered
+``ServerBusy`` and closed (it is not reset: the client reads the reply). A connection that
+moved no byte either way for ``IDLE_S`` and waits for no deferred reply is closed, so idle or
+half-open connections cannot keep the others out for long.
+
+A failing disk does not end the service. A request that meets ``ENOSPC``/``EIO`` (a ``send``
+whose commit failed: nothing of it is journaled) is answered with that error, as ``world run``
+reports it; a cycle of the engine that meets one is noted (``ServeReport.notices``). Either way
+the world handle is then stale (its memory may be ahead of the journal), so the server closes
+it and opens the world again from its journal (``_reopen``) and goes on serving; only a world
+that cannot be opened again ends the server, with that error. Between the close and the open
+the write lock is let go for an instant (a lock is held per open, and the open takes its own).
 
 Rejected: a thread per client with a lock around the world. Every request would still run one
 at a time, and receipts and ticks would need the same lock; the selector loop gives the same
@@ -49,6 +63,7 @@ import selectors
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +73,14 @@ from typing import Any, Final
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
 from world._engine import Engine, LoopReport
 from world._world import World
-from world.errors import Interrupted, ProtocolError
+from world.errors import (
+    DerivedStateError,
+    Interrupted,
+    ProtocolError,
+    ServerBusy,
+    StorageError,
+    WorldStale,
+)
 from world.serve._ops import Deferred, Ops, plain_fields
 from world.serve._protocol import (
     REPLY_BYTES_MAX,
@@ -66,6 +88,7 @@ from world.serve._protocol import (
     decode,
     encode,
     error_reply,
+    folder_id,
     frame_length,
     listening,
     ok_reply,
@@ -74,6 +97,7 @@ from world.serve._protocol import (
 
 __all__ = [
     "CLIENTS_MAX",
+    "IDLE_S",
     "JOBS_MAX",
     "JOB_WAIT_S",
     "POLL_S",
@@ -91,7 +115,10 @@ POLL_S: Final = 0.05
 """How long the loop sleeps in ``select`` when idle before it looks at its stop flags (a
 request, or a receipt through the engine's wakeup fd, wakes it at once)."""
 CLIENTS_MAX: Final = 64
-"""Connections served at once; one more is accepted and closed at once."""
+"""Connections served at once; one more is answered ``ServerBusy`` and closed at once."""
+IDLE_S: Final = 60.0
+"""A connection that moved no byte for this long (and waits for no deferred reply) is closed.
+Far above what a live client leaves between requests (``--follow`` polls every 0.2 s)."""
 RECV_BYTES: Final = 1 << 16
 FLUSH_WAIT_S: Final = 5.0
 """At stop, how long the last replies may take to be written."""
@@ -109,6 +136,15 @@ class ServeReport:
     notices: list[str] = field(default_factory=list)
 
 
+_REOPEN_ON: Final = (StorageError, DerivedStateError, WorldStale)
+"""What makes the server reopen its world (see the module docstring)."""
+
+
+def _now() -> float:
+    """The clock of idle connections (a function, so that a test can move it)."""
+    return time.monotonic()
+
+
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -117,6 +153,7 @@ class _Conn:
         self.closing = False  # close once outbuf is written
         self.waiting = False  # a deferred request runs: read nothing more until it is answered
         self.events = selectors.EVENT_READ  # what the selector watches (0: not registered)
+        self.active_at = _now()  # when a byte last moved either way
 
     def closed(self) -> bool:
         return self.sock.fileno() < 0
@@ -145,6 +182,9 @@ class _Server:
         self.conns: dict[int, _Conn] = {}
         self.report = ServeReport(loop=self.engine.report)
         self.ops = Ops(world, self._catch_up).table()
+        self.hello = {"world": folder_id(world.path), "path": str(world.path.absolute())}
+        self.notices: list[str] = []  # of the worlds closed by a reopen, and why they were
+        self.reopen_due: WorldError | None = None
         self.jobs: list[_Job] = []  # running first (at most JOBS_MAX), then waiting, in order
         self.wake_r, self.wake_w = socket.socketpair()  # a finished job wakes the loop
         for end in (self.wake_r, self.wake_w):
@@ -162,6 +202,8 @@ class _Server:
             except Interrupted:  # a second SIGINT/SIGTERM while a turn ran: stop at once
                 pass
             else:
+                if self.reopen_due is not None:  # a failure in the last turn: drain a good one
+                    self._reopen()
                 self._finish_stop()
         finally:
             for conn in list(self.conns.values()):
@@ -191,7 +233,33 @@ class _Server:
                 if self.stopper is not None:
                     return
             self._reap()
-            self.engine.process_one_cycle()
+            self._close_idle()
+            if self.reopen_due is None:
+                try:
+                    self.engine.process_one_cycle()
+                except _REOPEN_ON as exc:
+                    self.notices.append(f"the world's loop failed ({exc})")
+                    self.reopen_due = exc
+            if self.reopen_due is not None:
+                self._reopen()
+
+    def _reopen(self) -> None:
+        """Close the world, whose memory may be ahead of its journal after a failure, and open
+        it again from the journal with a new engine (the module docstring). The engine's report
+        goes on counting; the closed world's notices are kept."""
+        cause, self.reopen_due = self.reopen_due, None
+        self.sel.unregister(self.engine.wakeup_fd)
+        self.engine.close()
+        with contextlib.suppress(WorldError):  # a stale handle writes no checkpoint
+            self.world.close()
+        self.notices.extend(self.world.notices)
+        self.world = World.open(self.world.path)
+        self.engine = Engine(self.world, ticks_per_cycle_max=TICKS_PER_TURN)
+        self.engine.report = self.report.loop
+        self.engine.start()
+        self.sel.register(self.engine.wakeup_fd, selectors.EVENT_READ)
+        self.ops = Ops(self.world, self._catch_up).table()
+        self.notices.append(f"reopened the world from its journal after: {cause}")
 
     def _stopping(self) -> bool:
         event_set = self.stop_event is not None and self.stop_event.is_set()
@@ -233,12 +301,28 @@ class _Server:
         except (BlockingIOError, InterruptedError):
             return
         if len(self.conns) >= CLIENTS_MAX:
-            sock.close()
+            self._turn_away(sock)
             return
         sock.setblocking(False)
         conn = _Conn(sock)
         self.conns[sock.fileno()] = conn
         self.sel.register(sock, selectors.EVENT_READ)
+
+    @staticmethod
+    def _turn_away(sock: socket.socket) -> None:
+        """Answer a connection past ``CLIENTS_MAX`` with ``ServerBusy`` and close it. The reply
+        is a few hundred bytes, which an empty socket buffer always takes without blocking."""
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):
+            sock.send(encode(error_reply(ServerBusy(CLIENTS_MAX), {"clients_max": CLIENTS_MAX})))
+        sock.close()
+
+    def _close_idle(self) -> None:
+        """Close the connections that moved no byte for ``IDLE_S`` and wait for no job."""
+        expired = _now() - IDLE_S
+        for conn in list(self.conns.values()):
+            if conn.active_at < expired and not conn.waiting and conn is not self.stopper:
+                self._drop(conn)
 
     def _drop(self, conn: _Conn) -> None:
         self.conns.pop(conn.sock.fileno(), None)
@@ -256,6 +340,7 @@ class _Server:
         if not data:  # the client went away, maybe mid-frame: its partial request is dropped
             self._drop(conn)
             return
+        conn.active_at = _now()
         conn.inbuf += data
         self._answer_buffered(conn)
 
@@ -298,6 +383,7 @@ class _Server:
             while conn.outbuf:
                 sent = conn.sock.send(conn.outbuf)
                 del conn.outbuf[:sent]
+                conn.active_at = _now()
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:  # the client went away before reading its reply
@@ -331,7 +417,10 @@ class _Server:
 
     def _answer(self, conn: _Conn, body: bytes) -> dict[str, Any] | None:
         """The reply to one request (None for ``stop``, answered after the drain, and for a
-        deferred request, answered when its job finishes)."""
+        deferred request, answered when its job finishes). A reopen an earlier request made
+        due is done first, so no request is answered by a stale world."""
+        if self.reopen_due is not None:
+            self._reopen()
         try:
             request = decode(body)
             op, args = request.get("op"), request.get("args", {})
@@ -340,9 +429,11 @@ class _Server:
             if op == "stop":
                 self.stopper = conn
                 return None
+            if op == "hello":
+                return ok_reply(self.hello)
             handler = self.ops.get(op)
             if handler is None:
-                raise UnknownName("op", op, [*sorted(self.ops), "stop"])
+                raise UnknownName("op", op, [*sorted(self.ops), "hello", "stop"])
             result = handler(args)
             if isinstance(result, Deferred):
                 conn.waiting = True
@@ -351,6 +442,8 @@ class _Server:
                 return None
             return ok_reply(result)
         except WorldError as exc:
+            if isinstance(exc, _REOPEN_ON) or self.world.stale is not None:
+                self.reopen_due = self.reopen_due or exc  # answered first, then reopened
             return error_reply(exc, plain_fields(exc))
         except RecursionError as exc:  # a value nested deeper than normalisation allows
             return error_reply(_too_deep(exc))
@@ -446,6 +539,7 @@ def serve(
     with the socket's path once clients can connect."""
     world_dir = Path(world_dir)
     world = World.open(world_dir)
+    server: _Server | None = None
     try:
         with listening(world_dir) as listener:
             server = _Server(world, listener, stop_event)
@@ -455,6 +549,9 @@ def serve(
                 server.run()
             report = server.report
     finally:
+        if server is not None:
+            world = server.world  # a reopen replaced it
         world.close()
-    report.notices = list(world.notices)
+    assert server is not None
+    report.notices = [*server.notices, *world.notices]
     return report

@@ -21,9 +21,9 @@ change what survived. ``seed=None`` drops every change not made durable: the wor
 catches every missing ``fsync``. With a seed, each pending directory change survives or not
 (a rename whole, never half; drawn from the seed), and every file not synced since its last
 change keeps, by ``seed % 4``: its durable bytes, all its new bytes, a prefix of them (its
-length drawn), or its new length with the sectors after some sector zeroed (the file grew but
-those sectors were never written): each of the four in any four consecutive seeds. Within one
-file, bytes persist in order (as ext4's ordered data mode gives): a later page that survived
+length drawn), or its new length with the sectors after some sector as they were (zeros where
+the file grew: those sectors were never written): each of the four in any four consecutive
+seeds. Within one file, bytes persist in order (as ext4's ordered data mode gives): a later page that survived
 an earlier lost one is bit rot to the journal, which reports it and ``repair`` cuts it, by
 design (``world.journal._segments``, "Opening").
 
@@ -378,9 +378,12 @@ class PowerLoss:
             common = min(len(node.durable), len(live))
         if choice == 2:
             return live[: rng.randint(common, len(live))]
-        # grown to its new size, its sectors written in order up to one, the rest zeros
+        # at its new size, its sectors written in order up to one; each sector after it holds
+        # what it held (a sector is written whole or not at all, so bytes made durable before
+        # stay), and zeros where the file has grown (those sectors were never written)
         written = min(len(live), rng.randint(common // SECTOR, len(live) // SECTOR + 1) * SECTOR)
-        return live[:written] + bytes(len(live) - written)
+        before = node.durable[: len(live)].ljust(len(live), b"\0")
+        return live[:written] + before[written:]
 
     def _write_dir(
         self,

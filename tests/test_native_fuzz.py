@@ -12,6 +12,7 @@ run is by hand: ``python tools/fuzz/fuzz_native.py [-runs=N | --random --seconds
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -147,6 +148,11 @@ def test_input_envelopes_encode_the_same(
     _oracle().check_encode_input(state, schema, value, key, cell_mode)
 
 
+ATHERIS_RUNS = int(os.environ.get("WORLD_FUZZ_RUNS", "20000"))
+"""Inputs of the bounded atheris run; the AddressSanitizer run (``test_native_asan.py``), where
+each costs ~5 times as much, sets fewer. The long run is by hand (module docstring)."""
+
+
 def test_a_bounded_atheris_run_finds_no_disagreement(tmp_path: Path) -> None:
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
     done = subprocess.run(
@@ -155,7 +161,7 @@ def test_a_bounded_atheris_run_finds_no_disagreement(tmp_path: Path) -> None:
             str(FUZZ / "fuzz_native.py"),
             "--corpus",
             str(tmp_path / "corpus"),
-            "-runs=30000",
+            f"-runs={ATHERIS_RUNS}",
             "-max_len=512",
             "-seed=1",
         ],

@@ -42,8 +42,12 @@ from world.moves import export_all, import_path, migrate_cells, read_tree
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 
 COUNTER_V1_AIR = ROOT / "manifests" / "counter_v1"
-SPREAD = 48
-SEEDED = 8
+SPREAD = 32
+"""Cuts spread evenly over a scenario's operations."""
+MOMENTS = 16
+"""Renames, syncs and truncations cut just before and just after (``_cut_points``)."""
+SEEDED = 6
+"""Torn writes (a write then its fsync) cut four ways each (``tests/powerloss.py``)."""
 
 Record = tuple[int, str, str, Any]
 
@@ -279,11 +283,17 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def _cut_points(kinds: list[str]) -> list[int]:
+    """``SPREAD`` points spread over the run, and just before and after ``MOMENTS`` of the
+    renames, syncs and truncations (the first, the last, and evenly between: a scenario that
+    renames 40 cell files into place renames each the same way)."""
     n = len(kinds)
     points = set(range(0, n, max(1, n // SPREAD)))
-    for i, kind in enumerate(kinds):
-        if kind in ("replace", "sync", "ftruncate"):
-            points |= {i, i + 1}
+    moments = [i for i, kind in enumerate(kinds) if kind in ("replace", "sync", "ftruncate")]
+    if len(moments) > MOMENTS:
+        step = (len(moments) - 1) / (MOMENTS - 1)
+        moments = [moments[round(k * step)] for k in range(MOMENTS)]
+    for i in moments:
+        points |= {i, i + 1}
     return sorted(p for p in points if p < n)
 
 

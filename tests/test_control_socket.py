@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import World
 from world import _fileio as fileio
-from world.errors import ServedError, SocketNotTrusted
+from world.errors import ProtocolError, ServedError, SocketNotTrusted
 from world.serve import Client, ServeReport, _server, serve, served, socket_path
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
@@ -380,3 +380,45 @@ def test_an_export_through_a_served_world_refuses_to_write_over_a_file_too(
     assert result.exit_code == 1
     assert result.stderr.startswith("error: OutputExists: ")
     assert out.read_bytes() == b"precious"
+
+
+# --- a server that goes away mid-request ----------------------------------------------------
+
+
+def _greets_then_drops(world: Path, listener: socket.socket) -> None:
+    """Answer ``hello`` as the world's server would, then close on the next request unread."""
+    from world.serve._protocol import PROTOCOL_VERSION, folder_id
+
+    conn, _ = listener.accept()
+    with conn:
+        _read_exact(conn, struct.unpack(">I", _read_exact(conn, 4))[0])
+        hello = {"world": folder_id(world), "path": ""}
+        body = msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "result": hello})
+        conn.sendall(struct.pack(">I", len(body)) + body)
+        _read_exact(conn, struct.unpack(">I", _read_exact(conn, 4))[0])  # the send: dropped
+
+
+@pytest.mark.parametrize(
+    ("op", "advice"), [("send", True), ("cells_ls", False)], ids=["send", "other"]
+)
+def test_a_server_gone_after_the_request_says_it_may_have_been_carried_out(
+    tmp_path: Path, op: str, advice: bool
+) -> None:
+    world = _world(tmp_path / "w")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path(world)))
+    listener.listen(1)
+    server = threading.Thread(target=_greets_then_drops, args=(world, listener), daemon=True)
+    server.start()
+    try:
+        with (
+            Client(socket_path(world), timeout_s=WAIT_S) as client,
+            pytest.raises(ProtocolError) as info,
+        ):
+            client.call(op, schema=EVENT, values=[add("k", 1)])
+    finally:
+        server.join(WAIT_S)
+        listener.close()
+    assert info.value.code == "closed"
+    assert f"before replying to {op!r}, which it may or may not have carried out" in str(info.value)
+    assert ("same event ids" in str(info.value)) is advice

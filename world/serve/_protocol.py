@@ -208,16 +208,23 @@ class Client:
             raise LimitExceeded(
                 "REQUEST_BYTES_MAX", REQUEST_BYTES_MAX, f"{op} of {len(frame)} bytes"
             )
-        return self._result(self._exchange(self._connected(), frame))
+        return self._result(self._exchange(self._connected(), frame, op))
 
-    def _exchange(self, sock: socket.socket, frame: bytes) -> dict[str, Any]:
-        """Send one request frame on ``sock`` and read its reply."""
+    def _exchange(self, sock: socket.socket, frame: bytes, op: str) -> dict[str, Any]:
+        """Send one request frame on ``sock`` and read its reply. A server that goes away
+        after the whole request was sent may have carried it out: the error says so (for a
+        ``send``: a retry with the same event ids is exactly-once)."""
         try:
             try:
                 sock.sendall(frame)
             except (BrokenPipeError, ConnectionResetError) as exc:
                 return self._reply_after_close(sock, exc)
-            return decode(self._read_frame(sock))
+            try:
+                return decode(self._read_frame(sock))
+            except (ProtocolError, ConnectionResetError) as exc:
+                if isinstance(exc, ProtocolError) and exc.code != "closed":
+                    raise
+                raise ProtocolError("closed", _outcome_unknown(op)) from exc
         except BaseException:
             self.close()  # the stream may be mid-frame: never reuse it
             raise
@@ -293,7 +300,7 @@ class Client:
         """``hello``: the server must serve ``world_dir`` (the module docstring)."""
         frame = encode({"v": PROTOCOL_VERSION, "op": "hello", "args": {}})
         try:
-            hello = self._result(self._exchange(sock, frame))
+            hello = self._result(self._exchange(sock, frame, "hello"))
         except ServedError as exc:
             if exc.error_class == "ServerBusy":
                 raise
@@ -314,6 +321,19 @@ class Client:
         if length > REPLY_BYTES_MAX:
             raise ProtocolError("too_large", f"a reply of {length} bytes (max {REPLY_BYTES_MAX})")
         return _read_exact(sock, length)
+
+
+def _outcome_unknown(op: str) -> str:
+    detail = (
+        f"the server closed the connection before replying to {op!r}, which it may or may not "
+        "have carried out"
+    )
+    if op == "send":
+        detail += (
+            '; retry with the same event ids (send --id, or "$id" in each line) and the events '
+            "already journaled under them are not journaled again"
+        )
+    return detail
 
 
 def _read_exact(sock: socket.socket, size: int) -> bytes:

@@ -47,6 +47,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   ├── NotAWorld(path)                           no world there
     │   ├── WorldExists(path)                         a new world needs an empty folder
     │   ├── WorldLocked(path, mode)                   a lock that conflicts is held
+    │   ├── JournalReplaced(path, how)                a writer's locked directory was swapped
     │   ├── WorldStale(reason)                        this handle stopped after an error; reopen
     │   └── GenesisMismatch(expected, actual)         the journal was started by another manifest
     ├── ServeError                                    world.errors: a served world

@@ -30,6 +30,12 @@
   directory cannot be deleted while the world is in it. A ``LOCK`` file left by older versions
   is ignored.
 
+  A lock is on a directory's inode, not on its name: if ``journal/`` is moved aside and a copy
+  put in its place while a writer runs, a second writer can lock the copy. So a writer checks,
+  before each write, that the names still lead to the inodes it locked (``WorldLock.check``:
+  one ``stat`` per name, about a microsecond) and stops with ``JournalReplaced`` if not: of
+  the two, the one that finds its directory replaced is the one that writes no more.
+
 Not here: what the files mean. Callers decide which writes need which guarantee.
 """
 
@@ -47,7 +53,7 @@ from typing import Final, Literal, TypeAlias, TypeVar
 
 from world import _fileio as fileio
 from world._fileio import StrPath
-from world.errors import WorldLocked
+from world.errors import JournalReplaced, WorldLocked
 
 __all__ = [
     "SYNC_EACH_MAX",
@@ -194,6 +200,20 @@ class WorldLock:
         self.path = path
         self.mode = mode
         self._fds = fds
+
+    def check(self) -> None:
+        """Raise ``JournalReplaced`` if the world directory or (for ``write`` and ``exclusive``)
+        its ``journal/`` is no longer the directory this hold locked: moved, deleted, or
+        replaced by a copy (see the module docstring)."""
+        names = [self.path, self.path / "journal"][: len(self._fds)]
+        for name, fd in zip(names, self._fds, strict=True):
+            held = os.fstat(fd)
+            try:
+                now = os.stat(name)
+            except OSError:
+                raise JournalReplaced(str(name), "it is gone") from None
+            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                raise JournalReplaced(str(name), "another directory now has its name")
 
     def release(self) -> None:
         for fd in self._fds:

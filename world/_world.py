@@ -100,6 +100,7 @@ from world.errors import (
     CheckpointMoved,
     EventRejected,
     Interrupted,
+    JournalReplaced,
     NotAWorld,
     StorageError,
     StoreDamaged,
@@ -220,6 +221,7 @@ class World:
             fileio.replace(staging, path)
             placed = True
             fileio.fsync_dir(parent)
+            lock.path = path.resolve()  # the locked inodes are the same, under their new name
             return cls(path, air, lock, limits)
         except BaseException:
             # All or nothing: a failed init leaves neither a world nor a lock behind.
@@ -289,7 +291,7 @@ class World:
             return
         try:
             if not self.readonly and self.stale is None and self.kernel.consistent:
-                self.journal.commit()
+                self.commit()
                 grown = self.journal.seq_next - self._checkpoint_seq
                 if self.store.dirty_count() or grown >= CLOSE_CHECKPOINT_RECORDS:
                     self._checkpoint_quietly()
@@ -437,10 +439,21 @@ class World:
             raise WrongMode("change the world", "open read-only")
         if self.stale is not None:
             raise WorldStale(self.stale)
+        self._still_ours()
+
+    def _still_ours(self) -> None:
+        """Stop (stale) if the directories this writer locked were swapped for others: a
+        second writer may hold them now (``WorldLock.check``)."""
+        try:
+            self._lock.check()
+        except JournalReplaced as exc:
+            self.stale = str(exc)
+            raise
 
     def commit(self, *, atomic: bool = False) -> int:
         """Make everything journaled so far durable (a failure makes this handle stale);
         ``atomic``: whole or not at all, even under a crash (a batch of inputs)."""
+        self._still_ours()
         try:
             seq_next = self.journal.commit(atomic=atomic)
         except BaseException as exc:

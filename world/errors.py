@@ -34,6 +34,7 @@ __all__ = [
     "EventRejected",
     "GenesisMismatch",
     "Interrupted",
+    "JournalReplaced",
     "JournalWriteFailed",
     "MigrationRefused",
     "NotAWorld",
@@ -253,6 +254,20 @@ class WorldLocked(WorldUnavailable):
         self.mode = mode
         holder = "a repair or rewrite" if mode == "read" else "another process"
         super().__init__(f"world is in use by {holder}; cannot open it for {mode}: {path}")
+
+
+class JournalReplaced(WorldUnavailable):
+    """The directory a writer locked at open is no longer at ``path`` (moved aside, deleted,
+    or replaced by a copy): another writer may hold the new one, so this one writes nothing
+    more. Reopen the world."""
+
+    def __init__(self, path: str, how: str) -> None:
+        self.path = path
+        self.how = how
+        super().__init__(
+            f"{path} was replaced while this world was open ({how}); nothing more is written "
+            "through this handle: open the world again"
+        )
 
 
 class WorldStale(WorldUnavailable):

@@ -12,7 +12,7 @@ from cli.common import console, emit_json, handle_errors, signals_deferred
 from cli.core import opened
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
-    from kernel import Intent
+    from kernel import Intent, Settled
 
 __all__ = ["app"]
 
@@ -21,8 +21,9 @@ app = typer.Typer(help="Inspect and decide effects.", no_args_is_help=True)
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 
 
-def _row(intent: Intent) -> dict[str, Any]:
+def _row(intent: Intent | Settled) -> dict[str, Any]:
     from air import cbor
+    from kernel import Settled
 
     origin = {
         k: (v.hex() if isinstance(v, bytes) else v)
@@ -38,8 +39,8 @@ def _row(intent: Intent) -> dict[str, Any]:
         "decision": intent.origin.get("decision"),
         "rule_index": intent.origin.get("rule_index"),
     }
-    if intent.receipt is not None:
-        row["receipt_status"] = intent.receipt["status"]
+    if isinstance(intent, Settled) and intent.receipt_status is not None:
+        row["receipt_status"] = intent.receipt_status
     return row
 
 
@@ -50,7 +51,7 @@ def ls(
 ) -> None:
     """List intents: parked (awaiting approval), queued (in flight), done, denied."""
     with handle_errors(json_output), opened(directory, readonly=True) as world:
-        rows = [_row(i) for _h, i in sorted(world.kernel.effects.intents.items())]
+        rows = [_row(i) for i in world.kernel.effects.listing()]
         dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
     if json_output:
         emit_json({"ok": True, "intents": rows, "dead_effects": dead})

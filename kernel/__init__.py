@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from kernel._core import OWED_KINDS, TICK_KINDS, Kernel, KernelLimits
     from kernel._deadletters import DeadLetter
     from kernel._divergence import first_difference
-    from kernel._effects import Intent
+    from kernel._effects import HTTP_BODY_BYTES_HEADER, Intent, Settled
     from kernel._moves import check_cell, imported_record, migrated_record
     from kernel._recorder import Record
     from kernel._scheduler import Delivery, Entity
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from kernel._urls import Url, UrlRefused, read_url
 
 __all__ = [
+    "HTTP_BODY_BYTES_HEADER",
     "OWED_KINDS",
     "TICK_KINDS",
     "DeadLetter",
@@ -54,6 +55,7 @@ __all__ = [
     "KernelLimits",
     "Record",
     "Runner",
+    "Settled",
     "Url",
     "UrlRefused",
     "check_cell",

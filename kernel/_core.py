@@ -499,6 +499,7 @@ class Kernel:
         self.steps_total = obj["steps_total"]
         self.plans.restore(obj.get("runs", []), obj.get("runs_started", 0))
         self.effects.restore(obj.get("effects"))
+        self.effects.keep_runs(set(self.plans.runs))  # an older snapshot held every receipt
         self._event_ids = dict(obj.get("event_ids", []))
 
 

@@ -13,8 +13,7 @@ Enqueue, in order (the first failure wins and is the journaled reason):
 1. **Capability** (``cap.*`` codes): the grant exists in ``manifest.defaults.cap_grants``; its
    cap's ``cap_type`` is the effect's; it has not expired (``expiry_ns`` against the logical
    clock ``now_ns``, which only journaled timer receipts move); the params stay inside it;
-   and budget is left (``bytes``: a ``blob.put`` reserves its data's length and its receipt
-   settles the stored size; HTTP is not charged, as its receipt does not carry a body size).
+   and budget is left (``bytes``, below).
    For ``http.out`` the URL is first read by ``kernel._urls`` (the one normaliser, which the
    HTTP adapter sends through too): one it cannot read unambiguously (userinfo, another
    scheme, a backslash, a non-canonical IP, an encoded ``/`` in the path, ...) is
@@ -40,6 +39,39 @@ Enqueue, in order (the first failure wins and is the journaled reason):
 
 Receipts (``apply_receipt``) settle budget, move the clock (``timer.set``), and return where
 the result goes. The manager's whole state is a CBOR-able object for snapshots.
+
+**Byte budgets.** A grant's ``bytes`` budget is charged at admission and settled by the
+receipt, so a refusal happens before anything is sent. A ``blob.put`` reserves its data's
+length; an ``http.request`` reserves what it may move at most, request body plus response
+body: ``HTTP_RESERVE_BYTES_MAX`` (the adapter's own response limit), or what is left of the
+budget if less. The kernel cannot know the request body's length (``body_ref`` names a blob it
+does not read) and the params carry no response limit (``sys/HttpRequestParams@1`` has none),
+so the reservation is the limit: the pump hands it to the adapter (``bytes_max``), which sends
+no request body larger than it and reads no response body past what remains of it (a larger
+one is an ``error`` receipt). With nothing left (``left <= 0``), or a put larger than what is
+left, the intent is refused ``cap.budget_exhausted`` and no adapter sees it. Settling replaces
+the reservation: a stored put by its receipt's ``size``; an HTTP exchange, whatever its
+status, by the body bytes it moved (``HTTP_BODY_BYTES_HEADER`` in the receipt's headers,
+capped at the reservation: bytes that crossed the wire are spent even when the answer was
+refused, so an oversized answer cannot be fetched again and again for free). A failed put, a
+receipt without a count and an approver's denial refund the whole reservation. There is no
+cancel path for an intent (nothing but a receipt or a denial settles one). A grant without a
+budget reserves nothing and an HTTP exchange under it charges nothing (a stored put is still
+counted in ``spent``, as before).
+
+**Bounded state.** ``intents`` holds the live intents only (queued and parked); a settled one
+(done or denied) leaves it, and the journal keeps it. A short ``Settled`` line (hash, kind,
+grant, origin, statuses; no params, no payload) of the last ``SETTLED_RECENT_MAX`` settled
+intents is kept, in settling order, with totals by status: within it a duplicate receipt is
+recognised (``apply_receipt`` returns None, the pump ignores it, replay calls it
+``not_queued``) and an intent derived again is not added again; beyond it the hash is unknown
+(the pump refuses the receipt ``unknown_intent``, replay says the same: either way it is not
+journaled or applied twice). A receipt's payload (up to 16 MiB) is not kept, except a plan's:
+its run may reach ``await_receipt`` after the receipt came, so it is ``held`` until the run
+ends (bounded by the live runs and their steps). ``restore`` also reads the older form that
+kept every intent with its receipt (a checkpoint written before this one opens): its settled
+intents become ``Settled`` lines in hash order and its plans' receipts are held, and the kernel
+then lets go of those whose run is gone (``keep_runs``).
 
 Intents are made here too (``intent_for``: the check, the decision and the hash), with the
 two records that journal one (``records_of``: ``effect.queued`` and ``policy.decision``), and
@@ -73,10 +105,39 @@ from kernel._urls import (
 from kernel.abi import StepOutput
 from kernel.subjects import make_subject
 
-__all__ = ["DEFAULT_RULE", "CapDenied", "EffectManager", "Intent", "intent_hash"]
+__all__ = [
+    "DEFAULT_RULE",
+    "HTTP_BODY_BYTES_HEADER",
+    "HTTP_RESERVE_BYTES_MAX",
+    "SETTLED_RECENT_MAX",
+    "CapDenied",
+    "EffectManager",
+    "Intent",
+    "Settled",
+    "intent_hash",
+]
 
 DEFAULT_RULE: Final = -1
 """The rule index journaled when no policy rule matched (the default: deny)."""
+
+SETTLED_RECENT_MAX: Final = 1024
+"""How many settled intents the manager remembers (hash, kind, grant, origin, statuses) after
+they leave the live set: within them a duplicate receipt is known as one; an older one is
+unknown (the journal keeps every intent)."""
+
+HTTP_RESERVE_BYTES_MAX: Final = 16 * 1024 * 1024
+"""The most an ``http.request`` under a ``bytes`` budget reserves: request plus response
+body. The same as the HTTP adapter's ``HTTP_RESPONSE_BYTES_MAX``, so a budget with room
+changes nothing of what the adapter reads; with less room left, it reserves what is left and
+the adapter's limit shrinks to that."""
+
+HTTP_BODY_BYTES_HEADER: Final = ":body-bytes"
+"""The entry of an ``http.request`` receipt's ``headers`` that counts the body bytes the
+exchange moved (request body sent plus response body read, in decimal): what its budget is
+settled with. A pseudo-header, as HTTP/2 spells them: a ``:`` cannot begin a real field name
+(RFC 9110 §5.1), so no server can send it. Not a field of its own because
+``sys/HttpRequestReceipt@1`` is a closed record and a new builtin schema changes every
+world's manifest hash."""
 
 _HTTP_VERB_FIELDS: Final = ("verbs", "methods")
 
@@ -100,7 +161,9 @@ def intent_hash(kind: str, params_cbor: bytes, cap: str, idempotency_key: str) -
 @dataclass
 class Intent:
     """One effect asked for. ``status``: ``queued`` (for an adapter), ``parked`` (awaiting
-    approval), ``done`` (its receipt is journaled), ``denied``."""
+    approval), ``done`` (its receipt is journaled), ``denied``. Only a queued or parked intent
+    is kept by the manager (``EffectManager.intents``); a settled one is remembered as a
+    ``Settled`` line. ``receipt`` is set only on the intent ``apply_receipt`` returns."""
 
     intent_hash: bytes
     kind: str
@@ -128,6 +191,41 @@ class Intent:
         return cls(*obj)
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What is remembered of a settled intent (``done`` or ``denied``): enough to recognise a
+    duplicate receipt and to list it, not its params or its receipt's payload.
+    ``receipt_status`` is None for a denied intent."""
+
+    intent_hash: bytes
+    kind: str
+    cap: str
+    origin: dict[str, Any]
+    status: str
+    receipt_status: str | None
+
+    def to_obj(self) -> list[Any]:
+        return [
+            self.intent_hash,
+            self.kind,
+            self.cap,
+            self.origin,
+            self.status,
+            self.receipt_status,
+        ]
+
+    @classmethod
+    def from_obj(cls, obj: list[Any]) -> Settled:
+        return cls(*obj)
+
+    @classmethod
+    def of(cls, intent: Intent) -> Settled:
+        status = None if intent.receipt is None else str(intent.receipt["status"])
+        return cls(
+            intent.intent_hash, intent.kind, intent.cap, intent.origin, intent.status, status
+        )
+
+
 Record = tuple[str, str, dict[str, Any]]
 
 
@@ -135,8 +233,15 @@ Record = tuple[str, str, dict[str, Any]]
 class EffectManager:
     air: LoadedAir
     intents: dict[bytes, Intent] = field(default_factory=dict)
+    """Live intents only: queued or parked."""
     spent: dict[str, int] = field(default_factory=dict)  # grant name -> bytes used
     now_ns: int = 0
+    settled: dict[bytes, Settled] = field(default_factory=dict)
+    """The last ``SETTLED_RECENT_MAX`` settled intents, oldest first (settling order)."""
+    settled_total: dict[str, int] = field(default_factory=dict)
+    """How many intents ever settled, by status (``done``, ``denied``)."""
+    held: dict[bytes, list[Any]] = field(default_factory=dict)
+    """Receipts of plan intents kept for their run: ``[run_id, status, payload]``."""
     _modules: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -280,12 +385,14 @@ class EffectManager:
         limit = None if budget is None else getattr(budget, "bytes", None)
         if limit is None:
             return 0
+        left = int(limit) - self.spent.get(cap, 0)
+        if left <= 0:
+            raise CapDenied("cap.budget_exhausted", f"grant {cap} has 0 of {limit} bytes left")
+        if kind == "http.request":  # what it may move at most, bounded by what is left
+            return min(HTTP_RESERVE_BYTES_MAX, left)
         cost = len(params["data"]) if kind == "blob.put" and isinstance(params, dict) else 0
-        left = limit - self.spent.get(cap, 0)
-        if left <= 0 or cost > left:
-            raise CapDenied(
-                "cap.budget_exhausted", f"grant {cap} has {max(left, 0)} of {limit} bytes left"
-            )
+        if cost > left:
+            raise CapDenied("cap.budget_exhausted", f"grant {cap} has {left} of {limit} bytes left")
         return cost
 
     def decide(self, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> tuple[str, int]:
@@ -301,7 +408,14 @@ class EffectManager:
         return "deny", DEFAULT_RULE
 
     def add(self, intent: Intent) -> None:
-        """Record an intent that passed its checks; its reservation counts from now on."""
+        """Record an intent that passed its checks; its reservation counts from now on. A
+        policy-denied intent is settled at once. An intent already live or recently settled
+        is not added again (its hash is its identity: it is carried out once)."""
+        if intent.intent_hash in self.intents or intent.intent_hash in self.settled:
+            return
+        if intent.status == "denied":
+            self._settle(intent)
+            return
         self.intents[intent.intent_hash] = intent
         if intent.reserved:
             self.spent[intent.cap] = self.spent.get(intent.cap, 0) + intent.reserved
@@ -313,13 +427,17 @@ class EffectManager:
         intent = self.intents.get(intent_hash)
         if intent is None or intent.status != "parked":
             return None
-        intent.status = "queued" if approved else "denied"
-        if not approved:
-            self._refund(intent)
+        if approved:
+            intent.status = "queued"
+            return intent
+        intent.status = "denied"
+        self._refund(intent)
+        self._settle(intent)
         return intent
 
     def apply_receipt(self, intent_hash: bytes, status: str, payload: Any) -> Intent | None:
-        """Record a receipt for a queued intent; None if there is none (unknown or done)."""
+        """Settle a queued intent with its receipt and return it (with ``receipt`` set); None
+        if there is none (unknown, parked, or already settled)."""
         intent = self.intents.get(intent_hash)
         if intent is None or intent.status != "queued":
             return None
@@ -329,15 +447,45 @@ class EffectManager:
             delivered = payload.get("delivered_at_ns")
             if type(delivered) is int:
                 self.now_ns = max(self.now_ns, delivered)
-        if intent.kind == "blob.put" and isinstance(payload, dict):
-            size = payload.get("size")
-            if type(size) is int:  # settle: the stored size replaces the reservation
-                self.spent[intent.cap] = self.spent.get(intent.cap, 0) - intent.reserved + size
+        used = _bytes_used(intent.kind, status, payload, intent.reserved)
+        self.spent[intent.cap] = self.spent.get(intent.cap, 0) - intent.reserved + used
+        if intent.origin.get("kind") == "plan":
+            self.held[intent_hash] = [intent.origin.get("run_id"), status, payload]
+        self._settle(intent)
         return intent
 
     def _refund(self, intent: Intent) -> None:
         if intent.reserved:
             self.spent[intent.cap] = self.spent.get(intent.cap, 0) - intent.reserved
+
+    def _settle(self, intent: Intent) -> None:
+        """The intent leaves the live set; a short line of it is kept among the recent."""
+        self.intents.pop(intent.intent_hash, None)
+        self.settled[intent.intent_hash] = Settled.of(intent)
+        self.settled_total[intent.status] = self.settled_total.get(intent.status, 0) + 1
+        while len(self.settled) > SETTLED_RECENT_MAX:
+            del self.settled[next(iter(self.settled))]
+
+    # --- receipts kept for plan runs --------------------------------------------------------
+
+    def receipt_of(self, intent_hash: bytes) -> dict[str, Any] | None:
+        """The receipt of a plan's settled intent while its run may still await it."""
+        held = self.held.get(intent_hash)
+        return None if held is None else {"status": held[1], "payload": held[2]}
+
+    def release(self, intent_hash: bytes) -> None:
+        """Forget a held receipt (its run is gone)."""
+        self.held.pop(intent_hash, None)
+
+    def release_run(self, run_id: int) -> None:
+        """Forget the receipts held for run ``run_id`` (it ended)."""
+        for intent_hash in [h for h, held in self.held.items() if held[0] == run_id]:
+            del self.held[intent_hash]
+
+    def keep_runs(self, run_ids: set[int]) -> None:
+        """Forget the receipts held for runs not in ``run_ids`` (after a restore)."""
+        for intent_hash in [h for h, held in self.held.items() if held[0] not in run_ids]:
+            del self.held[intent_hash]
 
     # --- views ------------------------------------------------------------------------------
 
@@ -348,19 +496,82 @@ class EffectManager:
     def parked(self) -> list[Intent]:
         return [i for _h, i in sorted(self.intents.items()) if i.status == "parked"]
 
+    def status_of(self, intent_hash: bytes) -> str | None:
+        """``queued``, ``parked``, ``done`` or ``denied``; None for an intent never added or
+        settled longer ago than the last ``SETTLED_RECENT_MAX``."""
+        live = self.intents.get(intent_hash)
+        if live is not None:
+            return live.status
+        settled = self.settled.get(intent_hash)
+        return None if settled is None else settled.status
+
+    def listing(self) -> list[Intent | Settled]:
+        """The live intents and the recently settled ones, in hash order."""
+        rows: dict[bytes, Intent | Settled] = {**self.settled, **self.intents}
+        return [row for _h, row in sorted(rows.items())]
+
+    def counts(self) -> dict[str, int]:
+        """How many intents are queued and parked now, and how many ever settled."""
+        counts = {"queued": 0, "parked": 0, "done": 0, "denied": 0}
+        for intent in self.intents.values():
+            counts[intent.status] += 1
+        for status, total in self.settled_total.items():
+            counts[status] = counts.get(status, 0) + total
+        return counts
+
     def to_obj(self) -> dict[str, Any]:
         return {
             "intents": [i.to_obj() for _h, i in sorted(self.intents.items())],
             "spent": dict(sorted(self.spent.items())),
             "now_ns": self.now_ns,
+            "settled": [s.to_obj() for s in self.settled.values()],
+            "settled_total": dict(sorted(self.settled_total.items())),
+            "held": [[h, *held] for h, held in sorted(self.held.items())],
         }
 
     def restore(self, obj: dict[str, Any] | None) -> None:
+        """Read ``to_obj``'s form, or the older one that kept every intent with its receipt
+        (a settled intent there becomes a ``Settled`` line, in hash order, and a plan's
+        receipt is held: the kernel then drops those of runs no longer live)."""
         if not obj:
             return
-        self.intents = {i[0]: Intent.from_obj(i) for i in obj["intents"]}
         self.spent = dict(obj["spent"])
         self.now_ns = obj["now_ns"]
+        intents = [Intent.from_obj(i) for i in obj["intents"]]
+        self.intents = {i.intent_hash: i for i in intents if i.status in _LIVE}
+        self.settled = {s[0]: Settled.from_obj(s) for s in obj.get("settled", [])}
+        self.settled_total = dict(obj.get("settled_total", {}))
+        self.held = {h[0]: list(h[1:]) for h in obj.get("held", [])}
+        for old in (i for i in intents if i.status not in _LIVE):  # the older form only
+            if old.receipt is not None and old.origin.get("kind") == "plan":
+                receipt = old.receipt
+                self.held[old.intent_hash] = [
+                    old.origin.get("run_id"),
+                    receipt["status"],
+                    receipt["payload"],
+                ]
+            self._settle(old)
+
+
+_LIVE: Final = frozenset(("queued", "parked"))
+
+
+def _bytes_used(kind: str, status: str, payload: Any, reserved: int) -> int:
+    """What a receipt settles a reservation to: a stored ``blob.put`` its ``size``; an
+    ``http.request`` the body bytes it moved (``HTTP_BODY_BYTES_HEADER``), whatever its
+    status, never more than it reserved (so 0 when the grant has no budget); anything else, a
+    failed put, or a receipt without its count: nothing (the reservation is refunded)."""
+    if not isinstance(payload, dict):
+        return 0
+    if kind == "blob.put":
+        size = payload.get("size")
+        return size if status == "ok" and type(size) is int and size >= 0 else 0
+    if kind == "http.request":
+        headers = payload.get("headers")
+        text = headers.get(HTTP_BODY_BYTES_HEADER) if isinstance(headers, dict) else None
+        if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 20:
+            return min(int(text), reserved)
+    return 0
 
 
 def _read_url(params: Any) -> Url:

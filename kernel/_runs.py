@@ -153,6 +153,7 @@ class PlanRuns:
         self.scheduler.consume()
         if out.ended:
             self.runs.pop(run_id, None)
+            self.effects.release_run(run_id)  # the receipts it could still await
             for left in self.scheduler.drop(entity):  # an ended run takes nothing more
                 reason = {"code": "run_ended", "detail": f"run {run_id} had already ended"}
                 self.dead_letters.add(seq, work.plan, None, left, reason)
@@ -207,20 +208,22 @@ class PlanRuns:
     def hand_receipt(self, seq: int, index: int, run: Run) -> int:
         """If the intent a run waits for already has its receipt, deliver it to the run."""
         waiting = run.waiting or {}
-        intent = self.effects.intents.get(waiting.get("intent", b""))
-        if intent is None or intent.receipt is None or waiting.get("matched"):
+        receipt = self.effects.receipt_of(waiting.get("intent", b""))
+        if receipt is None or waiting.get("matched"):
             return index
         waiting["matched"] = True
         self.scheduler.deliver(
             Entity(run.plan, None, run_id=run.run_id),
-            Delivery(seq, index, RECEIPT, cbor.dumps(intent.receipt["payload"])),
+            Delivery(seq, index, RECEIPT, cbor.dumps(receipt["payload"])),
         )
         return index + 1
 
     def receipt_arrived(self, seq: int, intent: Intent) -> None:
         """The receipt (record ``seq``) of a plan's ``intent`` is in: to its run, if it waits."""
         run = self.runs.get(intent.origin["run_id"])
-        if run is not None and (run.waiting or {}).get("intent") == intent.intent_hash:
+        if run is None:
+            self.effects.release(intent.intent_hash)  # no run left to await it
+        elif (run.waiting or {}).get("intent") == intent.intent_hash:
             self.hand_receipt(seq, 0, run)
 
     def denied(self, seq: int, intent: Intent) -> None:

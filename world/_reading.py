@@ -17,7 +17,7 @@ gave, in the new view (``_Cursor``), instead of starting again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -201,15 +201,7 @@ def _info(source: Source) -> dict[str, Any]:
             for _id, run in sorted(kernel.plans.runs.items())
         ],
         "runs_started": kernel.plans.started,
-        "effects": _effect_counts(kernel.effects.intents.values()),
+        "effects": kernel.effects.counts(),
         "logical_now_ns": kernel.effects.now_ns,
         "notices": list(source.notices),
     }
-
-
-def _effect_counts(intents: Iterable[Any]) -> dict[str, int]:
-    """How many intents are in each status (queued means sent or to be sent)."""
-    counts = {"queued": 0, "parked": 0, "done": 0, "denied": 0}
-    for intent in intents:
-        counts[intent.status] = counts.get(intent.status, 0) + 1
-    return counts

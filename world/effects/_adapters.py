@@ -128,12 +128,16 @@ def _check_intent_hash(intent_hash: bytes) -> None:
 @dataclass(frozen=True)
 class Intent:
     """An allowed effect intent. ``params`` is the decoded canonical CBOR of the params,
-    already normalised by the effect's params schema; ``origin`` names who asked."""
+    already normalised by the effect's params schema; ``origin`` names who asked.
+    ``bytes_max``: the most body bytes (request plus response) the intent may move, which its
+    grant's ``bytes`` budget reserved for it (the HTTP adapter holds to it); None when its
+    grant has no budget, and the adapter's own limits alone apply."""
 
     intent_hash: bytes
     kind: str
     params: Any
     origin: str
+    bytes_max: int | None = None
 
     def __post_init__(self) -> None:
         _check_intent_hash(self.intent_hash)

@@ -3,6 +3,17 @@
 Params ``{method, url, headers: map<text,text>, body_ref: hash|None}``; receipt ``{status: int,
 headers: map<text,text>, body_ref: hash|None, body_preview: text}`` (SPEC §6).
 
+Byte count. Every receipt of an exchange that moved bytes counts them in its ``headers``
+under ``kernel.HTTP_BODY_BYTES_HEADER`` (``:body-bytes``, decimal text): the request body sent
+plus the response body read. The kernel settles the grant's ``bytes`` budget with it. A
+pseudo-header because the receipt schema is a closed record, and no server can send a name
+beginning with ``:``. An intent under a budget comes with ``bytes_max``, what its grant
+reserved for it: a request body larger than that is an ``error`` receipt and nothing is
+sent, and the response body may be at most what remains (``response_bytes_max`` otherwise),
+refused like any over-limit body. A failure counts only what is known to have moved: the
+request body once a response began, plus the response bytes read up to the limit; a body
+refused by its ``Content-Length`` is not read at all. Only the last attempt is counted.
+
 Outcomes:
 
 * Any HTTP response, whatever its status (200, 404, 503), is an ``ok`` receipt carrying that
@@ -60,7 +71,7 @@ import httpx
 
 from air import cbor
 from air.errors import WorldError
-from kernel import UrlRefused, read_url
+from kernel import HTTP_BODY_BYTES_HEADER, UrlRefused, read_url
 from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
@@ -93,11 +104,14 @@ _NOT_RETRIED: Final = (httpx.UnsupportedProtocol, httpx.LocalProtocolError, http
 class _Failed(Exception):
     """One attempt failed: ``status`` ``timeout`` or ``error``; ``retry`` if worth retrying."""
 
-    def __init__(self, status: ReceiptStatus, detail: str, *, retry: bool) -> None:
+    def __init__(
+        self, status: ReceiptStatus, detail: str, *, retry: bool, body_bytes: int = 0
+    ) -> None:
         super().__init__(detail)
         self.status: ReceiptStatus = status
         self.detail = detail
         self.retry = retry
+        self.body_bytes = body_bytes
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,11 @@ class _Request:
     url: str
     headers: dict[str, str]
     body: bytes | None
+    response_bytes_max: int
+
+    @property
+    def body_bytes(self) -> int:
+        return 0 if self.body is None else len(self.body)
 
 
 def _describe(exc: BaseException) -> str:
@@ -121,10 +140,12 @@ def _preview(body: bytes, chars: int) -> str:
     return decoder.decode(window, final=len(window) == len(body))[:chars]
 
 
-def _response_headers(response: httpx.Response) -> dict[str, str]:
+def _response_headers(response: httpx.Response, body_bytes: int) -> dict[str, str]:
+    """The response's headers, and the body bytes moved (``HTTP_BODY_BYTES_HEADER``)."""
     headers: dict[str, str] = {}
     for name, value in response.headers.multi_items():
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    headers[HTTP_BODY_BYTES_HEADER] = str(body_bytes)  # no server can send a ":" name
     return dict(sorted(headers.items()))
 
 
@@ -183,7 +204,7 @@ class HttpAdapter:
     def _answer(self, intent: Intent) -> Receipt | None:
         """The receipt for ``intent``, or None when the adapter closed while waiting to retry."""
         try:
-            request = self._request(intent.params)
+            request = self._request(intent.params, intent.bytes_max)
             failed: _Failed | None = None
             for retry in range(self.retries_max + 1):
                 if retry:
@@ -202,7 +223,10 @@ class HttpAdapter:
             if failed.retry:
                 attempts = self.retries_max + 1
                 failed = _Failed(
-                    failed.status, f"{attempts} attempts; last: {failed.detail}", retry=False
+                    failed.status,
+                    f"{attempts} attempts; last: {failed.detail}",
+                    retry=False,
+                    body_bytes=failed.body_bytes,
                 )
         except _Failed as exc:  # the request cannot be made as given
             failed = exc
@@ -213,13 +237,15 @@ class HttpAdapter:
     def _failure(self, intent: Intent, failed: _Failed) -> Receipt:
         payload = {
             "status": 0,
-            "headers": {},
+            "headers": {HTTP_BODY_BYTES_HEADER: str(failed.body_bytes)}
+            if failed.body_bytes
+            else {},
             "body_ref": None,
             "body_preview": failed.detail[: self.body_preview_chars],
         }
         return Receipt(intent.intent_hash, self.adapter_id, failed.status, payload)
 
-    def _request(self, params: Any) -> _Request:
+    def _request(self, params: Any, bytes_max: int | None) -> _Request:
         if not isinstance(params, dict):
             raise _Failed("error", "params are not a record", retry=False)
         method, url, headers = params.get("method"), params.get("url"), params.get("headers") or {}
@@ -245,7 +271,14 @@ class HttpAdapter:
             except (WorldError, OSError) as exc:
                 detail = f"request body {cbor.raw_to_hash(body_ref)}: {_describe(exc)}"
                 raise _Failed("error", detail, retry=False) from exc
-        return _Request(method, url, headers, body)
+        sent = 0 if body is None else len(body)
+        if bytes_max is not None and sent > bytes_max:
+            detail = f"request body of {sent} bytes exceeds the {bytes_max} bytes reserved"
+            raise _Failed("error", detail, retry=False)
+        limit = self.response_bytes_max
+        if bytes_max is not None:
+            limit = min(limit, bytes_max - sent)
+        return _Request(method, url, headers, body, limit)
 
     def _attempt(self, request: _Request) -> dict[str, Any]:
         """One exchange: the receipt payload, or ``_Failed``."""
@@ -260,7 +293,7 @@ class HttpAdapter:
             )
             response = self._transport.handle_request(outgoing)
             try:
-                body = self._read_body(response, started)
+                body = self._read_body(response, started, request)
             finally:
                 response.close()
         except httpx.TimeoutException as exc:
@@ -271,28 +304,33 @@ class HttpAdapter:
             raise _Failed("error", _describe(exc), retry=True) from exc
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
             raise _Failed("error", _describe(exc), retry=False) from exc
-        return self._payload(response, body)
+        return self._payload(response, body, request.body_bytes)
 
-    def _read_body(self, response: httpx.Response, started: float) -> bytes:
-        limit = self.response_bytes_max
+    def _read_body(self, response: httpx.Response, started: float, request: _Request) -> bytes:
+        """The response body, read up to the request's limit (``response_bytes_max``, less
+        when the intent's reservation is smaller): a body declared larger is not read at
+        all; one that turns out larger stops being read at the chunk that crosses the limit,
+        and only the bytes up to the limit count as moved."""
+        limit = request.response_bytes_max
+        sent = request.body_bytes
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             detail = f"response body of {declared} bytes exceeds response_bytes_max={limit}"
-            raise _Failed("error", detail, retry=False)
+            raise _Failed("error", detail, retry=False, body_bytes=sent)
         body = bytearray()
         for chunk in response.iter_raw():
             body += chunk
             if len(body) > limit:
                 detail = f"response body exceeds response_bytes_max={limit}"
-                raise _Failed("error", detail, retry=False)
+                raise _Failed("error", detail, retry=False, body_bytes=sent + limit)
             if time.monotonic() - started > self.attempt_deadline_s:
                 detail = (
                     f"response not complete within attempt_deadline_s={self.attempt_deadline_s}"
                 )
-                raise _Failed("timeout", detail, retry=True)
+                raise _Failed("timeout", detail, retry=True, body_bytes=sent + len(body))
         return bytes(body)
 
-    def _payload(self, response: httpx.Response, body: bytes) -> dict[str, Any]:
+    def _payload(self, response: httpx.Response, body: bytes, sent: int) -> dict[str, Any]:
         preview = _preview(body, self.body_preview_chars)
         body_ref: bytes | None = None
         # The preview encodes back to the body exactly when the body is valid UTF-8 and whole.
@@ -301,7 +339,7 @@ class HttpAdapter:
             body_ref = cbor.hash_to_raw(self.blobs.put(body))
         return {
             "status": response.status_code,
-            "headers": _response_headers(response),
+            "headers": _response_headers(response, sent + len(body)),
             "body_ref": body_ref,
             "body_preview": preview,
         }

@@ -9,8 +9,10 @@ are only put on a queue there (and ``wake`` is called, so a loop waiting on its 
 looks). The loop's own thread signs nothing it did not verify: each receipt is signed with the
 world's key as it is taken (``world.effects._receipts``), verified, checked against the
 kernel's intents (an unknown intent is refused with ``ReceiptRefused``; a duplicate of one
-already journaled is ignored and noted), and journaled. Replay never gets here: it reuses the
-journaled receipts.
+already journaled is ignored and noted while the kernel still remembers it settled, among the
+last ``kernel._effects.SETTLED_RECENT_MAX``, and refused as unknown after that), and journaled.
+Replay never gets here: it reuses the journaled receipts. An ``http.request`` under a byte
+budget goes out with its reservation as ``bytes_max`` (``kernel._effects``).
 
 Time. ``sim=True`` runs the timer adapter on a simulated clock that starts at the kernel's
 logical ``now_ns``; ``advance_sim`` jumps it to the next deadline when only timers are in
@@ -34,11 +36,10 @@ from typing import Any, Final, Protocol
 
 from air import cbor
 from air.errors import UnknownName
-from kernel import Intent as KernelIntent
 from kernel import Kernel
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
-from world.effects._http import HttpAdapter
+from world.effects._http import HTTP_KIND, HttpAdapter
 from world.effects._receipts import ReceiptKey
 from world.effects._timer import SimClock, TimerAdapter
 from world.errors import ReceiptRefused
@@ -114,8 +115,9 @@ class EffectPump:
             self._sent.add(intent.intent_hash)
             params = cbor.loads(intent.params_cbor)
             origin = str(intent.origin.get("name", ""))
+            bytes_max = intent.reserved if intent.kind == HTTP_KIND and intent.reserved else None
             self.dispatcher.submit(
-                Intent(intent.intent_hash, intent.kind, params, origin), self._signed
+                Intent(intent.intent_hash, intent.kind, params, origin, bytes_max), self._signed
             )
             sent += 1
         report.dispatched += sent
@@ -169,26 +171,28 @@ class EffectPump:
         return True
 
     def _timers_sent(self) -> int:
-        return sum(1 for h in self._sent if self._intent(h).kind == "timer.set")
+        return sum(1 for h in self._sent if self._kind(h) == "timer.set")
 
     def only_timers_left(self) -> bool:
         """Every intent in flight is a timer (a run that returns at idle need not wait)."""
-        return all(self._intent(h).kind == "timer.set" for h in self._sent)
+        return all(self._kind(h) == "timer.set" for h in self._sent)
 
-    def _intent(self, intent_hash: bytes) -> KernelIntent:
-        return self.world.kernel.effects.intents[intent_hash]
+    def _kind(self, intent_hash: bytes) -> str | None:
+        """A sent intent's kind; None once it is no longer live (settled meanwhile)."""
+        intent = self.world.kernel.effects.intents.get(intent_hash)
+        return None if intent is None else intent.kind
 
 
 def accept_receipt(world: World, key: ReceiptKey, receipt: Receipt, sig: bytes) -> bool:
     """Verify ``receipt`` and journal it (not committed); False for a duplicate of one
     already journaled. ``ReceiptRefused`` for a forged or altered one, or an unknown intent."""
     key.verify(receipt, sig)
-    intent = world.kernel.effects.intents.get(receipt.intent_hash)
-    if intent is None:
+    status = world.kernel.effects.status_of(receipt.intent_hash)
+    if status is None:
         raise ReceiptRefused(receipt.intent_hash.hex(), "unknown_intent")
-    if intent.status == "done":
+    if status == "done":
         return False
-    if intent.status != "queued":
+    if status != "queued":
         raise ReceiptRefused(receipt.intent_hash.hex(), "not_queued")
     body: dict[str, Any] = {
         "intent_hash": receipt.intent_hash,

@@ -157,10 +157,10 @@ def _refused(
     intent_hash = record.body.get("intent_hash") if isinstance(record.body, dict) else None
     if not isinstance(intent_hash, bytes):
         return BadReceipt(record.seq, repr(intent_hash), "unknown_intent")
-    intent = kernel.effects.intents.get(intent_hash)
-    if intent is None:
+    status = kernel.effects.status_of(intent_hash)
+    if status is None:
         return BadReceipt(record.seq, intent_hash.hex(), "unknown_intent")
-    if intent.status != "queued":
+    if status != "queued":
         return BadReceipt(record.seq, intent_hash.hex(), "not_queued")
     return None
 

@@ -17,7 +17,10 @@ to point into, put the 1-based line and column at the start of their message.
     air.json.not_finite          NaN, Infinity, or a number too large for a float
     air.kind.unknown             ``$kind`` missing or not an AIR kind
     air.shape                    a field is missing, unknown or of the wrong JSON type
-    air.name.invalid             a def name is not namespace/name@version
+    air.name.invalid             a def name, or a reference to a def by name, breaks the one name
+                                 grammar (``air.types.def_name_problem``: namespace/name@version,
+                                 ASCII letters, digits, _ - . in the parts, a version without
+                                 leading zeros, at most ``DEF_NAME_MAX`` characters); says which rule
     air.name.duplicate           two defs share a name (a copy of a built-in ``sys/`` def is fine),
                                  or two cap grants do
     air.manifest.missing         no manifest in the AIR
@@ -40,6 +43,9 @@ to point into, put the 1-based line and column at the start of their message.
     air.route.unkeyed_to_keyed   a route without ``key_field`` targets a keyed reducer
     air.route.key_field_missing  ``key_field`` is not a field of the event's record schema
     air.route.key_type_mismatch  the key field's type is not the reducer's ``key_schema``
+    air.route.event_not_accepted  the reducer cannot take the route's event: it is neither the
+                                 ABI event nor a case of it, and the ABI event reaches the
+                                 reducer by no route or plan (``air._validate``, "Routes")
     air.trigger.input_mismatch   the trigger's event is not the plan's input schema
     air.trigger.correlate_missing  ``correlate_by`` is not a field of the event's record schema
     air.effect.origin            an effect kind used where its origin is not allowed

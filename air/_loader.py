@@ -5,8 +5,9 @@ Pure: the caller (``world._airfiles``) reads the files and passes their text, an
 filesystem or wasmtime.
 
 Pipeline: parse JSON (``air.jsontext``) → shape-check each def (a plan's steps in an earlier
-shape first, ``air._plan_old_shapes.old_step_shapes``; then pydantic) → names (format, duplicates,
-one manifest) → schema types, and no cycles among schemas → semantic validation
+shape first, ``air._plan_old_shapes.old_step_shapes``; then pydantic) → names (the grammar of
+``air.types.def_name_problem`` for every def and every reference to one, duplicates, one
+manifest) → schema types, and no cycles among schemas → semantic validation
 (``air._validate``) → canonical forms and hashes. Every step records diagnostics and goes on;
 errors raise one ``ManifestError`` at the end. Bad input of any kind, down to a binary file or
 10,000 nested brackets, is a diagnostic naming the file, never an exception of its own.
@@ -40,12 +41,17 @@ from air._diagnostics import Diagnostics, escape_pointer
 from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm
 from air._model import (
     AIR_KINDS,
+    AwaitEvent,
+    DefEffect,
+    DefModule,
+    DefPlan,
     DefSchema,
     Manifest,
+    RaiseEvent,
 )
 from air._plan_old_shapes import old_step_shapes
 from air.errors import JsonError, ValueMismatch
-from air.types import TypeNode, is_def_name, parse_type, type_refs
+from air.types import TypeNode, def_name_problem, parse_type, type_refs
 
 __all__ = ["load_air"]
 
@@ -123,13 +129,7 @@ def _register(
             manifests.append(loc)
             continue
         name = loc.model.name
-        if not is_def_name(name):
-            diags.add(
-                loc.file,
-                f"{loc.pointer}/name",
-                "air.name.invalid",
-                f"{name!r} is not namespace/name@version",
-            )
+        if _bad_name(name, loc.file, f"{loc.pointer}/name", diags):
             continue
         previous = defs.get(name)
         if previous is None:
@@ -145,6 +145,69 @@ def _register(
                 f"{name} is already defined at {where}",
             )
     return defs, manifests
+
+
+def _bad_name(name: str, file: str, pointer: str, diags: Diagnostics) -> bool:
+    """Report ``name`` at ``pointer`` if it is not a def name (``air.types.def_name_problem``)."""
+    problem = def_name_problem(name)
+    if problem is not None:
+        diags.add(file, pointer, "air.name.invalid", f"{name!r} is not a def name: {problem}")
+    return problem is not None
+
+
+def _reference_names(located: list[Located], diags: Diagnostics) -> set[str]:
+    """Report each reference to a def that is not a def name, and return those names: no def
+    can have one, so the validator must not report them unknown as well (``unparsed``).
+    Names inside types and Exprs are reported by their parsers (``air.type.invalid``,
+    ``air.expr.*``), which say the same thing in their own terms."""
+    bad: set[str] = set()
+    for loc in located:
+        for suffix, name in _references(loc.model):
+            if _bad_name(name, loc.file, loc.pointer + suffix, diags):
+                bad.add(name)
+    return bad
+
+
+def _references(model: object) -> list[tuple[str, str]]:
+    """(JSON pointer under the def, name) of each def a def names outside types and Exprs."""
+    refs: list[tuple[str, str | None]] = []
+    if isinstance(model, DefModule):
+        abi = model.abi.reducer
+        base = "/abi/reducer"
+        refs += [(f"{base}/{f}", getattr(abi, f)) for f in ("state", "event", "annotations")]
+        refs += [(f"{base}/cap_slots/{escape_pointer(s)}", c) for s, c in abi.cap_slots.items()]
+    elif isinstance(model, DefPlan):
+        refs += [("/input", model.input), ("/output", model.output)]
+        for i, step in enumerate(model.steps):
+            if isinstance(step, RaiseEvent):
+                refs.append((f"/steps/{i}/reducer", step.reducer))
+            elif isinstance(step, AwaitEvent):
+                refs.append((f"/steps/{i}/event", step.event))
+    elif isinstance(model, DefEffect):
+        fields = ("params_schema", "receipt_schema", "receipt_event")
+        refs += [(f"/{f}", getattr(model, f)) for f in fields]
+    elif isinstance(model, Manifest):
+        refs += _manifest_references(model)
+    return [(pointer, name) for pointer, name in refs if name is not None]
+
+
+def _manifest_references(model: Manifest) -> list[tuple[str, str | None]]:
+    refs: list[tuple[str, str | None]] = []
+    for list_name in ("schemas", "modules", "plans", "caps", "policies", "effects"):
+        for i, item in enumerate(getattr(model, list_name)):
+            refs.append((f"/{list_name}/{i}", item if isinstance(item, str) else item.name))
+    for i, route in enumerate(model.routing.events):
+        refs += [(f"/routing/events/{i}/event", route.event)]
+        refs += [(f"/routing/events/{i}/reducer", route.reducer)]
+    for i, inbox in enumerate(model.routing.inboxes):
+        refs.append((f"/routing/inboxes/{i}/reducer", inbox.reducer))
+    for i, trigger in enumerate(model.triggers):
+        refs += [(f"/triggers/{i}/event", trigger.event), (f"/triggers/{i}/plan", trigger.plan)]
+    refs.append(("/defaults/policy", model.defaults.policy))
+    for i, grant in enumerate(model.defaults.cap_grants):
+        refs.append((f"/defaults/cap_grants/{i}/cap", grant.cap))
+    refs += [(f"/module_bindings/{escape_pointer(m)}", m) for m in model.module_bindings]
+    return refs
 
 
 def _one_manifest(manifests: list[Located], diags: Diagnostics) -> Located | None:
@@ -270,6 +333,7 @@ def load_air(
     docs = _parse_documents(sources, diags)
     located, unparsed = _shapes(docs, diags)
     defs, manifests = _register(located, diags)
+    unparsed |= _reference_names(located, diags)
     manifest_loc = _one_manifest(manifests, diags)
     schemas = _parse_schemas(defs, diags)
     if manifest_loc is None:

@@ -14,6 +14,20 @@ read would be a constraint silently not enforced, so it is an error (``air.cap.s
 a grant's budget in ``cents`` or ``tokens`` (``air.cap.budget_unenforced``): only ``bytes`` is
 charged (by ``blob.put``).
 
+Routes. The kernel delivers an event under its own schema name (it does not wrap it into the
+reducer's ABI event), and a reducer may take several, telling them apart by name: the order
+reducer takes ``demo/FetchDone@1`` beside its ABI event ``demo/OrderPlaced@1``, and its AIR says
+so by routing both. So a route of another event is how AIR declares a reducer of several events,
+and what is refused (``air.route.event_not_accepted``) is the route that cannot be that: its
+event is neither the ABI event nor a case of it (a variant case whose type is that schema, as
+AgentOS writes a reducer of several events), and the ABI event (or a case of it) reaches the
+reducer by no route and no plan's ``raise_event``. Then the reducer's one declared input never
+arrives and something else does instead: the route names the wrong event (or reducer), and every
+event it carries would fail its step. Not caught: a wrong route beside a right one (only the
+wasm knows which names it takes, and the SDK's compiled comparisons leave no name in the binary
+to look for). Rejected: refusing every route whose event is not the ABI event or a case of it,
+which refuses the bundled order world and the Cells seed's example.
+
 Reducer effects. A reducer's effect names its cap slot or not; without one, the kernel uses the
 one slot of the effect's cap type, and that slot's grant is its binding in ``module_bindings``
 (or the only grant of the slot's cap). So each kind in ``effects_emitted`` needs exactly one
@@ -35,6 +49,7 @@ from air._model import (
     DefPlan,
     DefPolicy,
     DefSchema,
+    RaiseEvent,
 )
 from air._plan_checks import check_plan
 from air.errors import ValueMismatch
@@ -43,8 +58,10 @@ from air.types import (
     OptionT,
     Prim,
     Record,
+    Ref,
     SetT,
     TypeNode,
+    Variant,
     parse_type,
     resolve,
     type_to_obj,
@@ -278,6 +295,8 @@ def _routing(ctx: Ctx, manifest: Located) -> None:
             route.reducer, DefModule, manifest.file, f"{at}/reducer", "air.ref.unknown_module"
         ):
             continue
+        if ok_event:
+            _route_event(ctx, manifest, at, route)
         keyed = ctx.loc(route.reducer).model.key_schema is not None
         if route.key_field is not None and not keyed:
             ctx.diags.add(
@@ -298,6 +317,55 @@ def _routing(ctx: Ctx, manifest: Located) -> None:
     for i, inbox in enumerate(manifest.model.routing.inboxes):
         at = f"{manifest.pointer}/routing/inboxes/{i}/reducer"
         ctx.need(inbox.reducer, DefModule, manifest.file, at, "air.ref.unknown_module")
+
+
+def _route_event(ctx: Ctx, manifest: Located, at: str, route: Any) -> None:
+    """The reducer can take the route's event (the module docstring, "Routes")."""
+    abi_event = ctx.loc(route.reducer).model.abi.reducer.event
+    if abi_event not in ctx.air.schemas:
+        return  # reported by _module
+    takes = {abi_event} | _variant_case_schemas(ctx, abi_event)
+    delivered = _schemas_delivered(ctx, route.reducer)
+    if route.event in takes or not takes.isdisjoint(delivered):
+        return
+    if any(schema not in ctx.air.schemas for schema in delivered):
+        return  # a route or raise_event naming an unknown schema is reported where it is
+    detail = (
+        f"{route.reducer} takes {abi_event} (its ABI event), which no route or plan gives it, "
+        f"and {route.event} is not a case of it: every {route.event} would fail its step"
+    )
+    ctx.diags.add(manifest.file, f"{at}/event", "air.route.event_not_accepted", detail)
+
+
+def _variant_case_schemas(ctx: Ctx, schema: str) -> set[str]:
+    """The schemas named as cases of ``schema`` if it is a variant (AgentOS's way of taking
+    several events: one case per event schema)."""
+    try:
+        node = resolve(ctx.air.schemas[schema], ctx.air.schemas)
+    except ValueMismatch:
+        return set()
+    if not isinstance(node, Variant):
+        return set()
+    return {case.name for _, case in node.cases if isinstance(case, Ref)}
+
+
+def _schemas_delivered(ctx: Ctx, reducer: str) -> set[str]:
+    """The event schemas the AIR gives ``reducer``: by its routes and its plans' raise_event
+    (a ``$schema`` record, else the ABI event: ``RaiseEvent``)."""
+    delivered = {r.event for r in ctx.air.manifest.routing.events if r.reducer == reducer}
+    abi_event = ctx.loc(reducer).model.abi.reducer.event
+    for plan in ctx.air.plans.values():
+        for step in plan.steps:
+            if isinstance(step, RaiseEvent) and step.reducer == reducer:
+                delivered.add(_raised_schema(step.event) or abi_event)
+    return delivered
+
+
+def _raised_schema(event: Any) -> str | None:
+    """The ``$schema`` of a raise_event's record Expr, as ``air.expr.record_schema`` reads it."""
+    body = event.get("record") if isinstance(event, dict) and len(event) == 1 else None
+    schema = body.get("$schema") if isinstance(body, dict) else None
+    return schema if isinstance(schema, str) else None
 
 
 def _route_key(ctx: Ctx, manifest: Located, at: str, route: Any) -> None:

@@ -24,6 +24,7 @@ surrogates), since they become canonical CBOR.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -32,6 +33,7 @@ from air import cbor
 from air.errors import ValueMismatch
 
 __all__ = [
+    "DEF_NAME_MAX",
     "MAP_KEY_PRIMS",
     "PRIMS",
     "TYPE_DEPTH_MAX",
@@ -45,6 +47,7 @@ __all__ = [
     "SetT",
     "TypeNode",
     "Variant",
+    "def_name_problem",
     "is_def_name",
     "parse_type",
     "resolve",
@@ -119,10 +122,67 @@ _WRAPPERS: Final[dict[str, type[ListT] | type[SetT] | type[OptionT]]] = {
 }
 
 
-def is_def_name(text: str) -> bool:
-    """``namespace/name@version``: a slash before an ``@`` followed by a positive integer."""
-    head, at, version = text.rpartition("@")
-    return bool(at) and "/" in head and version.isdigit() and not head.startswith("/")
+DEF_NAME_MAX: Final = 128
+"""Most characters in a def name, all of it: names become journal subjects, file names in
+exports and keys of every table, so one has a bound."""
+_SEGMENT_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_VERSION_RE: Final = re.compile(r"[1-9][0-9]*")
+
+
+def def_name_problem(text: object) -> str | None:
+    """Why ``text`` is not a def name, or None if it is one. The one grammar of AIR names:
+
+    ``namespace/name@version``: exactly one ``/`` and one ``@``; namespace and name each of
+    ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter, digit or ``_``, with
+    no ``..`` and no trailing ``.``; version a positive decimal integer without leading zeros;
+    at most ``DEF_NAME_MAX`` characters. ``sys/HttpRequest@1``, ``com.acme/Thing@1`` and
+    ``sys/http.out@1`` are names. Every such name is also a run of two journal subject segments
+    (``kernel.subjects``), so a world's subjects can always be built from its names.
+    ASCII only: a Cyrillic letter that looks like a Latin one would make two defs that read the
+    same; whitespace, ``*``, ``>`` and control characters would break subjects and terminals.
+    """
+    if not isinstance(text, str):
+        return "a def name is text"
+    if not text:
+        return "the name is empty"
+    if len(text) > DEF_NAME_MAX:
+        return f"longer than DEF_NAME_MAX={DEF_NAME_MAX} characters ({len(text)})"
+    head, at, version = text.partition("@")
+    if not at:
+        return "no @version: a def name is namespace/name@version"
+    if "@" in version:
+        return "more than one '@'"
+    namespace, slash, name = head.partition("/")
+    if not slash:
+        return "no '/': a def name is namespace/name@version"
+    if "/" in name:
+        return "more than one '/'"
+    for role, part in (("namespace", namespace), ("name", name)):
+        problem = _segment_problem(part)
+        if problem is not None:
+            return f"the {role} {problem}"
+    if _VERSION_RE.fullmatch(version) is None:
+        return f"version {version!r} is not a positive decimal integer without leading zeros"
+    return None
+
+
+def _segment_problem(part: str) -> str | None:
+    if not part:
+        return "is empty"
+    if _SEGMENT_RE.fullmatch(part) is None:
+        if part.startswith((".", "-")):
+            return f"{part!r} starts with {part[0]!r}"
+        return f"{part!r} has a character other than ASCII letters, digits, '_', '-' and '.'"
+    if ".." in part:
+        return f"{part!r} has '..'"
+    if part.endswith("."):
+        return f"{part!r} ends with '.'"
+    return None
+
+
+def is_def_name(text: object) -> bool:
+    """Whether ``text`` is a def name (``def_name_problem`` says why not)."""
+    return def_name_problem(text) is None
 
 
 def _bad(pointer: str, detail: str) -> ValueMismatch:
@@ -140,8 +200,11 @@ def _parse(obj: Any, pointer: str, depth: int) -> TypeNode:
     if isinstance(obj, str):
         if obj in PRIMS:
             return Prim(obj)
-        if is_def_name(obj):
+        problem = def_name_problem(obj)
+        if problem is None:
             return Ref(obj)
+        if "/" in obj or "@" in obj:  # meant as a schema name: say what is wrong with it
+            raise _bad(pointer, f"{_short(obj)} is not a schema name: {problem}")
         raise _bad(pointer, f"unknown type {_short(obj)}")
     if not isinstance(obj, dict) or len(obj) != 1:
         raise _bad(pointer, "a type is a name or an object with exactly one key")
@@ -154,8 +217,9 @@ def _parse(obj: Any, pointer: str, depth: int) -> TypeNode:
             raise _bad(at, f"primitive {kind} takes no parameters")
         return Prim(kind)
     if kind == "ref":
-        if not isinstance(body, str) or not is_def_name(body):
-            raise _bad(at, "ref must name a schema as namespace/name@version")
+        problem = def_name_problem(body)
+        if problem is not None:
+            raise _bad(at, f"ref must name a schema as namespace/name@version: {problem}")
         return Ref(body)
     if kind in ("record", "variant"):
         return _parse_fields(kind, body, at, depth + 1)

@@ -12,6 +12,7 @@ import typer
 
 from air.errors import InputFileError, InvalidArgument, JsonError
 from cli import _progress
+from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import (
     SignalGate,
     console,
@@ -345,6 +346,8 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Stop with an error past this many steps")
     ] = None,
+    archive_to: ArchiveOpt = None,
+    verify_every: VerifyEveryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Run the world with its effect adapters live until it is idle."""
@@ -356,6 +359,7 @@ def run(
         handle_errors(json_output),
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
+        background(directory, archive_to, verify_every),
         Engine(world, sim=sim) as engine,
         _steps_shown(world, "running", None, json_output),
     ):

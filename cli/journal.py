@@ -7,9 +7,12 @@ files alone, which a live writer only appends to: its checkpoints (which replace
 the cell store's files) never reach a tail, and ``--follow`` goes on from the seq after the
 last record it printed, each record once.
 
-``verify --repair`` prints what the repair did (``WorldRepair.describe``): the records it cut
-are counted from the files before they are cut (``world.journal`` ``RepairReport``), so the
-count and the seqs it prints are those that were cut."""
+``verify --repair`` prints what the repair did (``WorldRepair.describe``): each sealed segment
+it restored from the archive (``--archive``, or the one the world remembers: ``world
+archive``), then the records it cut, counted from the files before they are cut
+(``world.journal`` ``RepairReport``), so the count and the seqs it prints are those that were
+cut. ``verify`` keeps a cache of the sealed segments it verified (``world.journal._verified``),
+so a routine verify reads the new segments only; ``--full`` reads them all."""
 
 from __future__ import annotations
 
@@ -45,24 +48,40 @@ def verify(
         bool,
         typer.Option(
             "--repair",
-            help="Cut after the last good record (kept in a backup) and discard a checkpoint "
+            help="Restore a damaged sealed segment from the archive when it holds a good copy; "
+            "else cut after the last good record (kept in a backup) and discard a checkpoint "
             "that reaches past it",
         ),
+    ] = False,
+    archive: Annotated[
+        Path | None,
+        typer.Option(
+            "--archive",
+            help="The archive --repair restores from (default: the one `world archive` or "
+            "`run --archive` last wrote)",
+        ),
+    ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Read every segment, also those verified before"),
     ] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check every journal record, every receipt's signature and the checkpoint; with --repair,
     make the world open again.
 
+    A sealed segment verified before and unchanged since (same seal digest, size, mtime, ctime
+    and inode: the cache in cache/verified.json) is not read again; --full reads them all.
     Exit 0 when the world opens as it is (a torn tail from a crash is reported and dropped on
     open) and every receipt's signature holds, or after a repair; exit 1 when it needs
     --repair, or a receipt's signature fails (the journal was edited), or the world's key file
-    is missing or damaged (signatures cannot be checked). Writes nothing without --repair."""
-    from world import check_world, repair_world
+    is missing or damaged (signatures cannot be checked). Writes nothing without --repair but
+    its cache."""
+    from world import check_world, remembered_archive, repair_world
 
     with handle_errors(json_output):
         if not repair:
-            check = check_world(directory)
+            check = check_world(directory, cache=True, full=full)
             if json_output:
                 emit_json(check.as_json())
             elif check.ok:
@@ -75,7 +94,7 @@ def verify(
                 raise typer.Exit(1)
             return
         backup = directory / "journal-backup" / _stamp(directory)
-        fixed = repair_world(directory, backup)
+        fixed = repair_world(directory, backup, archive or remembered_archive(directory))
     if json_output:
         emit_json({"ok": True, **fixed.as_json()})
         return

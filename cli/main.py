@@ -1,130 +1,43 @@
-"""The ``world`` typer app: registers each command module's commands."""
+"""The ``world`` console entry point (``[project.scripts]``) and ``python -m cli``'s: ``main``.
+
+Start-up and Ctrl-C. Loading the app (``cli.app``) imports typer, rich and click, ~0.1-0.2 s of
+imports; a SIGINT in them used to raise ``KeyboardInterrupt`` in the middle of one and print a
+20-line traceback. So this module imports only the standard library, and ``main`` puts a SIGINT
+handler in place before it loads the app that writes one line (``interrupted``) and exits 130
+at once: nothing has been read or written yet, so there is nothing to finish. ``cli.app.run``
+puts the usual handler back inside its ``try``, so from that instant a Ctrl-C is the app's to
+handle (one line, exit 130; a command that changes the world defers it to a tick boundary,
+``cli.common.signals_deferred``). A SIGINT the parent ignores stays ignored.
+
+Not covered: a SIGINT before ``main`` runs, in Python's own start-up (~10 ms before it installs
+its handler, when the signal simply ends the process; then ``site``, ~15-25 ms, where it is a
+"Fatal Python error" with a traceback), the console script's first lines and this module's
+import (~3 ms: it imports ``gc``, ``os`` and ``signal`` alone, not even ``typing``). No code of
+ours runs earlier.
+
+``app`` is still importable from here (``from cli.main import app``, as tests and tools do); it is
+loaded on first use, so that importing ``main`` stays cheap.
+
+Rejected: a ``try/except KeyboardInterrupt`` around the import of the app. The exception can
+land inside a library's own ``try`` or ``finally`` and be swallowed or replaced, and an import
+cut short leaves a half-initialised module in ``sys.modules``; the handler exits before any of
+that can matter.
+"""
 
 from __future__ import annotations
 
 import gc
 import os
-import sys
-from collections.abc import Sequence
-from typing import Annotated, Any, Final
+import signal
 
-import typer
-from typer.core import TyperGroup
+TYPE_CHECKING = False  # typing's, without importing typing: ~4 ms more of unguarded start-up
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Final
 
-# The command modules import the world, kernel and AIR modules (wasmtime, pydantic, httpx)
-# inside their commands, so that `world --help` and each command load only what they use
-# (issue 9): keep it so, a module-level import of them here or there costs ~0.4 s everywhere.
-from cli import (
-    cells,
-    core,
-    demo,
-    effects,
-    examples,
-    history,
-    journal,
-    moves,
-    reducer,
-    replay,
-    serve,
-    validate,
-)
-from cli.common import EXIT_INTERRUPTED, console, err_console
+    from cli.app import app
 
-__all__ = ["app", "main"]
-
-
-class _OneLineErrors(TyperGroup):
-    """Click's usage errors (an unknown option, an int it cannot parse) become one line on
-    stderr and exit 1, like every other error of this CLI (SPEC §8), instead of a usage box
-    and exit 2. Help (``world`` alone, ``--help``) is unchanged. Click's exception classes are
-    matched by shape (``format_message`` and ``exit_code``), not imported: typer vendors click
-    in some versions and depends on it in others."""
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        call = (args, prog_name, complete_var, False, windows_expand_args)
-        if not standalone_mode:
-            return super().main(*call, **extra)
-        try:
-            code = super().main(*call, **extra)
-        except typer.Abort:
-            sys.exit(EXIT_INTERRUPTED)
-        except Exception as exc:
-            # Click's exceptions, recognised by their interface and name: typer vendors click
-            # privately (``typer._click``) and exports no class to test against.
-            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
-                raise
-            if type(exc).__name__ == "NoArgsIsHelpError":
-                console.print(exc.format_message(), markup=False, highlight=False)
-                sys.exit(0)
-            err_console.print(f"error: {exc.format_message()}", markup=False, soft_wrap=True)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
-
-
-app = typer.Typer(
-    cls=_OneLineErrors,
-    name="world",
-    help="Drive a deterministic, event-sourced world of WASM reducers.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.command("validate")(validate.validate)
-app.command("init")(examples.init)  # core.init, plus --example NAME
-app.command("send")(core.send)
-app.command("step")(core.step)
-app.command("run")(core.run)
-app.command("state")(core.state)
-app.command("info")(core.info)
-app.command("snapshot")(core.snapshot)
-app.command("replay")(replay.replay)
-app.command("demo")(demo.demo)
-app.command("fork")(history.fork)  # importing cli.history also adds `cells show --at`, `cells tail`
-app.command("serve")(serve.serve)
-app.add_typer(cells.app, name="cells")
-app.add_typer(journal.app, name="journal")
-app.add_typer(effects.app, name="effects")
-app.add_typer(moves.app, name="migrate")  # importing cli.moves also adds `cells export|import`
-app.add_typer(examples.app, name="examples")
-app.add_typer(reducer.app, name="reducer")
-app.add_typer(reducer.sdk_app, name="sdk")
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        import importlib.metadata
-
-        from kernel import native
-        from world import native_requested
-
-        if not native.available():
-            path = "not built: pure Python (reinstall with gcc to build it)"
-        else:
-            path = "on" if native_requested() else "built, off (WORLD_NATIVE=0)"
-        version = importlib.metadata.version("world-kernel")
-        console.print(f"world-kernel {version}; native step path: {path}", markup=False)
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", is_eager=True, callback=_print_version, help="Print the version and exit"
-        ),
-    ] = False,
-) -> None:
-    """Drive a deterministic, event-sourced world of WASM reducers."""
-
+__all__ = ["COLLECTOR_THRESHOLDS", "app", "main"]
 
 COLLECTOR_THRESHOLDS: Final = (100_000, 20, 100)
 """The collector's thresholds for a ``world`` process. The default first threshold (700
@@ -141,22 +54,26 @@ keeps its own policy); ``tools/bench`` runs the kernel with it, as ``world`` doe
 
 
 def main() -> None:
-    """The console entry point. Known errors are handled per command (one line, exit 1);
-    anything else is a bug, still reported as one line unless ``WORLD_DEBUG=1`` asks for the
-    traceback. Ctrl-C outside the commands' own handling exits 130 quietly."""
+    """The console entry point: set the collector, guard start-up against Ctrl-C, run the app."""
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
-    try:
-        app()
-    except KeyboardInterrupt:
-        err_console.print("interrupted; nothing acknowledged was lost")
-        sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:
-        if os.environ.get("WORLD_DEBUG") == "1":
-            raise
-        err_console.print(
-            f"internal error: {type(exc).__name__}: {exc} "
-            "(a bug in world; WORLD_DEBUG=1 shows the traceback)",
-            soft_wrap=True,
-            markup=False,
-        )
-        sys.exit(1)
+    previous = signal.getsignal(signal.SIGINT)
+    guarded = previous is signal.default_int_handler  # not SIG_IGN, nor an embedder's own
+    if guarded:
+        signal.signal(signal.SIGINT, _interrupted_at_start_up)
+    from cli.app import run
+
+    run(previous if guarded else None)
+
+
+def _interrupted_at_start_up(signum: int, frame: FrameType | None) -> None:
+    os.write(2, b"interrupted\n")
+    os._exit(130)  # cli.common.EXIT_INTERRUPTED, not imported: it would bring rich with it
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the typer app of ``cli.app``, imported on first use."""
+    if name == "app":
+        from cli.app import app
+
+        return app
+    raise AttributeError(f"module 'cli.main' has no attribute {name!r}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # world.moves._cellfiles and world.moves._migrate are imported where used: `world --help` need not load them.
 
-__all__ = ["app", "export", "import_cells", "migrate"]
+__all__ = ["app", "export", "import_cells", "migrate", "signing_key"]
 
 app = typer.Typer(help="Change the shape of a world's reducers.", no_args_is_help=True)
 
@@ -46,10 +46,10 @@ def export(
     ] = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder.
-    An existing file (a folder that is not empty, with --all) is written over only with
-    --force."""
-    from world.moves import check_export_target
+    """Export one cell to a self-describing CBOR file, or every cell (--all) to a folder,
+    signed with the world's key (printed; `world cells key` prints it too). An existing file
+    (a folder that is not empty, with --all) is written over only with --force."""
+    from world.moves import check_export_target, world_signer
 
     with handle_errors(json_output):
         check_export_target(out, folder=all_cells, force=force)
@@ -60,10 +60,37 @@ def export(
             _one_of(key, all_cells)
             with client:
                 count = _export_served(client, reducer, key, out, force)
+        signer = world_signer(directory)
+    signer_hex = None if signer is None else signer.hex()
     if json_output:
-        emit_json({"ok": True, "reducer": reducer, "cells": count, "path": str(out)})
+        emit_json(
+            {"ok": True, "reducer": reducer, "cells": count, "path": str(out), "signer": signer_hex}
+        )
+        return
+    console.print(f"exported {count} cell(s) of {reducer} to {out}", markup=False)
+    if signer_hex is None:
+        console.print("unsigned: the world has no key file (keys/receipt.key)", markup=False)
     else:
-        console.print(f"exported {count} cell(s) of {reducer} to {out}", markup=False)
+        console.print(f"signed by {signer_hex}", markup=False)
+
+
+@cells_app.command("key")
+def signing_key(directory: DirArg, json_output: JsonOpt = False) -> None:
+    """Print the public key this world signs its cell exports with: what another world gives
+    to `world cells import --trust-key` to take this world's files."""
+    from world import World
+    from world.moves import world_signer
+
+    with handle_errors(json_output):
+        World.check_directory(directory)
+        signer = world_signer(directory)
+    signer_hex = None if signer is None else signer.hex()
+    if json_output:
+        emit_json({"ok": True, "signer": signer_hex})
+    elif signer_hex is None:
+        console.print("none: the world has no key file; its exports are unsigned", markup=False)
+    else:
+        console.print(signer_hex, markup=False)
 
 
 def _one_of(key: str | None, all_cells: bool) -> None:
@@ -106,13 +133,40 @@ def _export_served(client: Client, reducer: str, key: str | None, out: Path, for
 def import_cells(
     directory: DirArg,
     path: Annotated[Path, typer.Argument(help="An exported cell file or folder")],
+    trust: Annotated[
+        bool,
+        typer.Option(
+            "--trust",
+            help="Also take unsigned files and files validly signed by any other world's key",
+        ),
+    ] = False,
+    trust_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust-key",
+            metavar="HEX",
+            help="Also take files validly signed by this public key (`world cells key` of the "
+            "exporting world); may be repeated",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Import exported cells (verified first; journaled so replay reproduces them)."""
-    from world.moves import import_path
+    """Import exported cells (verified first, their signature included; journaled so replay
+    reproduces them). Only files signed by this world are taken unless --trust or
+    --trust-key says otherwise; a signature that does not verify is never taken."""
+    from world.moves import Trust, import_path
 
-    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
-        count = import_path(world, path)
+    keys_hex = list(trust_key or [])
+    with handle_errors(json_output), signals_deferred():
+        trusted = Trust.of(any_signer=trust, keys_hex=keys_hex)
+        client = served_client(directory)
+        if client is not None:
+            with client:
+                args = {"path": str(path.absolute()), "trust": trust, "trust_keys": keys_hex}
+                count = int(client.call("cells_import", **args)["cells"])
+        else:
+            with opened(directory) as world:
+                count = import_path(world, path, trusted)
     if json_output:
         emit_json({"ok": True, "cells": count})
     else:

@@ -1,17 +1,40 @@
-"""``world serve DIR [--stop]``: keep a world open with its adapters live, answering the other
-commands over ``<world>/control.sock`` (``world.serve._server``), or stop the server that does."""
+"""``world serve DIR [--stop | --detach]``: keep a world open with its adapters live, answering
+the other commands over ``<world>/control.sock`` (``world.serve._server``), or stop the server
+that does.
+
+``--detach`` starts the same server as a new process in its own session and returns once it
+answers on its socket, so that the next command (in a script, say) finds it there: ``serve &``
+returns at once, and a command that follows it before the server listens opens the world itself
+or finds it locked. The detached server's output goes to ``<world>/serve.log`` (appended; the
+first lines say where it listens, the last why it stopped). If it exits before it listens, its
+log is printed and the exit status is 1; after ``DETACH_WAIT_S`` without a socket it is stopped
+(SIGTERM) and the same is reported.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.markup import escape
 
-from cli.common import console, emit_json, err_console, handle_errors
+from cli.archive import ArchiveOpt, VerifyEveryOpt, background
+from cli.common import console, emit_json, err_console, fail, handle_errors
 
-__all__ = ["serve"]
+__all__ = ["DETACH_WAIT_S", "SERVE_LOG", "serve"]
+
+DETACH_WAIT_S: Final = 60.0
+"""How long ``serve --detach`` waits for the new server to listen (it opens the world first:
+recovery of a big world after a crash takes a while)."""
+
+SERVE_LOG: Final = "serve.log"
+"""In the world folder: a detached server's stdout and stderr."""
 
 
 def serve(
@@ -20,11 +43,24 @@ def serve(
         bool,
         typer.Option("--stop", help="Stop the server: drain, checkpoint, and wait for it"),
     ] = False,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help=f"Serve from a new background process; return once it listens (its output: "
+            f"<world>/{SERVE_LOG})",
+        ),
+    ] = False,
+    archive_to: ArchiveOpt = None,
+    verify_every: VerifyEveryOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Serve a world in the foreground until stopped (Ctrl-C, SIGTERM or --stop)."""
     if stop:
         _stop(directory, json_output)
+        return
+    if detach:
+        _detach(directory, archive_to, verify_every, json_output)
         return
     from world.serve import serve as serve_world  # lazy: keeps the other commands quick
 
@@ -35,8 +71,13 @@ def serve(
             markup=False,
         )
 
-    with handle_errors(json_output):
-        report = serve_world(directory, on_listening=listening)
+    with handle_errors(json_output), ExitStack() as watching:
+
+        def listening_and_watching(path: Path) -> None:
+            listening(path)  # the world is open: its background work may start
+            watching.enter_context(background(directory, archive_to, verify_every))
+
+        report = serve_world(directory, on_listening=listening_and_watching)
     for notice in report.notices:
         err_console.print(f"[yellow]notice:[/yellow] {escape(notice)}", soft_wrap=True)
     if json_output:
@@ -70,6 +111,58 @@ def _stop(directory: Path, json_output: bool) -> None:
         console.print(
             f"stopped {directory}: drained {result['steps']} step(s), "
             f"checkpoint {result['snapshot']}",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+def _detach(
+    directory: Path, archive_to: Path | None, verify_every: float | None, json_output: bool
+) -> None:
+    from world import World
+    from world.serve import served, socket_path
+
+    with handle_errors(json_output):
+        World.check_directory(directory)
+        if served(directory):
+            fail(f"a server already answers on {socket_path(directory)}")
+        command = [sys.executable, "-m", "cli", "serve", str(directory)]
+        if archive_to is not None:
+            command += ["--archive", str(archive_to)]
+        if verify_every is not None:
+            command += ["--verify-every", str(verify_every)]
+        log_path = directory / SERVE_LOG
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        start = os.lseek(log_fd, 0, os.SEEK_END)
+        try:
+            child = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,  # not stopped by the terminal's Ctrl-C, nor its hangup
+            )
+        finally:
+            os.close(log_fd)
+        deadline = time.monotonic() + DETACH_WAIT_S
+        while child.poll() is None and not served(directory):
+            if time.monotonic() > deadline:
+                child.terminate()
+                child.wait()
+                break
+            time.sleep(0.05)
+        if child.poll() is not None:
+            with open(log_path, "rb") as log:
+                log.seek(start)
+                said = log.read().decode("utf-8", "replace").strip().splitlines()
+            last = said[-1] if said else "no output"
+            fail(f"the server did not start (exit {child.returncode}): {last} (see {log_path})")
+    if json_output:
+        emit_json({"ok": True, "pid": child.pid, "socket": str(socket_path(directory))})
+    else:
+        console.print(
+            f"serving {directory} from process {child.pid}; its output: {log_path}; "
+            f"stop with: world serve {directory} --stop",
             soft_wrap=True,
             markup=False,
         )

@@ -67,8 +67,10 @@ COVERED: dict[str, str] = {
     "cells tail": "test_cells_tail_lists_a_cells_inputs_and_steps",
     "cells export": "test_cells_export_and_import_round_trip",
     "cells import": "test_cells_export_and_import_round_trip",
+    "cells key": "test_cells_export_and_import_round_trip",
     "journal tail": "test_journal_tail_filters_by_subject_and_position",
     "journal verify": "test_journal_verify_finds_a_clean_journal",
+    "archive": "test_archive_copies_what_restoring_needs_then_only_what_is_new",
     "effects ls": "test_effects_ls_approve_and_deny",
     "effects approve": "test_effects_ls_approve_and_deny",
     "effects deny": "test_effects_ls_approve_and_deny",
@@ -336,18 +338,22 @@ def test_cells_export_and_import_round_trip(built: Built) -> None:
     one = built.folder / "a.cbor"
     out = world_json("cells", "export", built.path, COUNTER, "a", "-o", one)
     assert (out["ok"], out["cells"], out["reducer"]) == (True, 1, COUNTER)
+    signer = world_json("cells", "key", built.path)["signer"]
+    assert out["signer"] == signer
     tree = built.folder / "tree"
     assert world_json("cells", "export", built.path, COUNTER, "--all", "-o", tree)["cells"] == 3
     assert len(list(tree.glob("state/reducers/*/cells/*.cbor"))) == 3
     target = built.folder / "imported"
     World.create(target, COUNTER_AIR).close()
-    assert pick(world_json("cells", "import", target, one), "ok", "cells") == {
+    assert pick(
+        world_json("cells", "import", target, one, "--trust-key", signer), "ok", "cells"
+    ) == {
         "ok": True,
         "cells": 1,
     }
     with World.open(target, readonly=True) as opened:
         assert {v.key: v.state for v in opened.cells(COUNTER)} == {"a": FINAL["a"]}
-    assert pick(world_json("cells", "import", target, tree), "ok", "cells") == {
+    assert pick(world_json("cells", "import", target, tree, "--trust"), "ok", "cells") == {
         "ok": True,
         "cells": 3,
     }
@@ -385,6 +391,15 @@ def test_journal_tail_follow_prints_records_as_they_arrive(built: Built) -> None
             proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+def test_archive_copies_what_restoring_needs_then_only_what_is_new(built: Built) -> None:
+    target = built.folder / "archive"
+    first = world_json("archive", built.path, "--to", target)
+    assert first["ok"]
+    assert {"air/sources.json", "air/manifest.cbor", "keys/receipt.key"} <= set(first["copied"])
+    again = world_json("archive", built.path, "--to", target)
+    assert (again["copied"], again["replaced"], again["damaged"]) == ([], [], [])
 
 
 def test_journal_verify_finds_a_clean_journal(built: Built) -> None:

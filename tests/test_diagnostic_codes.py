@@ -235,6 +235,15 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(_chain(_keyed, _set(_route, key_field="n"))),
         "/4/routing/events/0/key_field",
     ),
+    "air.route.event_not_accepted": (
+        Case(
+            _chain(
+                lambda d: d.append({"$kind": "defschema", "name": "t/Other@1", "type": "nat"}),
+                _set(_route, event="t/Other@1"),
+            )
+        ),
+        "/4/routing/events/0/event",
+    ),
     "air.trigger.input_mismatch": (
         Case(
             _chain(

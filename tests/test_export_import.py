@@ -22,9 +22,12 @@ from world import _fileio as fileio
 from world.errors import CellFileRefused, StorageError
 from world.history import verify_world
 from world.journal._batch import BATCH_NAME
-from world.moves import export_all, export_cell, import_path, read_cell_file
+from world.moves import Trust, export_all, export_cell, import_path, read_cell_file
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
+
+TRUST = Trust(any_signer=True)
+"""These tests import one world's exports into another; signers are tests/test_signed_exports.py's."""
 
 
 @pytest.fixture
@@ -53,9 +56,9 @@ def test_export_then_import_into_a_fresh_world_gives_the_same_cells(
         export_cell(world, COUNTER, "a", tmp_path / "a.cbor")
         assert export_all(world, COUNTER, tmp_path / "tree") == 3
     with World.create(tmp_path / "one", COUNTER_AIR) as world:
-        assert import_path(world, tmp_path / "a.cbor") == 1
+        assert import_path(world, tmp_path / "a.cbor", TRUST) == 1
     with World.create(tmp_path / "all", COUNTER_AIR) as world:
-        assert import_path(world, tmp_path / "tree") == 3
+        assert import_path(world, tmp_path / "tree", TRUST) == 3
     assert states(tmp_path / "one") == {"a": states(source)["a"]}
     assert states(tmp_path / "all") == states(source)
     assert replays_exactly(tmp_path / "one")
@@ -67,7 +70,7 @@ def test_imported_cells_keep_stepping_and_survive_reopen(source: Path, tmp_path:
         export_all(world, COUNTER, tmp_path / "tree")
     target = tmp_path / "target"
     with World.create(target, COUNTER_AIR) as world:
-        import_path(world, tmp_path / "tree")
+        import_path(world, tmp_path / "tree", TRUST)
         world.send(EVENT, add("a", 10))
         world.run_until_idle()
     assert states(target)["a"] == {"count": 15, "events": 3}
@@ -97,7 +100,7 @@ def _refused(target: Path, path: Path) -> CellFileRefused:
     with World.open(target) as world:
         before = world.journal.seq_next
         with pytest.raises(CellFileRefused) as caught:
-            import_path(world, path)
+            import_path(world, path, TRUST)
         assert world.journal.seq_next == before  # nothing journaled
     return caught.value
 
@@ -120,8 +123,12 @@ def test_a_truncated_file_is_refused(source: Path, tmp_path: Path, keep: int) ->
 
 
 def _reseal(data: bytes, **changes: object) -> bytes:
+    """``data`` changed, with its checksum recomputed: unsigned (format 1), as only the
+    exporting world can sign."""
     obj = cbor.loads(data)
-    obj.update(changes)
+    obj.update(changes, format=1)
+    obj.pop("signer")
+    obj.pop("signature")
     fields = {k: v for k, v in obj.items() if k != "checksum"}
     return cbor.dumps({**fields, "checksum": cbor.digest(cbor.dumps(fields))})
 
@@ -166,7 +173,9 @@ def test_cli_export_and_import_round_trip(source: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["cells", "export", str(source), COUNTER, "c", "-o", str(one)])
     assert result.exit_code == 0, result.output
     World.create(tmp_path / "t", COUNTER_AIR).close()
-    result = runner.invoke(app, ["cells", "import", str(tmp_path / "t"), str(out), "--json"])
+    result = runner.invoke(
+        app, ["cells", "import", str(tmp_path / "t"), str(out), "--json", "--trust"]
+    )
     assert result.exit_code == 0, result.output
     assert states(tmp_path / "t") == states(source)
     one.write_bytes(one.read_bytes()[:-2])
@@ -216,7 +225,7 @@ def test_an_io_error_during_import_imports_all_or_nothing(
         World.create(tmp_path / "counted", COUNTER_AIR) as world,
         fileio.fault_hook(lambda op, path: ops.append((op, path))),
     ):
-        import_path(world, tmp_path / "tree")
+        import_path(world, tmp_path / "tree", TRUST)
     # The last step removes the batch marker of a batch already durable: its failure is not
     # the import's (the marker of a whole batch is harmless), so it imports everything.
     clears_marker = [op == "unlink" and path.endswith(BATCH_NAME) for op, path in ops]
@@ -226,10 +235,10 @@ def test_an_io_error_during_import_imports_all_or_nothing(
         World.create(target, COUNTER_AIR).close()
         with World.open(target) as world, fileio.fault_hook(_failing_at(at, code)):
             if clears_marker[at]:
-                import_path(world, tmp_path / "tree")
+                import_path(world, tmp_path / "tree", TRUST)
             else:
                 with pytest.raises(StorageError):
-                    import_path(world, tmp_path / "tree")
+                    import_path(world, tmp_path / "tree", TRUST)
         if clears_marker[at]:
             assert states(target) == states(source)
         else:

@@ -662,7 +662,8 @@ def test_an_export_of_all_refuses_a_folder_that_is_not_empty_without_force(
     assert _export(template, tree, "--all", "--force").exit_code == 0
     assert not stale.exists()  # the tree's files and index agree again
     World.create(tmp_path / "t", COUNTER_AIR).close()
-    assert runner.invoke(app, ["cells", "import", str(tmp_path / "t"), str(tree)]).exit_code == 0
+    imported = runner.invoke(app, ["cells", "import", str(tmp_path / "t"), str(tree), "--trust"])
+    assert imported.exit_code == 0
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,7 @@ def counter(tmp: Path) -> dict[str, Path]:
     _cli("run", w, "--until-idle")
     _cli("cells", "export", w, COUNTER, "--all", "-o", tmp / "export")
     _cli("init", copy, "--air", COUNTER_AIR)
-    _cli("cells", "import", copy, tmp / "export")
+    _cli("cells", "import", copy, tmp / "export", "--trust")
     _cli("send", copy, EVENT, json.dumps(add("bob", 100)))
     _cli("run", copy, "--until-idle")
     _cli("fork", w, "--at", "12", fork)

@@ -28,6 +28,8 @@ directory's own files, creation, swaps), ``_airfiles`` (AIR from disk), ``_cas``
 (compiled modules on disk), ``_runner`` (the kernel's ``Runner`` over the WASM host),
 ``_fileio`` (the injectable file layer), ``_fsutil`` (atomic writes, batched syncs, the lock),
 ``_views`` (records as people read them), ``_repair`` (check and repair a whole world),
+``_archive`` (a second copy of the sealed journal, and what restoring it needs), ``_watch``
+(work a command repeats in the background: archiving, verifying),
 ``_history_index`` (each cell's records, kept by the writer for time travel),
 ``_face`` (how these faces hand out their names).
 """
@@ -38,14 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from world._airfiles import load_air_path
+    from world._archive import ArchiveReport, archive_world, remembered_archive
     from world._directory import load_world_air
     from world._engine import TICKS_PER_CYCLE_MAX, Engine, LoopReport, Rejected
     from world._reading import CellView
     from world._repair import WorldCheck, WorldRepair, check_world, repair_world
     from world._runner import native_requested
     from world._views import RecordView, cells_page
+    from world._watch import Periodic
     from world._world import SNAPSHOT_DIRTY_MAX, SNAPSHOT_RECORDS_MAX, World
     from world.errors import (
+        ArchiveRefused,
         BuildError,
         CellFileRefused,
         CheckpointAhead,
@@ -81,6 +86,8 @@ __all__ = [
     "SNAPSHOT_DIRTY_MAX",
     "SNAPSHOT_RECORDS_MAX",
     "TICKS_PER_CYCLE_MAX",
+    "ArchiveRefused",
+    "ArchiveReport",
     "BuildError",
     "CellFileRefused",
     "CellView",
@@ -97,6 +104,7 @@ __all__ = [
     "MigrationRefused",
     "NotAWorld",
     "OutputExists",
+    "Periodic",
     "ProtocolError",
     "ReceiptKeyDamaged",
     "ReceiptRefused",
@@ -118,11 +126,13 @@ __all__ = [
     "WorldRepair",
     "WorldStale",
     "WorldUnavailable",
+    "archive_world",
     "cells_page",
     "check_world",
     "load_air_path",
     "load_world_air",
     "native_requested",
+    "remembered_archive",
     "repair_world",
 ]
 
@@ -147,6 +157,8 @@ _WHERE: dict[str, str] = {
                 "TICKS_PER_CYCLE_MAX",
             ),
         ),
+        ("world._archive", ("ArchiveReport", "archive_world", "remembered_archive")),
+        ("world._watch", ("Periodic",)),
         (
             "world._repair",
             (
@@ -169,6 +181,7 @@ _WHERE: dict[str, str] = {
         (
             "world.errors",
             (
+                "ArchiveRefused",
                 "BuildError",
                 "CellFileRefused",
                 "CheckpointAhead",

@@ -25,6 +25,19 @@ against its address. One that is missing, altered, or not a file is an ``ObjectP
 read at all is ``air_problem``. Like a bad signature these are no reason to repair: cutting the
 journal cannot bring them back (a copy of the world, or ``world init`` again, can).
 
+The verify cache (``check_world(cache=True)``, which ``world journal verify`` asks for): the
+sealed segments a verify found good, with their seal's digest and their file's stamp, in
+``<world>/cache/verified.json`` (``world.journal._verified`` gives the rule); a later verify
+takes those whose digest and stamp are unchanged from their seal without reading them, and
+does not check their receipts again (the cache is void under another receipt key). ``full``
+reads them all. The cache is written only after a check whose journal and signatures were good.
+
+Restoring (``repair_world(..., archive)``): before it cuts anything, repair puts back each
+damaged sealed segment (the one holding the first problem, or one whose seal's digest
+disagrees) from the archive (``world._archive.archived_segment``: a copy whose blake3 is the
+seal's, so it is the segment as sealed), backing up the damaged file, verifies again, and
+repeats while that finds another. Only what no good copy mends is cut.
+
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
 last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
@@ -35,24 +48,37 @@ records it cuts are the ones verify named, and they stay readable in the backup
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from air import AirSource, cbor, load_air
 from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import ObjectMissing
 from world import journal as file_journal
+from world._archive import archived_segment
 from world._cas import FileCas
 from world._directory import discard_store, modules_using, read_sources
 from world._fsutil import lock_world
 from world.cellstore import FileCellStore
-from world.effects import BadReceipt, JournalSignatures, KeyProblem
+from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
 from world.errors import NotAWorld, StorageError, StoreDamaged
-from world.journal import FileJournal, RepairReport, VerifyReport
+from world.journal import (
+    FileJournal,
+    RepairReport,
+    RestoredSegment,
+    VerifyReport,
+    load_verified,
+    restore_segment,
+    save_verified,
+    stamp_sealed,
+    trusted_segments,
+)
 
 __all__ = [
+    "VERIFIED_CACHE",
     "ObjectProblem",
     "WorldCheck",
     "WorldRepair",
@@ -61,6 +87,10 @@ __all__ = [
     "checkpoint_seq_next",
     "repair_world",
 ]
+
+
+VERIFIED_CACHE: Final = Path("cache") / "verified.json"
+"""In the world folder: the sealed segments ``journal verify`` checked (``world.journal._verified``)."""
 
 
 @dataclass(frozen=True)
@@ -197,12 +227,22 @@ class WorldCheck:
 
 @dataclass(frozen=True)
 class WorldRepair:
+    """What ``repair_world`` did: the segments it ``restored`` from ``archive`` (and why it
+    could not restore others: ``archive_misses``), then the cut (``journal``: None if nothing
+    was cut), and whether it discarded the checkpoint."""
+
     before: WorldCheck
     journal: RepairReport | None
     checkpoint_discarded: bool
+    restored: tuple[RestoredSegment, ...] = ()
+    archive: str | None = None
+    archive_misses: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        parts = []
+        parts = [restored.describe() for restored in self.restored]
+        parts += [f"not restored: {miss}" for miss in self.archive_misses]
+        if self.restored and self.journal is None:
+            parts.append("nothing was cut")
         if self.journal is not None:
             parts.append(self.journal.describe())
         if self.checkpoint_discarded:
@@ -214,6 +254,9 @@ class WorldRepair:
             "before": self.before.as_json(),
             "repaired": None if self.journal is None else self.journal.as_json(),
             "checkpoint_discarded": self.checkpoint_discarded,
+            "archive": self.archive,
+            "restored": [restored.as_json() for restored in self.restored],
+            "archive_misses": list(self.archive_misses),
         }
 
 
@@ -234,19 +277,38 @@ def checkpoint_seq_next(path: Path) -> int | None:
     return seq
 
 
-def _check(path: Path) -> WorldCheck:
+def _check(path: Path, *, cache: bool = False, full: bool = False) -> WorldCheck:
     if not (path / "journal").is_dir():
         raise NotAWorld(str(path))
-    report = file_journal.verify(path / "journal")
+    journal_dir, context = path / "journal", _cache_context(path) if cache else None
+    entries = {} if context is None or full else load_verified(path / VERIFIED_CACHE, context)
+    stamps = stamp_sealed(journal_dir) if context is not None else {}
+    report = file_journal.verify(journal_dir, trusted=trusted_segments(journal_dir, entries))
     signed = _signatures(path, report)
     found = check_objects(path)
     objects = (found.checked, found.problems, found.air_problem)
     try:
-        return WorldCheck(report, checkpoint_seq_next(path), None, *signed, *objects)
+        check = WorldCheck(report, checkpoint_seq_next(path), None, *signed, *objects)
     except StoreDamaged as damage:
-        return WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed, *objects)
+        check = WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed, *objects)
     except WorldError as exc:  # e.g. a checkpoint.cbor that is not a checkpoint at all
-        return WorldCheck(report, None, str(exc), *signed, *objects)
+        check = WorldCheck(report, None, str(exc), *signed, *objects)
+    if context is not None and report.ok and check.signatures_ok:
+        verified = set(report.segments[:-1]) - set(report.stale_seals)
+        kept = {name: entry for name, entry in stamps.items() if name in verified}
+        with contextlib.suppress(StorageError, OSError):  # a read-only world: it only saves time
+            save_verified(path / VERIFIED_CACHE, context, kept)
+    return check
+
+
+def _cache_context(path: Path) -> str | None:
+    """What the verify cache is valid for: the receipt key's id (receipts in cached segments
+    are not checked again, so another key voids it); None if the key cannot be read."""
+    try:
+        key = ReceiptKey.load(path)
+    except WorldError:
+        return None
+    return "no key" if key is None else f"receipt key {key.key_id.hex()}"
 
 
 def check_objects(path: Path) -> _Objects:
@@ -309,48 +371,112 @@ def _read_object(
     return None, ObjectProblem(address, path, what, reason)
 
 
+def _unchecked_ranges(report: VerifyReport) -> list[tuple[int, int]]:
+    """``(first seq, end seq)`` of the stretches of good records outside the segments the
+    verify cache vouched for (``report.trusted``: their receipts were checked before)."""
+    firsts = [int(name.removesuffix(".log")) for name in report.segments]
+    ends = [*firsts[1:], report.records]
+    ranges: list[tuple[int, int]] = []
+    for name, first, end in zip(report.segments, firsts, ends, strict=True):
+        if name in report.trusted or first >= end:
+            continue
+        if ranges and ranges[-1][1] == first:
+            ranges[-1] = (ranges[-1][0], min(end, report.records))
+        else:
+            ranges.append((first, min(end, report.records)))
+    return ranges
+
+
 def _signatures(
     path: Path, report: VerifyReport
 ) -> tuple[int, BadReceipt | None, KeyProblem | None]:
     """Check the signature of every receipt among the ``report.records`` good records, up to
-    the first that fails: ``(checked, first bad, key problem)``. Nothing in a corrupt journal
-    (repair first). The key is read after the frames were verified, so a writer that made it
-    for a receipt had made it by then."""
+    the first that fails: ``(checked, first bad, key problem)``; not in the segments the verify
+    cache vouched for. Nothing in a corrupt journal (repair first). The key is read after the
+    frames were verified, so a writer that made it for a receipt had made it by then."""
     if not report.ok:
         return 0, None, None
     signatures = JournalSignatures(path)
     with FileJournal(path / "journal", readonly=True) as journal:
-        for record in journal.read(0):
-            if record.seq >= report.records:  # a live writer's later commits
-                break
-            if record.kind == "receipt":
-                bad = signatures.check(record)
-                if bad is not None:
-                    return signatures.checked, bad, signatures.key_problem
+        for first, end in _unchecked_ranges(report):
+            for record in journal.read(first):
+                if record.seq >= end:  # the next range, or a live writer's later commits
+                    break
+                if record.kind == "receipt":
+                    bad = signatures.check(record)
+                    if bad is not None:
+                        return signatures.checked, bad, signatures.key_problem
     return signatures.checked, None, signatures.key_problem
 
 
-def check_world(path: Path) -> WorldCheck:
-    """Verify the journal, the checkpoint's position and the receipts' signatures; writes
-    nothing (shared lock; the key file is only read)."""
+def check_world(path: Path, *, cache: bool = False, full: bool = False) -> WorldCheck:
+    """Verify the journal, the checkpoint's position and the receipts' signatures (shared
+    lock; the key file is only read). Writes nothing unless ``cache``: then the sealed segments
+    the verify cache (``VERIFIED_CACHE``) vouches for are not read again (``full``: all are),
+    and the cache is written afterwards if the check found the journal and signatures good
+    (not at all on a read-only file system)."""
     if not path.is_dir():
         raise NotAWorld(str(path))
     with lock_world(path, "read"):
-        return _check(path)
+        return _check(path, cache=cache, full=full)
 
 
-def repair_world(path: Path, backup_dir: Path) -> WorldRepair:
-    """Cut the journal after its last good record (backup in ``backup_dir``) and discard a
+def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> WorldRepair:
+    """Restore each damaged sealed segment that ``archive`` holds a good copy of (its blake3
+    the seal's; the damaged file backed up in ``backup_dir/restored``), then cut the journal
+    after its last good record if it still needs it (backup in ``backup_dir``) and discard a
     checkpoint that reaches past it or cannot be read. Takes the exclusive lock."""
     if not (path / "journal").is_dir():
         raise NotAWorld(str(path))
     with lock_world(path, "exclusive"):
-        before = _check(path)
+        before = check = _check(path)
+        restored: list[RestoredSegment] = []
+        misses: list[str] = []
+        if archive is not None:
+            check = _restore(path, archive, backup_dir / "restored", check, restored, misses)
         cut = None
-        if not before.journal.clean:
+        if not check.journal.clean:
             cut = file_journal.repair(path / "journal", backup_dir)
         after = _check(path)
         discard = after.checkpoint_ahead or after.checkpoint_damage is not None
         if discard:
             discard_store(path)
-        return WorldRepair(before, cut, discard)
+        shown = None if archive is None else str(archive)
+        return WorldRepair(before, cut, discard, tuple(restored), shown, tuple(misses))
+
+
+def _restorable(report: VerifyReport) -> list[str]:
+    """The sealed segments a copy could mend: the one holding the first problem (unless it is
+    the last segment, which is never sealed) and those whose seal's digest disagrees."""
+    sealed = report.segments[:-1]
+    found = [] if report.problem is None else [report.problem.segment]
+    return [name for name in dict.fromkeys([*found, *report.stale_seals]) if name in sealed]
+
+
+def _restore(
+    path: Path,
+    archive: Path,
+    backup_dir: Path,
+    check: WorldCheck,
+    restored: list[RestoredSegment],
+    misses: list[str],
+) -> WorldCheck:
+    """Restore from ``archive`` each segment ``_restorable`` names, verify again, and go on
+    while that finds more (each segment is tried once); return the last check."""
+    tried: set[str] = set()
+    while names := [name for name in _restorable(check.journal) if name not in tried]:
+        for name in names:
+            tried.add(name)
+            found = archived_segment(path, archive, name)
+            if isinstance(found, str):
+                misses.append(found)
+                continue
+            info, data, seal = found
+            source = str(archive / "journal" / name)
+            restored.append(
+                restore_segment(
+                    path / "journal", info, data, seal, source=source, backup_dir=backup_dir
+                )
+            )
+        check = _check(path)
+    return check

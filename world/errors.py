@@ -26,6 +26,7 @@ from air.errors import UsageError as _UsageError
 from air.errors import WorldError
 
 __all__ = [
+    "ArchiveRefused",
     "BuildError",
     "CellFileRefused",
     "CheckpointAhead",
@@ -48,6 +49,7 @@ __all__ = [
     "ServeError",
     "ServedError",
     "ServerBusy",
+    "SignatureReason",
     "SocketNotTrusted",
     "StorageError",
     "StoreDamaged",
@@ -195,14 +197,41 @@ class ReceiptRefused(Refused):
         super().__init__(f"receipt for intent {intent_hash} refused: {reason}")
 
 
+SignatureReason = Literal["unsigned", "foreign_signer", "bad_signature"]
+"""Why an exported cell's signature is refused (``world.moves._cellfiles``)."""
+
+_SIGNATURE_HINTS: dict[str, str] = {
+    "unsigned": "the file carries no signature; give --trust to import it anyway",
+    "foreign_signer": "signed by another world's key {signer}; give --trust-key {signer} to "
+    "accept that world's files (or --trust for any valid signature)",
+    "bad_signature": "the signature does not verify: the file was changed after it was "
+    "signed, or does not name the key that signed it; no trust option imports it",
+}
+
+
 class CellFileRefused(Refused):
     """An exported cell at ``path`` cannot be imported: ``reason`` says why (altered,
-    truncated, another module, a state that does not fit the target's schema...)."""
+    truncated, another module, a state that does not fit the target's schema...). A refused
+    signature has one of the ``SignatureReason`` codes as ``reason``, and ``signer`` is the
+    key the file names (hex; None if it names none)."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, signer: str | None = None) -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"{path}: {reason}")
+        self.signer = signer
+        hint = _SIGNATURE_HINTS.get(reason)
+        shown = reason if hint is None else f"{reason}: {hint.format(signer=signer)}"
+        super().__init__(f"{path}: {shown}")
+
+
+class ArchiveRefused(Refused):
+    """The archive at ``archive`` is not this world's (or not an archive at all): ``reason``
+    says what differs. Nothing was copied into it (``world._archive``)."""
+
+    def __init__(self, archive: str, reason: str) -> None:
+        self.archive = archive
+        self.reason = reason
+        super().__init__(f"archive {archive} refused: {reason}")
 
 
 class MigrationRefused(Refused):

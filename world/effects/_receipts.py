@@ -144,6 +144,12 @@ class ReceiptKey:
         atomic_write(key_dir / KEY_FILE, key)
         return cls(key)
 
+    def derive(self, context: str) -> bytes:
+        """32 bytes for another use of this world's secret (blake3's key derivation with
+        ``context``, as ``key_id`` is made): each use its own key, none revealing this one.
+        ``world.moves._cellfiles`` seeds the world's export signing key with it."""
+        return blake3.blake3(self._key, derive_key_context=context).digest()
+
     def sign(self, receipt: Receipt) -> bytes:
         return self._sign(signed_bytes(receipt))
 

@@ -21,7 +21,8 @@ Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``veri
 ``repair``), ``_segments`` (the frame format, the scan of one segment, the torn-tail rule),
 ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo; preparing
 the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair`` (the
-reports, the cut, ``salvage``). Each module's docstring gives
+reports, the cut, ``salvage``, restoring a sealed segment from a copy), ``_verified`` (the
+verify cache: sealed segments verified before and unchanged since). Each module's docstring gives
 its formats and rules in full.
 """
 
@@ -48,6 +49,17 @@ if TYPE_CHECKING:
         segment_name,
         verify,
     )
+    from world.journal._repair import RestoredSegment, restore_segment
+    from world.journal._seals import SealInfo, digest_bytes, read_seal_info
+    from world.journal._segments import list_segments, read_genesis
+    from world.journal._verified import (
+        FileStamp,
+        VerifiedEntry,
+        load_verified,
+        save_verified,
+        stamp_sealed,
+        trusted_segments,
+    )
 
 __all__ = [
     "FRAME_HEADER_BYTES",
@@ -58,13 +70,26 @@ __all__ = [
     "SEGMENT_VERSION",
     "TORN_REASONS",
     "FileJournal",
+    "FileStamp",
     "RepairReport",
+    "RestoredSegment",
+    "SealInfo",
     "TornTail",
+    "VerifiedEntry",
     "VerifyReport",
+    "digest_bytes",
+    "list_segments",
+    "load_verified",
+    "read_genesis",
+    "read_seal_info",
     "repair",
+    "restore_segment",
     "salvage",
+    "save_verified",
     "seal_name",
     "segment_name",
+    "stamp_sealed",
+    "trusted_segments",
     "verify",
 ]
 
@@ -90,6 +115,20 @@ _WHERE: dict[str, str] = {
                 "FRAME_HEADER_BYTES",
                 "SEAL_SUFFIX",
                 "TORN_REASONS",
+            ),
+        ),
+        ("world.journal._repair", ("RestoredSegment", "restore_segment")),
+        ("world.journal._seals", ("SealInfo", "digest_bytes", "read_seal_info")),
+        ("world.journal._segments", ("list_segments", "read_genesis")),
+        (
+            "world.journal._verified",
+            (
+                "FileStamp",
+                "VerifiedEntry",
+                "load_verified",
+                "save_verified",
+                "stamp_sealed",
+                "trusted_segments",
             ),
         ),
     )

@@ -40,7 +40,9 @@ What each path checks:
             ``JournalCorrupt(segment, offset, seq, reason)``, by the first read that reaches it.
     verify  every frame of every segment, strictly, and the blake3 of every seal against its
             file (a seal that disagrees is reported as stale; ``repair`` removes it, and the
-            next writable open scans and seals that segment again).
+            next writable open scans and seals that segment again). Given ``trusted`` (the
+            verify cache's segments: verified before, unchanged since), those are taken from
+            their seal as opening takes them.
 
 So opening costs the last segment and a few small reads per earlier one, not the journal's size.
 Comparing every seal's blake3 at every open was rejected (``world.journal._seals``). The last segment
@@ -52,15 +54,16 @@ tail at the end is read as the end (a live writer's commit in flight), not as da
 ``refresh()`` takes in what a writer committed since: it rescans only the last segment it knew,
 from where it stopped, and any new segments. A reader sees a batch once it is written, before it
 is synced; if the writer then rolls it back, the reader's next ``refresh`` finds the segment
-shorter and rescans. Not here: locking (the world directory layer holds it), archiving old
-segments, or deciding what the kernel journals.
+shorter and rescans. Not here: locking (the world directory layer holds it), archiving
+sealed segments and restoring them (``world._archive``, ``world._repair``), the verify cache
+(``world.journal._verified``, used by ``world._repair``), or deciding what the kernel journals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -166,14 +169,21 @@ def _resume(
 
 
 def _scan_journal(
-    directory: Path, *, strict: bool, trust_seals: bool, known: Sequence[_Segment] = ()
+    directory: Path,
+    *,
+    strict: bool,
+    trust_seals: bool,
+    known: Sequence[_Segment] = (),
+    trusted: Collection[str] = (),
 ) -> _Scan:
     """Check every segment in order, stopping at the first problem.
 
     With ``trust_seals``, an earlier segment whose seal agrees with its file (``trusted_seal``:
     a few small reads) is taken from the seal instead of being scanned; the last segment is
     always scanned. With ``known``, the segments of an earlier scan that are still there are
-    taken as they were, and the last of them is scanned from where that scan stopped.
+    taken as they were, and the last of them is scanned from where that scan stopped. The
+    segments named in ``trusted`` are taken from their seal as with ``trust_seals`` (``verify``
+    with its cache: segments verified before and unchanged since).
     """
     listed, scan = list_segments(directory), _Scan()
     start = _resume(directory, scan, listed, known, strict) if known else 0
@@ -185,9 +195,11 @@ def _scan_journal(
             scan.problem = JournalProblem(name, 0, scan.seq_next, "segment_gap", detail)
             break
         is_last = position == len(listed) - 1
-        sealed = trusted_seal(directory, name, first_seq) if trust_seals and not is_last else None
+        by_seal = (trust_seals or name in trusted) and not is_last
+        sealed = trusted_seal(directory, name, first_seq) if by_seal else None
         if sealed is not None:
             scan.segments.append(sealed)
+            scan.from_seals.append(name)
             continue
         _scan_segment(scan, name, read_file(directory / name), first_seq, is_last, strict)
         if scan.problem is None and not is_last:
@@ -495,19 +507,24 @@ class FileJournal:
 # --- verify and repair -----------------------------------------------------------------------
 
 
-def verify(directory: str | os.PathLike[str]) -> VerifyReport:
+def verify(directory: str | os.PathLike[str], *, trusted: Collection[str] = ()) -> VerifyReport:
     """Check every frame of the journal in ``directory`` strictly; change nothing (no operation
-    through ``world._fileio``)."""
+    through ``world._fileio``). The earlier segments named in ``trusted`` (which the caller
+    verified before and knows unchanged since: ``world.journal._verified``) are taken from
+    their seal if it agrees with the file (``trusted_seal``), their frames and digest not read
+    again; ``VerifyReport.trusted`` names them."""
     path = Path(directory)
     if not path.is_dir():
         raise UsageError(f"no journal directory at {path}")
-    scan = _scan_journal(path, strict=True, trust_seals=False)
+    scan = _scan_journal(path, strict=True, trust_seals=False, trusted=trusted)
     records = scan.seq_next
     names = tuple(name for _, name in list_segments(path))
     last_good = records - 1 if records else None
     whole = scan.segments if scan.problem is None else scan.segments[:-1]
-    stale = tuple(seg.name for seg in whole if stale_seal(path, seg.name, seg.first_seq))
-    return VerifyReport(names, records, last_good, scan.problem, scan.torn, stale)
+    taken = tuple(scan.from_seals)
+    checked = [seg for seg in whole if seg.name not in taken]
+    stale = tuple(seg.name for seg in checked if stale_seal(path, seg.name, seg.first_seq))
+    return VerifyReport(names, records, last_good, scan.problem, scan.torn, stale, taken)
 
 
 def repair(directory: str | os.PathLike[str], backup_dir: str | os.PathLike[str]) -> RepairReport:

@@ -15,6 +15,12 @@ before the segments themselves, so that no seal outlives the bytes it describes.
 operation goes through ``world._fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
 deciding whether to repair (``world journal verify --repair`` asks), or checking frames
 (``world.journal._segments``).
+
+Restoring (``restore_segment``) is the repair that loses nothing: a damaged *sealed* segment is
+replaced by a copy (from an archive: ``world._archive``) whose bytes have the blake3 its seal
+holds, so the copy is the segment as it was sealed, byte for byte. The damaged file is backed
+up first, like a cut segment; the copy goes in through a synced temp file and a rename. Where
+no such copy exists the journal is cut as above.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from kernel.journal import JournalRecord, decode_record_fast
 from world import _fileio as fileio
 from world._fsutil import mkdir_durable
 from world.errors import storage_errors
+from world.journal._seals import SealInfo, digest_bytes
 from world.journal._segments import (
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
@@ -43,6 +50,7 @@ from world.journal._segments import (
     seal_name,
     truncate,
     unlink,
+    write_temp,
 )
 
 _FRAME_HEAD: Final = struct.Struct("<III")
@@ -61,6 +69,7 @@ class VerifyReport:
     problem: JournalProblem | None
     torn_tail: TornTail | None
     stale_seals: tuple[str, ...] = ()  # segments whose frames check but whose seal disagrees
+    trusted: tuple[str, ...] = ()  # sealed segments taken from the verify cache, not read
 
     @property
     def ok(self) -> bool:
@@ -92,7 +101,13 @@ class VerifyReport:
                 f"journal ok but {len(self.stale_seals)} seal(s) disagree with their segment "
                 f"({', '.join(self.stale_seals)}): repair removes them; {where}"
             )
-        return f"journal ok: {self.records} record(s) in {len(self.segments)} segment(s)"
+        cached = (
+            f" ({len(self.trusted)} sealed segment(s) verified before and unchanged since, not "
+            "read again; --full reads them)"
+            if self.trusted
+            else ""
+        )
+        return f"journal ok: {self.records} record(s) in {len(self.segments)} segment(s){cached}"
 
     def as_json(self) -> dict[str, Any]:
         """``{ok, clean, records, seq_last_good, segments: [name], problem: finding | null,
@@ -108,6 +123,7 @@ class VerifyReport:
             "torn_tail": None if self.torn_tail is None else self.torn_tail.as_json(),
             "findings": [finding.as_json() for finding in self.findings],
             "stale_seals": list(self.stale_seals),
+            "segments_cached": list(self.trusted),
         }
 
 
@@ -358,4 +374,81 @@ def _drop_stale_seals(path: Path, backup_path: Path, before: VerifyReport) -> Re
         before.records,
         before,
         backup_dir=str(backup_path),
+    )
+
+
+# --- restoring -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredSegment:
+    """A damaged sealed segment put back from a copy whose blake3 is its seal's: ``records``
+    records from seq ``seq_first``, read from ``source``; the damaged file (and the seal, when
+    the copy's seal replaced it) kept in ``backup_files``. Nothing was cut."""
+
+    segment: str
+    seq_first: int
+    records: int
+    source: str
+    backup_files: tuple[str, ...]
+    seal_restored: bool
+
+    def describe(self) -> str:
+        last = self.seq_first + self.records - 1
+        seal = " and its seal" if self.seal_restored else ""
+        return (
+            f"restored {self.segment}{seal} ({self.records} record(s), seq "
+            f"{self.seq_first}..{last}) from {self.source}, whose blake3 is the seal's; "
+            f"the damaged file is in {', '.join(self.backup_files)}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """``{segment, seq_first, records, source, backup_files: [path], seal_restored}``."""
+        return {
+            "segment": self.segment,
+            "seq_first": self.seq_first,
+            "records": self.records,
+            "source": self.source,
+            "backup_files": list(self.backup_files),
+            "seal_restored": self.seal_restored,
+        }
+
+
+def restore_segment(
+    directory: str | os.PathLike[str],
+    info: SealInfo,
+    data: bytes,
+    seal: bytes | None,
+    *,
+    source: str,
+    backup_dir: str | os.PathLike[str],
+) -> RestoredSegment:
+    """Put ``data`` (a copy of the sealed segment ``info`` describes, whose blake3 the caller
+    compared with ``info.blake3``) in place of the damaged segment in ``directory``, and
+    ``seal`` (when given: the world's seal was missing or damaged) in place of its seal.
+
+    The damaged files are copied to ``backup_dir`` and synced first; then each new file is
+    written to a temp file, fsynced and renamed over the old one, and the directory fsynced:
+    a crash leaves the damaged file or the good copy, never a mix."""
+    if digest_bytes(data) != info.blake3 or len(data) != info.size_bytes:
+        raise UsageError(f"the copy of {info.name} from {source} does not match its seal")
+    path, backup_path = Path(directory), Path(backup_dir)
+    names = [info.name] + ([seal_name(info.name)] if seal is not None else [])
+    with storage_errors("mkdir", backup_path):
+        mkdir_durable(backup_path)
+    backups = [_backup(path / name, backup_path) for name in names if (path / name).exists()]
+    fsync_dir(backup_path)
+    for name, content in zip(names, (data, seal), strict=False):
+        assert content is not None
+        temp = write_temp(path, name, content)
+        with storage_errors("replace", path / name):
+            fileio.replace(temp, path / name)
+    fsync_dir(path)
+    return RestoredSegment(
+        info.name,
+        info.first_seq,
+        info.record_count,
+        source,
+        tuple(str(file) for file in backups),
+        seal is not None,
     )

@@ -25,7 +25,8 @@ so that bit rot in an old sealed segment was noticed by ``world info``, ``send``
 It read the whole journal at every open: at 1,000,000 events (~400 MB in 6 sealed segments) the
 digests alone took 0.31 s, against issue 9's 0.4 s for a whole ``send``, and they grow with the
 journal. Damage in a segment no command reads is found by ``world journal verify`` and by the
-first replay or time-travel read that reaches it.
+first replay or time-travel read that reaches it; ``--repair`` then puts back the archive's
+copy whose blake3 is the seal's (``world._archive``), and cuts only where there is none.
 
 Private to ``world.journal._file``; split from ``world.journal._segments``, which it builds on (the segment
 record, the frame and header checks).
@@ -38,6 +39,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -62,7 +64,15 @@ from world.journal._segments import (
     write_temp,
 )
 
-__all__ = ["seal_bytes", "seal_scanned", "stale_seal", "trusted_seal"]
+__all__ = [
+    "SealInfo",
+    "digest_bytes",
+    "read_seal_info",
+    "seal_bytes",
+    "seal_scanned",
+    "stale_seal",
+    "trusted_seal",
+]
 
 _SEAL_FORMAT: Final = 2
 _SEAL_KEYS: Final = frozenset(
@@ -144,6 +154,37 @@ def _read_seal(directory: Path, name: str, first_seq: int) -> tuple[_Segment, by
     except (OSError, JournalCorrupt):  # not a regular file: as a damaged seal, the segment is
         return None  # scanned (and a writable open writes a new seal over it)
     return _decode_seal(data, name, first_seq) if len(data) <= _SEAL_BYTES_MAX else None
+
+
+@dataclass(frozen=True, slots=True)
+class SealInfo:
+    """What a seal that decodes strictly says of its segment: its first seq, record count,
+    size and blake3 (for the archive and the verify cache, which compare digests)."""
+
+    name: str
+    first_seq: int
+    record_count: int
+    size_bytes: int
+    blake3: bytes
+
+
+def read_seal_info(directory: Path, name: str) -> SealInfo | None:
+    """What ``name``'s seal in ``directory`` says (``name`` is a segment file name); None if
+    there is no seal or it does not decode strictly."""
+    try:
+        first_seq = int(name.removesuffix(".log"))
+    except ValueError:
+        return None
+    sealed = _read_seal(directory, name, first_seq)
+    if sealed is None:
+        return None
+    segment, digest = sealed
+    return SealInfo(name, first_seq, segment.count, segment.size, digest)
+
+
+def digest_bytes(data: bytes) -> bytes:
+    """The blake3 a seal would hold for a segment of these bytes (one thread: ``_digest``)."""
+    return blake3.blake3(data).digest()
 
 
 def trusted_seal(directory: Path, name: str, first_seq: int) -> _Segment | None:

@@ -190,6 +190,7 @@ class _Scan:
     problem: JournalProblem | None = None
     torn: TornTail | None = None
     unsealed: list[_Segment] = field(default_factory=list)  # earlier segments scanned, not sealed
+    from_seals: list[str] = field(default_factory=list)  # earlier segments taken from their seal
 
     @property
     def seq_next(self) -> int:
@@ -475,3 +476,20 @@ def read_segment(
                 yield decode_at(payload, segment.name, offset, seq, strict)
             offset += FRAME_HEADER_BYTES + len(payload)
             seq += 1
+
+
+def read_genesis(directory: Path) -> JournalRecord | None:
+    """Record 0 of the journal in ``directory``, read from its first segment with every check
+    a read makes; None if there is no segment starting at seq 0. ``JournalCorrupt`` if it is
+    damaged. (What names a world: ``world._archive``.)"""
+    listed = list_segments(directory)
+    if not listed or listed[0][0] != 0:
+        return None
+    name = listed[0][1]
+    path = directory / name
+    with storage_errors("read", path), open_file(path) as file:
+        problem = _check_segment_header(name, file.read(SEGMENT_HEADER_BYTES), 0)
+        if problem is not None:
+            raise problem.error()
+        payload = _read_payload(file, name, SEGMENT_HEADER_BYTES, 0)
+    return decode_at(payload, name, SEGMENT_HEADER_BYTES, 0, strict=True)

@@ -4,13 +4,15 @@ and the migration of a v1 reducer (one map in its state) to one cell per key.
 Invariants:
 - Every cell that comes in is journaled (``cell.imported``) and applied the same way live and
   on replay, so a world that imported cells replays exactly.
-- Everything is verified before anything is journaled (checksums, the target's schemas and
-  module); then all cells go in one commit.
+- Everything is verified before anything is journaled (checksums, signatures and whether the
+  import trusts their signers, the target's schemas and module); then all cells go in one
+  commit.
 - A migration builds the new world beside the old one, checks that it replays exactly, and
   swaps it in by renames (``world._directory.swap_in``); the old world is kept whole as a
   backup. A kill at any point leaves the old world or the new one.
 
-Parts: ``_cellfiles`` (export and import of cell files), ``_migrate`` (the migration).
+Parts: ``_cellfiles`` (export and import of cell files), ``_signing`` (who signed a cell
+file and whom an import trusts), ``_migrate`` (the migration).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ if TYPE_CHECKING:
         read_tree,
     )
     from world.moves._migrate import MigrationPlan, migrate_cells, plan_migration
+    from world.moves._signing import ExportKey, Trust, world_signer
 
 __all__ = [
     "CELL_FILE_BYTES_MAX",
     "EXPORT_FORMAT",
     "CellFile",
+    "ExportKey",
     "MigrationPlan",
+    "Trust",
     "check_export_target",
     "export_all",
     "export_cell",
@@ -48,6 +53,7 @@ __all__ = [
     "plan_migration",
     "read_cell_file",
     "read_tree",
+    "world_signer",
 ]
 
 _WHERE: dict[str, str] = {
@@ -69,6 +75,7 @@ _WHERE: dict[str, str] = {
                 "read_tree",
             ),
         ),
+        ("world.moves._signing", ("ExportKey", "Trust", "world_signer")),
         (
             "world.moves._migrate",
             (

@@ -1,28 +1,43 @@
 """Exporting cells to self-describing files and importing them back (``world cells export``,
 ``world cells import``; SPEC §7).
 
-One exported cell is one canonical CBOR map (``format`` 1)::
+One exported cell is one canonical CBOR map (``format`` 2)::
 
-    {format: 1, reducer, module_hash, key, state, state_hash, manifest_hash, journal_seq,
-     checksum}
+    {format: 2, reducer, module_hash, key, state, state_hash, manifest_hash, journal_seq,
+     signer, checksum, signature}
 
 ``module_hash``, ``state_hash``, ``manifest_hash`` (the manifest the cell pinned, from its index
 entry) and ``checksum`` are raw 32-byte hashes; ``key`` and ``state`` are canonical CBOR bytes
 (a non-keyed reducer's state is exported under ``NULL_KEY_CBOR``); ``journal_seq`` is the seq
 of the last journal record the exported state reflects. ``checksum`` is blake3 over the
-canonical CBOR of the map without it, so one altered byte anywhere, or a truncated file, is
-refused before anything else is looked at. A folder export is the seed's tree::
+canonical CBOR of the map without it and ``signature``, so one altered byte anywhere, or a
+truncated file, is refused before anything else is looked at.
+
+Signed. ``signer`` is the exporting world's public key and ``signature`` its Ed25519
+signature (``_signing.ExportKey``) over the canonical CBOR of the map without ``signature``:
+every other field, ``checksum`` and ``signer`` included. The reader verifies it against the key
+the file names: a file edited and re-checksummed, a signature or signer swapped, cut short or of
+the wrong type is ``bad_signature``. A file without ``signature`` (``format`` 1, the format
+before signing, still read; or a signature stripped) is unsigned. Whether a verified signer, or
+none, is taken is the importer's ``Trust`` (``unsigned``, ``foreign_signer``). A world without a
+key file (made before worlds had one) exports ``format`` 1.
+
+A folder export is the seed's tree::
 
     FOLDER/state/reducers/<module_hash>/cells/<key_hash>.cbor   one file as above per cell
     FOLDER/state/reducers/<module_hash>/index.cbor              {key_hash: {key, last_active, size}}
 
 Import checks, per cell and before journaling anything: the checksum, the state hash, the
-file name against the key (tree), the index against the files (tree), the module hash against
-the target world's reducer of that name, and the key and state against the target's schemas
-(``kernel._moves.check_cell``). Any failure is ``CellFileRefused(path, reason)`` and nothing
-is journaled. Then one ``cell.imported`` record per cell goes through the writer in one commit
+signature and then its signer against the trust, the file name against the key (tree), the
+index against the files (tree), the module hash against the target world's reducer of that
+name, and the key and state against the target's schemas (``kernel._moves.check_cell``). Any
+failure is ``CellFileRefused(path, reason)`` and nothing is journaled: one refused file of a
+tree refuses the whole tree. Then one ``cell.imported`` record per cell goes through the writer in one commit
 and is applied as it is appended, exactly as replay applies it: replay from genesis reproduces
 the imported world.
+
+The index is not signed: an import takes nothing from it (``last_active`` and ``size`` are
+checked against the files or not used; the cells' keys and states come from the signed files).
 
 Not here: the pinned manifest of an imported cell is the importing world's (the file's
 ``manifest_hash`` is informative: the cell was made under that manifest elsewhere).
@@ -59,6 +74,14 @@ from world.errors import (
     storage_error,
     storage_errors,
 )
+from world.moves._signing import (
+    PUBLIC_KEY_BYTES,
+    SIGNATURE_BYTES,
+    ExportKey,
+    Trust,
+    signature_holds,
+    world_signer,
+)
 
 __all__ = [
     "CELL_FILE_BYTES_MAX",
@@ -74,10 +97,12 @@ __all__ = [
     "read_tree",
 ]
 
-EXPORT_FORMAT: Final = 1
+EXPORT_FORMAT: Final = 2
+UNSIGNED_FORMAT: Final = 1
+"""The format before exports were signed: still read, as ``unsigned``."""
 CELL_FILE_BYTES_MAX: Final = 1 << 30
 """The largest exported cell file an import reads (a cell's state and a few hashes)."""
-_FIELDS: Final = frozenset(
+_UNSIGNED_FIELDS: Final = frozenset(
     (
         "format",
         "reducer",
@@ -90,12 +115,15 @@ _FIELDS: Final = frozenset(
         "checksum",
     )
 )
+_SIGNED_FIELDS: Final = _UNSIGNED_FIELDS | {"signer"}
+"""Format 2's fields, and ``signature``: without it the file is read as unsigned."""
 _INDEX_FIELDS: Final = frozenset(("key", "last_active", "size"))
 
 
 @dataclass(frozen=True)
 class CellFile:
-    """One exported cell, as read and verified (``last_active`` comes from a tree's index)."""
+    """One exported cell, as read and verified (``last_active`` comes from a tree's index).
+    ``signer`` is the public key whose signature was verified; None for an unsigned file."""
 
     reducer: str
     module_hash: bytes
@@ -103,10 +131,14 @@ class CellFile:
     state_cbor: bytes
     manifest_hash: bytes
     journal_seq: int
+    signer: bytes | None = None
 
-    def to_bytes(self) -> bytes:
-        fields = {
-            "format": EXPORT_FORMAT,
+    def to_bytes(self, key: ExportKey | None = None) -> bytes:
+        """The file, signed with ``key`` (``format`` 2); without one, the unsigned ``format``
+        1 (``signer`` is not written: a file names the key that signs it, not one it was read
+        with)."""
+        fields: dict[str, Any] = {
+            "format": UNSIGNED_FORMAT if key is None else EXPORT_FORMAT,
             "reducer": self.reducer,
             "module_hash": self.module_hash,
             "key": self.key_cbor,
@@ -115,7 +147,12 @@ class CellFile:
             "manifest_hash": self.manifest_hash,
             "journal_seq": self.journal_seq,
         }
-        return cbor.dumps({**fields, "checksum": cbor.digest(cbor.dumps(fields))})
+        if key is not None:
+            fields["signer"] = key.public
+        fields["checksum"] = cbor.digest(cbor.dumps(fields))
+        if key is None:
+            return cbor.dumps(fields)
+        return cbor.dumps({**fields, "signature": key.sign(cbor.dumps(fields))})
 
 
 # --- export ---------------------------------------------------------------------------------
@@ -185,9 +222,10 @@ def export_cell(
     cells = _cell_files(world, reducer, key_cbor)
     if not cells:
         raise InvalidArgument("key", key, f"{reducer} has no cell for it")
+    key_export = ExportKey.of_world(world.path)
     with storage_errors("export"):
         mkdir_durable(Path(out).parent)
-        atomic_write(out, cells[0].to_bytes())
+        atomic_write(out, cells[0].to_bytes(key_export))
     return cells[0]
 
 
@@ -203,12 +241,13 @@ def export_all(world: World, reducer: str, folder: Path, *, force: bool = False)
     entries = dict(world.store.iter_entries(module_hex))
     cells = _cell_files(world, reducer, None)
     base = folder / "state" / "reducers" / module_hex
+    key_export = ExportKey.of_world(world.path)
     with storage_errors("export"):
         mkdir_durable(base / "cells")
         index = {}
         for cell in cells:
             khash = key_hash(cell.key_cbor)
-            atomic_write(base / "cells" / f"{khash.hex()}.cbor", cell.to_bytes())
+            atomic_write(base / "cells" / f"{khash.hex()}.cbor", cell.to_bytes(key_export))
             entry = entries[khash]
             index[khash] = {
                 "key": cell.key_cbor,
@@ -239,18 +278,24 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def read_cell_file(path: Path, data: bytes | None = None) -> CellFile:
-    """Decode and verify one exported cell (format, fields, checksum, state hash)."""
+    """Decode and verify one exported cell (format, fields, checksum, state hash, and the
+    signature against the key the file names: ``bad_signature`` if it does not hold). Whose
+    signature it is, and whether that is trusted, is the importer's question (``Trust``)."""
     data = _read_bytes(path) if data is None else data
     where = str(path)
     try:
         obj = cbor.loads(data)
     except CborError as exc:
         raise CellFileRefused(where, f"not canonical CBOR (altered or truncated): {exc}") from exc
-    if not isinstance(obj, dict) or obj.keys() != _FIELDS:
+    if not isinstance(obj, dict) or "format" not in obj:
         raise CellFileRefused(where, "not an exported cell (wrong fields)")
-    if obj["format"] != EXPORT_FORMAT:
+    expected = {EXPORT_FORMAT: _SIGNED_FIELDS, UNSIGNED_FORMAT: _UNSIGNED_FIELDS}
+    fields_of = expected.get(obj["format"]) if type(obj["format"]) is int else None
+    if fields_of is None:
         raise CellFileRefused(where, f"export format {obj['format']!r}, not {EXPORT_FORMAT}")
-    fields = {k: v for k, v in obj.items() if k != "checksum"}
+    if obj.keys() - {"signature"} != fields_of:
+        raise CellFileRefused(where, "not an exported cell (wrong fields)")
+    fields = {k: v for k, v in obj.items() if k not in ("checksum", "signature")}
     if cbor.digest(cbor.dumps(fields)) != obj["checksum"]:
         raise CellFileRefused(where, "checksum mismatch: the file was altered")
     typed = (
@@ -270,7 +315,26 @@ def read_cell_file(path: Path, data: bytes | None = None) -> CellFile:
         obj["state"],
         obj["manifest_hash"],
         obj["journal_seq"],
+        _verified_signer(where, obj),
     )
+
+
+def _verified_signer(where: str, obj: dict[str, Any]) -> bytes | None:
+    """The key whose signature ``obj`` carries, verified; None if it carries none."""
+    if "signature" not in obj:
+        return None
+    signer, signature = obj.get("signer"), obj["signature"]
+    named = signer.hex() if isinstance(signer, bytes) else None
+    covered = cbor.dumps({k: v for k, v in obj.items() if k != "signature"})
+    if not (
+        isinstance(signer, bytes)
+        and len(signer) == PUBLIC_KEY_BYTES
+        and isinstance(signature, bytes)
+        and len(signature) == SIGNATURE_BYTES
+        and signature_holds(signer, signature, covered)
+    ):
+        raise CellFileRefused(where, "bad_signature", named)
+    return signer
 
 
 def read_tree(folder: Path) -> list[tuple[Path, CellFile]]:
@@ -362,10 +426,16 @@ def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]
     return seqs
 
 
-def import_path(world: World, path: Path) -> int:
+def import_path(world: World, path: Path, trust: Trust | None = None) -> int:
     """Import one exported file or a tree into ``world``; return how many cells were imported.
-    Everything is verified first; then all cells are journaled in one commit."""
+    Everything is verified first, every file's signer included (``Trust``; by default only
+    ``world``'s own signature is taken): one refused file refuses the whole import. Then all
+    cells are journaled in one commit."""
+    trust = Trust() if trust is None else trust
     found = read_tree(path) if path.is_dir() else [(path, read_cell_file(path))]
+    own = world_signer(world.path)
+    for p, cell in found:
+        trust.check(p, cell.signer, own)
     cells = [(cell.reducer, _target_key(world, p, cell), cell.state_cbor) for p, cell in found]
     journal_cells(world, cells)
     return len(cells)

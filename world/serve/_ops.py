@@ -8,6 +8,7 @@
     cells_ls      reducer, limit, after?                      {reducer, count, cells, next_after?}
     cells_show    reducer, key, at?                           {state, state_cbor, at?, through?}
     cells_export  reducer, out, all, key?                     {cells, notices}
+    cells_import  path, trust?, trust_keys?                   {cells}
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
 
@@ -39,6 +40,9 @@ never the server's ``World``, and answers when it finishes. Rejected: running th
 on the server's world between turns: the world moves on between slices, so an export would mix
 states of several journal positions, while a read-only handle stays at one. ``cells_export``
 writes where ``out`` (an absolute path) says, as the socket's owner: the socket is 0600.
+``cells_import`` is the other way: it journals, so it runs on the loop with the server's
+``World`` (the writer), reading ``path`` (absolute) and taking what ``trust`` (``--trust``) and
+``trust_keys`` (``--trust-key``, hex) say, as ``world.moves.import_path`` does.
 
 Checkpoints. The ops on the loop read the server's own ``World``, the writer, whose checkpoints
 cannot move under it. The deferred ones read beside it, and the server may checkpoint while they
@@ -119,6 +123,7 @@ class Ops:
             "cells_ls": self.cells_ls,
             "cells_show": self.cells_show,
             "cells_export": self.cells_export,
+            "cells_import": self.cells_import,
             "journal_tail": self.journal_tail,
             "cells_tail": self.cells_tail,
         }
@@ -205,6 +210,19 @@ class Ops:
         self.catch_up()
         path = self.world.path
         return Deferred(lambda: _export(path, reducer, key, out, force))
+
+    def cells_import(self, args: dict[str, Any]) -> Any:
+        from world.moves import Trust, import_path
+
+        path = Path(arg(args, "path", str))
+        keys_hex = args.get("trust_keys") or []
+        if not isinstance(keys_hex, list) or not all(isinstance(k, str) for k in keys_hex):
+            raise InvalidArgument("trust_keys", repr(keys_hex), "must be a list of hex keys")
+        trust = Trust.of(any_signer=args.get("trust") is True, keys_hex=keys_hex)
+        if not path.is_absolute():
+            raise InvalidArgument("path", str(path), "must be an absolute path")
+        self.catch_up()
+        return {"cells": import_path(self.world, path, trust)}
 
     # --- pages of the journal -----------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+"""The ``world`` typer app: registers each command module's commands, and ``run`` runs it.
+
+Loaded by ``cli.main.main`` (the console entry point) once its start-up guard is in place; tests
+drive ``app`` through ``typer.testing.CliRunner`` (``cli.main.app`` is this same object)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+# The command modules import the world, kernel and AIR modules (wasmtime, pydantic, httpx)
+# inside their commands, so that `world --help` and each command load only what they use
+# (issue 9): keep it so, a module-level import of them here or there costs ~0.4 s everywhere.
+from cli import (
+    archive,
+    cells,
+    core,
+    demo,
+    effects,
+    examples,
+    history,
+    journal,
+    moves,
+    reducer,
+    replay,
+    serve,
+    validate,
+)
+from cli.common import EXIT_INTERRUPTED, console, err_console
+
+__all__ = ["INTERRUPTED_LINE", "app", "run"]
+
+INTERRUPTED_LINE = "interrupted; nothing acknowledged was lost"
+"""What a Ctrl-C the app did not expect prints: what a world acknowledged is durable, and a
+command that changes one defers the signal to a boundary (``cli.common.signals_deferred``)."""
+
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors (an unknown option, an int it cannot parse) become one line on
+    stderr and exit 1, like every other error of this CLI (SPEC §8), instead of a usage box
+    and exit 2. Help (``world`` alone, ``--help``) is unchanged. Click's exception classes are
+    matched by shape (``format_message`` and ``exit_code``), not imported: typer vendors click
+    in some versions and depends on it in others."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        call = (args, prog_name, complete_var, False, windows_expand_args)
+        if not standalone_mode:
+            return super().main(*call, **extra)
+        try:
+            code = super().main(*call, **extra)
+        except typer.Abort:
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            # Click's exceptions, recognised by their interface and name: typer vendors click
+            # privately (``typer._click``) and exports no class to test against.
+            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+                raise
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                console.print(exc.format_message(), markup=False, highlight=False)
+                sys.exit(0)
+            err_console.print(f"error: {exc.format_message()}", markup=False, soft_wrap=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    # Typer turns a KeyboardInterrupt in parsing or in a command into a silent exit 130; these
+    # say so first, as ``run`` does for one outside them. A command that handles Ctrl-C itself
+    # (``journal tail``, the commands inside ``signals_deferred``) never lets one reach here.
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        with _interrupt_said():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _interrupt_said():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _interrupt_said() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(INTERRUPTED_LINE)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    name="world",
+    help="Drive a deterministic, event-sourced world of WASM reducers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("validate")(validate.validate)
+app.command("init")(examples.init)  # core.init, plus --example NAME
+app.command("send")(core.send)
+app.command("step")(core.step)
+app.command("run")(core.run)
+app.command("state")(core.state)
+app.command("info")(core.info)
+app.command("snapshot")(core.snapshot)
+app.command("replay")(replay.replay)
+app.command("demo")(demo.demo)
+app.command("fork")(history.fork)  # importing cli.history also adds `cells show --at`, `cells tail`
+app.command("serve")(serve.serve)
+app.command("archive")(archive.archive)
+app.add_typer(cells.app, name="cells")
+app.add_typer(journal.app, name="journal")
+app.add_typer(effects.app, name="effects")
+app.add_typer(moves.app, name="migrate")  # importing cli.moves also adds `cells export|import`
+app.add_typer(examples.app, name="examples")
+app.add_typer(reducer.app, name="reducer")
+app.add_typer(reducer.sdk_app, name="sdk")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import importlib.metadata
+
+        from kernel import native
+        from world import native_requested
+
+        if not native.available():
+            path = "not built: pure Python (reinstall with gcc to build it)"
+        else:
+            path = "on" if native_requested() else "built, off (WORLD_NATIVE=0)"
+        version = importlib.metadata.version("world-kernel")
+        console.print(f"world-kernel {version}; native step path: {path}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Drive a deterministic, event-sourced world of WASM reducers."""
+
+
+SigintHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def run(sigint_handler: SigintHandler = None) -> None:
+    """Run the app. Known errors are handled per command (one line, exit 1); anything else is a
+    bug, still reported as one line unless ``WORLD_DEBUG=1`` asks for the traceback. Ctrl-C
+    outside the commands' own handling exits 130 quietly. ``sigint_handler``, when given, is
+    put back first, inside the ``try``: from then on Ctrl-C is ``KeyboardInterrupt`` and lands
+    here, whenever it comes (``cli.main``'s start-up guard ends at that instant)."""
+    try:
+        if sigint_handler is not None:
+            signal.signal(signal.SIGINT, sigint_handler)
+        app()
+    except KeyboardInterrupt:
+        err_console.print(INTERRUPTED_LINE)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if os.environ.get("WORLD_DEBUG") == "1":
+            raise
+        err_console.print(
+            f"internal error: {type(exc).__name__}: {exc} "
+            "(a bug in world; WORLD_DEBUG=1 shows the traceback)",
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(1)

@@ -86,9 +86,9 @@ def verify(
                 emit_json(check.as_json())
             elif check.ok:
                 console.print(check.describe(), markup=False, highlight=False, soft_wrap=True)
-            elif check.needs_repair:
+            elif check.needs_repair and check.journal.records:
                 fail(f"{check.describe()}; run `world journal verify {directory} --repair`")
-            else:  # a receipt's signature or the key: cutting the journal cannot fix that
+            else:  # a receipt's signature, the key, no genesis: cutting cannot fix that
                 fail(check.describe())
             if not check.ok:
                 raise typer.Exit(1)

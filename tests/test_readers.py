@@ -363,6 +363,19 @@ def test_an_empty_journal_folder_is_a_journal_without_its_first_segment(
     shown = runner.invoke(app, ["info", str(world_path), "--json"])
     assert shown.exit_code == 1
     assert json.loads(shown.stdout)["error"] == "JournalCorrupt"
+    verified = runner.invoke(app, ["journal", "verify", str(world_path)])
+    assert verified.exit_code == 1
+    assert "no segment at all" in verified.output
+    assert "--repair" not in verified.output  # nothing to cut back to: a cut cannot help
+    report = json.loads(runner.invoke(app, ["journal", "verify", str(world_path), "--json"]).stdout)
+    assert (report["ok"], report["records"], report["problem"]["reason"]) == (
+        False,
+        0,
+        "segment_gap",
+    )
+    repaired = runner.invoke(app, ["journal", "verify", str(world_path), "--repair"])
+    assert repaired.exit_code == 1
+    assert "JournalCorrupt" in repaired.output
 
 
 @pytest.mark.parametrize(
@@ -384,7 +397,12 @@ def test_a_journal_folder_that_is_a_file_or_missing_is_named_not_called_not_a_wo
         with pytest.raises(StorageError) as caught:
             World.open(world_path, readonly=readonly)
         assert (caught.value.path, caught.value.errno_name) == (str(journal), errno_name)
-    for command in (["info", str(world_path), "--json"], ["journal", "tail", str(world_path)]):
+    for command in (
+        ["info", str(world_path), "--json"],
+        ["journal", "tail", str(world_path)],
+        ["journal", "verify", str(world_path)],
+        ["journal", "verify", str(world_path), "--repair"],
+    ):
         shown = runner.invoke(app, command)
         assert shown.exit_code == 1
         assert "StorageError" in shown.output

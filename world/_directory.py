@@ -32,12 +32,13 @@ from world._airfiles import WORLD_AIR_BYTES_MAX, read_world_sources
 from world._cas import FileCas
 from world._fsutil import WorldLock, atomic_write, lock_world
 from world.effects import ReceiptKey
-from world.errors import StoreDamaged, storage_errors
+from world.errors import NotAWorld, StorageError, StoreDamaged, storage_errors
 from world.journal import FileJournal
 
 __all__ = [
     "FORMAT",
     "build_world",
+    "check_directory",
     "discard_store",
     "load_world_air",
     "modules_using",
@@ -226,3 +227,21 @@ def recover_swap(path: Path) -> bool:
                 remove_tree(leftover)
                 changed = True
     return changed
+
+
+def check_directory(path: Path) -> None:
+    """Raise what keeps ``path`` from being read as a world: ``NotAWorld`` without
+    ``air/sources.json``; with it, a ``StorageError`` naming ``journal/`` when that is not a
+    folder (``ENOTDIR``: a file in its place) or is missing (``ENOENT``)."""
+    path = Path(path)
+    if not (path / "air" / "sources.json").is_file():
+        raise NotAWorld(str(path))
+    journal = path / "journal"
+    if journal.is_dir():
+        return
+    there = journal.exists() or journal.is_symlink()
+    detail = (
+        f"{'not a folder' if there else 'missing'}: the journal (the world's history, which "
+        "nothing rebuilds) is a folder of segments; put it back, from a backup"
+    )
+    raise StorageError(str(journal), "open", "ENOTDIR" if there else "ENOENT", detail)

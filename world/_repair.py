@@ -49,6 +49,7 @@ records it cuts are the ones verify named, and they stay readable in the backup
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,11 @@ from typing import Any, Final
 
 from air import AirSource, cbor, load_air
 from air.errors import CborError, HashMismatch, WorldError
-from kernel.errors import ObjectMissing
+from kernel.errors import JournalCorrupt, JournalProblem, ObjectMissing
 from world import journal as file_journal
 from world._archive import archived_segment
 from world._cas import FileCas
-from world._directory import discard_store, modules_using, read_sources
+from world._directory import check_directory, discard_store, modules_using, read_sources
 from world._fsutil import lock_world
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
@@ -278,12 +279,13 @@ def checkpoint_seq_next(path: Path) -> int | None:
 
 
 def _check(path: Path, *, cache: bool = False, full: bool = False) -> WorldCheck:
-    if not (path / "journal").is_dir():
-        raise NotAWorld(str(path))
+    check_directory(path)
     journal_dir, context = path / "journal", _cache_context(path) if cache else None
     entries = {} if context is None or full else load_verified(path / VERIFIED_CACHE, context)
     stamps = stamp_sealed(journal_dir) if context is not None else {}
-    report = file_journal.verify(journal_dir, trusted=trusted_segments(journal_dir, entries))
+    report = _with_genesis(
+        file_journal.verify(journal_dir, trusted=trusted_segments(journal_dir, entries))
+    )
     signed = _signatures(path, report)
     found = check_objects(path)
     objects = (found.checked, found.problems, found.air_problem)
@@ -371,11 +373,28 @@ def _read_object(
     return None, ObjectProblem(address, path, what, reason)
 
 
+def _with_genesis(report: VerifyReport) -> VerifyReport:
+    """``report``, with a journal that has not even its genesis record as its problem (an
+    emptied folder, or a first segment with no whole record): opening refuses it the same way
+    (``world._recovery``), and nothing can repair it but a copy (``--repair`` with an archive
+    restores sealed segments only)."""
+    if report.records or report.problem is not None:
+        return report
+    where = report.segments[0] if report.segments else file_journal.segment_name(0)
+    detail = (
+        "not even the genesis record is whole"
+        if report.segments
+        else "no segment at all: the world's history is gone"
+    )
+    problem = JournalProblem(where, 0, 0, "segment_gap", f"{detail}; put it back, from a backup")
+    return dataclasses.replace(report, problem=problem)
+
+
 def _unchecked_ranges(report: VerifyReport) -> list[tuple[int, int]]:
     """``(first seq, end seq)`` of the stretches of good records outside the segments the
     verify cache vouched for (``report.trusted``: their receipts were checked before)."""
     firsts = [int(name.removesuffix(".log")) for name in report.segments]
-    ends = [*firsts[1:], report.records]
+    ends = [*firsts[1:], report.records][: len(firsts)]
     ranges: list[tuple[int, int]] = []
     for name, first, end in zip(report.segments, firsts, ends, strict=True):
         if name in report.trusted or first >= end:
@@ -425,9 +444,10 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
     """Restore each damaged sealed segment that ``archive`` holds a good copy of (its blake3
     the seal's; the damaged file backed up in ``backup_dir/restored``), then cut the journal
     after its last good record if it still needs it (backup in ``backup_dir``) and discard a
-    checkpoint that reaches past it or cannot be read. Takes the exclusive lock."""
-    if not (path / "journal").is_dir():
-        raise NotAWorld(str(path))
+    checkpoint that reaches past it or cannot be read. Takes the exclusive lock. A journal
+    left without its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a
+    copy of it can help."""
+    check_directory(path)
     with lock_world(path, "exclusive"):
         before = check = _check(path)
         restored: list[RestoredSegment] = []
@@ -438,6 +458,9 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
         if not check.journal.clean:
             cut = file_journal.repair(path / "journal", backup_dir)
         after = _check(path)
+        if after.journal.records == 0 and after.journal.problem is not None:
+            gone = after.journal.problem
+            raise JournalCorrupt(gone.segment, gone.offset, gone.seq, gone.reason, gone.detail)
         discard = after.checkpoint_ahead or after.checkpoint_damage is not None
         if discard:
             discard_store(path)

@@ -84,6 +84,7 @@ from world._airfiles import read_file as _read_file
 from world._cas import FileCas
 from world._directory import (
     build_world,
+    check_directory,
     load_world_air,
     read_sources,
     recover_swap,
@@ -101,7 +102,6 @@ from world.errors import (
     EventRejected,
     Interrupted,
     JournalReplaced,
-    NotAWorld,
     StorageError,
     StoreDamaged,
     WorldExists,
@@ -268,21 +268,8 @@ class World:
 
     @staticmethod
     def check_directory(path: Path) -> None:
-        """Raise what keeps ``path`` from being read as a world: ``NotAWorld`` without
-        ``air/sources.json``; with it, a ``StorageError`` naming ``journal/`` when that is not
-        a folder (``ENOTDIR``: a file in its place) or is missing (``ENOENT``)."""
-        path = Path(path)
-        if not (path / "air" / "sources.json").is_file():
-            raise NotAWorld(str(path))
-        journal = path / "journal"
-        if journal.is_dir():
-            return
-        there = journal.exists() or journal.is_symlink()
-        detail = (
-            f"{'not a folder' if there else 'missing'}: the journal (the world's history, which "
-            "nothing rebuilds) is a folder of segments; put it back, from a backup"
-        )
-        raise StorageError(str(journal), "open", "ENOTDIR" if there else "ENOENT", detail)
+        """Raise what keeps ``path`` from being read as a world (``_directory.check_directory``)."""
+        check_directory(path)
 
     def close(self) -> None:
         """Checkpoint (a trusted writer only, and only as a courtesy: a failure becomes a

@@ -25,7 +25,7 @@ ASAN_OPTIONS = (
     "detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0:allow_user_segv_handler=1:"
     "abort_on_error=0:exitcode=86"
 )
-ASAN_FUZZ_RUNS = 3000
+ASAN_FUZZ_RUNS = 1000
 """The atheris run's inputs under ASan (the plain suite runs more): under ASan an input costs
 ~5 times as much, and what ASan adds is a check of every C access on the paths these reach;
 the hypothesis and seeded tests beside it run in full."""

@@ -59,7 +59,14 @@ from kernel._recorder import Record, Recorder
 from kernel._runs import PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._steps import CellSteps, Runner
-from kernel.cells import NULL_KEY_CBOR, NULL_KEY_HASH, CellEntry, CellStore, key_hash
+from kernel.cells import (
+    NULL_KEY_CBOR,
+    NULL_KEY_HASH,
+    CellEntry,
+    CellStore,
+    cell_space,
+    key_hash,
+)
 from kernel.errors import ReducerError, ReducerLoadError, ReplayDivergence, StepRejected
 from kernel.journal import Journal, JournalRecord
 from kernel.subjects import make_subject
@@ -140,6 +147,7 @@ class Kernel:
         self._module_hash = {
             name: air.wasm_hashes[name].removeprefix("blake3:") for name in air.modules
         }
+        self._space = {name: cell_space(name) for name in air.modules}
         self._manifest_raw = cbor.hash_to_raw(air.manifest_hash)
         self._event_subjects: dict[str, str] = {}
         self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
@@ -319,7 +327,7 @@ class Kernel:
         return schema in self._routes or self.plans.observes(schema)
 
     def _store_key(self, entity: Entity) -> tuple[str, bytes]:
-        return self._module_hash[entity.reducer], entity.store_key_hash
+        return self._space[entity.reducer], entity.store_key_hash
 
     def _load_state(self, entity: Entity) -> tuple[CellEntry, bytes] | None:
         return self.cells.get(*self._store_key(entity))
@@ -433,7 +441,7 @@ class Kernel:
             last_active=record.seq,
             manifest_hash=self._manifest_raw,
         )
-        self.cells.put(self.module_hash(reducer), khash, entry, state_cbor)
+        self.cells.put(self.cell_space(reducer), khash, entry, state_cbor)
 
     # --- replay -----------------------------------------------------------------------------
 
@@ -471,11 +479,17 @@ class Kernel:
         return None if found is None else found[1]
 
     def module_hash(self, reducer: str) -> str:
+        """The hash (hex) of ``reducer``'s wasm module: what its cells run, and the folder of
+        an export tree (``state/reducers/<module_hash>/``)."""
         return self._module_hash[reducer]
 
-    def module_hashes(self) -> list[str]:
-        """Every reducer's module hash (hex), in reducer-name order."""
-        return [self._module_hash[name] for name in sorted(self._module_hash)]
+    def cell_space(self, reducer: str) -> str:
+        """The store space (hex) of ``reducer``'s cells (``kernel.cells.cell_space``)."""
+        return self._space[reducer]
+
+    def cell_spaces(self) -> list[str]:
+        """Every reducer's store space (hex), in reducer-name order."""
+        return [self._space[name] for name in sorted(self._space)]
 
     def snapshot_obj(self, seq_next: int) -> dict[str, Any]:
         obj = {

@@ -6,6 +6,12 @@ A *cell* is one key's state of one keyed reducer (SPEC §6, seed 001). This modu
   reducer's ``key_schema``; ``key_hash = air.cbor.digest(key_cbor)`` (raw 32 bytes, hex only at
   the edges). A non-keyed (v1) reducer keeps its whole state in the same store under the fixed
   key ``NULL_KEY_CBOR`` (``b"\\xf6"``, the canonical CBOR of null) and ``NULL_KEY_HASH``.
+* **Cell spaces.** The store keeps each reducer's cells in a *space* named by 64 hex
+  (``cell_space(reducer)``: the digest of the reducer's name), not by its wasm module's hash, so
+  two reducers declared with the same wasm never share cells, and a reducer whose code changes
+  keeps them. (Until this, spaces were module hashes; a store written so is rebuilt from the
+  journal at its next open: ``world._recovery``.) A space is a directory name in the file
+  backend, hence the fixed alphabet (``check_module``).
 * **CellEntry**, the index record of one cell. ``last_active`` is the journal seq of the last step
   that touched the cell: a logical clock, never wall time, so replay rebuilds it byte for byte.
   ``manifest_hash`` is the manifest era the cell pinned at creation (SPEC §6).
@@ -57,6 +63,7 @@ __all__ = [
     "Lru",
     "MemoryCas",
     "MemoryCellStore",
+    "cell_space",
     "check_module",
     "check_put",
     "decode_index",
@@ -106,6 +113,11 @@ NULL_KEY_HASH: Final = key_hash(NULL_KEY_CBOR)
 def shard_of(key_hash: bytes) -> int:
     """The index shard holding ``key_hash``: its top ``INDEX_SHARD_BITS`` bits."""
     return int.from_bytes(key_hash[:2], "big") >> (16 - INDEX_SHARD_BITS)
+
+
+def cell_space(reducer: str) -> str:
+    """The store space of ``reducer``'s cells (64 lowercase hex; see the module docstring)."""
+    return cbor.digest(cbor.dumps(["cells", reducer])).hex()
 
 
 def check_module(module: str) -> None:

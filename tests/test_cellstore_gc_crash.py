@@ -101,7 +101,7 @@ def test_the_child_workload_moves_states_out_of_line_and_shares_one(
         world.run_until_idle()
         world.snapshot()
         store = FileCellStore(tmp_path / "w", readonly=True)
-        module = world.kernel.module_hash(COUNTER)
+        module = world.kernel.cell_space(COUNTER)
         found = {k: store.get(module, cbor.digest(world.key_cbor(COUNTER, k))) for k in "abci"}
         hashes = {k: cell[0].state_hash for k, cell in found.items() if cell is not None}
         assert hashes["a"] == hashes["b"]

@@ -248,7 +248,7 @@ def _facts(path: Path) -> dict[str, Any]:
     journal = b"".join(p.read_bytes() for p in sorted((path / "journal").glob("*.log")))
     with World.open(path, readonly=True) as world:
         roots = {
-            name: world.store.index_root(world.kernel.module_hash(name))
+            name: world.store.index_root(world.kernel.cell_space(name))
             for name in sorted(world.air.modules)
         }
         kernel = world.kernel.snapshot_obj(world.journal.seq_next)

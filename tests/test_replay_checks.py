@@ -153,7 +153,7 @@ def test_verify_catches_a_stored_state_that_differs_from_the_journal(tmp_path: P
     with World.create(tmp_path / "w", COUNTER_AIR) as world:
         world.send(EVENT, add("a", 3))
         world.run_until_idle()
-        module_hash = world.kernel.module_hash(COUNTER)
+        module_hash = world.kernel.cell_space(COUNTER)
         key_cbor = world.key_cbor(COUNTER, "a")
         kh = cbor.digest(key_cbor)
         entry, _state = world.store.get(module_hash, kh) or (None, b"")

@@ -425,8 +425,7 @@ def _state(kernel: Kernel, store: CellStore, cell: str) -> bytes | None:
     """The current state CBOR of ``cell`` (``/world/cell/<reducer>/<key hash hex>``)."""
     reducer, _, key_hex = cell.removeprefix(CELL_PREFIX).rpartition("/")
     try:
-        module = kernel.module_hash(reducer)
-        found = store.get(module, bytes.fromhex(key_hex))
+        found = store.get(kernel.cell_space(reducer), bytes.fromhex(key_hex))
     except (KeyError, ValueError):
         return None
     return None if found is None else found[1]

@@ -117,7 +117,7 @@ class _Cursor:
     def __init__(self, source: Source, reducer: str) -> None:
         self._source = source
         self._reducer = reducer
-        self._module_hash = source.kernel.module_hash(reducer)
+        self._space = source.kernel.cell_space(reducer)
         self._after: bytes | None = None
         self._store: CellStore | None = None
         self._entries: Iterator[tuple[bytes, CellEntry]] = iter(())
@@ -130,7 +130,7 @@ class _Cursor:
         if found is None:
             return None
         khash, entry = found
-        stored = store.get(self._module_hash, khash)
+        stored = store.get(self._space, khash)
         if stored is None:
             where = f"cell {khash.hex()} of {self._reducer}"
             raise StoreDamaged(where, "index entry without state")
@@ -141,7 +141,7 @@ class _Cursor:
 
     def _from(self, store: CellStore) -> Iterator[tuple[bytes, CellEntry]]:
         after = self._after
-        for khash, entry in store.iter_entries(self._module_hash):
+        for khash, entry in store.iter_entries(self._space):
             if after is None or khash > after:
                 yield khash, entry
 
@@ -152,7 +152,7 @@ def cell_count(source: Source, reducer: str) -> int:
 
 
 def _count(source: Source, reducer: str) -> int:
-    return int(source.store.count(source.kernel.module_hash(reducer)))
+    return int(source.store.count(source.kernel.cell_space(reducer)))
 
 
 def info(source: Source) -> dict[str, Any]:

@@ -111,12 +111,19 @@ class Recovery:
         if not checkpoint:
             return 0
         if isinstance(store, FileCellStore):
-            ours = set(kernel.module_hashes())
+            ours = set(kernel.cell_spaces())
             strangers = [m for m in store.checkpoint_modules() if m not in ours]
+            modules = {kernel.module_hash(name) for name in self.air.modules}
+            if strangers and set(strangers) <= modules:
+                raise StoreDamaged(
+                    store.checkpoint_path,
+                    "keeps cells under their wasm module's hash, as worlds made before cells "
+                    "belonged to their reducer did (kernel.cells, 'Cell spaces'): converted",
+                )
             if strangers:
                 raise StoreDamaged(
                     store.checkpoint_path,
-                    f"holds cells of module {strangers[0]}, which this world does not have",
+                    f"holds cells of space {strangers[0]}, which no reducer of this world has",
                 )
         address = ""
         try:

@@ -114,17 +114,17 @@ def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, 
     module = world.air.modules.get(reducer)
     if module is None:
         raise UnknownName("reducer", reducer, sorted(world.air.modules))
-    module_hash = world.kernel.module_hash(reducer)
+    space = world.kernel.cell_space(reducer)
     key_type = world.air.key_types.get(reducer)
     after_cbor = None if after is None else world.key_cbor(reducer, after)
-    entries = sorted(world.store.iter_entries(module_hash), key=lambda found: found[1].key_cbor)
+    entries = sorted(world.store.iter_entries(space), key=lambda found: found[1].key_cbor)
     count = len(entries)
     if after_cbor is not None:
         entries = [found for found in entries if found[1].key_cbor > after_cbor]
     state_type = Ref(module.abi.reducer.state)
     cells = []
     for khash, entry in entries[:limit]:
-        stored = world.store.get(module_hash, khash)
+        stored = world.store.get(space, khash)
         if stored is None:
             raise StoreDamaged(f"cell {khash.hex()} of {reducer}", "index entry without state")
         key = (

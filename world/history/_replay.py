@@ -168,12 +168,12 @@ def _refused(
 def _compare(replayed: Kernel, world: World) -> list[Mismatch]:
     found = []
     for name in sorted(world.air.modules):
-        module = replayed.module_hash(name)
+        space = replayed.cell_space(name)
         found.extend(
             _differ(
                 f"index_root.{name}",
-                replayed.cells.index_root(module),
-                world.store.index_root(module),
+                replayed.cells.index_root(space),
+                world.store.index_root(space),
             )
         )
     mine, theirs = replayed.snapshot_obj(0), world.kernel.snapshot_obj(0)
@@ -193,11 +193,11 @@ def _damaged_objects(world: World) -> list[str]:
     """Read every stored cell state (verified against its hash); name the ones that fail."""
     damaged = []
     for name in sorted(world.air.modules):
-        module = world.kernel.module_hash(name)
+        space = world.kernel.cell_space(name)
         try:
-            for key_hash, _entry in list(world.store.iter_entries(module)):
+            for key_hash, _entry in list(world.store.iter_entries(space)):
                 try:
-                    world.store.get(module, key_hash)
+                    world.store.get(space, key_hash)
                 except StoreDamaged as exc:
                     damaged.append(f"{exc.path}: {exc.reason}")
         except StoreDamaged as exc:

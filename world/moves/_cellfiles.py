@@ -160,21 +160,21 @@ class CellFile:
 
 def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[CellFile]:
     """The reducer's cells as export records (all of them when ``key_cbor`` is None)."""
-    module_hex = world.kernel.module_hash(reducer)
+    space = world.kernel.cell_space(reducer)
     keyed = world.air.modules[reducer].key_schema is not None
     journal_seq = world.journal.seq_next - 1
     wanted = None if key_cbor is None else key_hash(key_cbor if keyed else NULL_KEY_CBOR)
     out = []
-    for khash, entry in list(world.store.iter_entries(module_hex)):
+    for khash, entry in list(world.store.iter_entries(space)):
         if wanted is not None and khash != wanted:
             continue
-        found = world.store.get(module_hex, khash)
+        found = world.store.get(space, khash)
         if found is None:
             continue
         out.append(
             CellFile(
                 reducer,
-                bytes.fromhex(module_hex),
+                bytes.fromhex(world.kernel.module_hash(reducer)),
                 entry.key_cbor,
                 found[1],
                 entry.manifest_hash,
@@ -238,7 +238,7 @@ def export_all(world: World, reducer: str, folder: Path, *, force: bool = False)
     if reducer not in world.air.modules:
         raise UnknownName("reducer", reducer, sorted(world.air.modules))
     module_hex = world.kernel.module_hash(reducer)
-    entries = dict(world.store.iter_entries(module_hex))
+    entries = dict(world.store.iter_entries(world.kernel.cell_space(reducer)))
     cells = _cell_files(world, reducer, None)
     base = folder / "state" / "reducers" / module_hex
     key_export = ExportKey.of_world(world.path)

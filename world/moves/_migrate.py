@@ -157,10 +157,10 @@ def _other_cells(world: World, reducer: str) -> list[Cell]:
     for name in sorted(world.air.modules):
         if name == reducer:
             continue
-        module_hex = world.kernel.module_hash(name)
+        space = world.kernel.cell_space(name)
         keyed = world.air.modules[name].key_schema is not None
-        for khash, entry in list(world.store.iter_entries(module_hex)):
-            found = world.store.get(module_hex, khash)
+        for khash, entry in list(world.store.iter_entries(space)):
+            found = world.store.get(space, khash)
             if found is not None:
                 out.append((name, entry.key_cbor if keyed else None, found[1]))
     return out

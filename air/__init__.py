@@ -12,9 +12,10 @@ Public modules: ``cbor`` (``dumps``, ``loads``, ``content_hash``), ``errors`` (t
 the whole project), ``jsontext`` (the one strict JSON reader), ``types`` (type nodes and their
 JSON forms), ``values`` (normalise, check, sugar), ``expr`` (the Expr language). This face
 exports the rest of the supported API: loading (``load_air`` and what it takes and gives) and
-the compiled value checkers.
+the compiled value checkers, and what one AIR changes against another (``diff_air``).
 
-Private parts: ``_loader`` (the loading pipeline), ``_loaded`` (what it produces), ``_model``
+Private parts: ``_loader`` (the loading pipeline), ``_loaded`` (what it produces), ``_diff`` (the
+diff of two AIRs), ``_model``
 (pydantic shapes), ``_validate``, ``_ctx`` and ``_plan_checks`` (semantic validation),
 ``_plan_types`` and ``_plan_old_shapes`` (plan typing, earlier step shapes), ``_canonical``
 (canonical forms and hashes), ``_diagnostics`` (the codes), ``_scalars`` and ``_checkers``
@@ -27,16 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from air._checkers import SchemaCheckers, compile_checker
+    from air._diff import AirDiff, ReducerChange, diff_air
     from air._loaded import AirSource, LoadedAir, Located, WasmInfo, resolve_relative
     from air._loader import load_air
 
 __all__ = [
+    "AirDiff",
     "AirSource",
     "LoadedAir",
     "Located",
+    "ReducerChange",
     "SchemaCheckers",
     "WasmInfo",
     "compile_checker",
+    "diff_air",
     "load_air",
     "resolve_relative",
 ]
@@ -47,6 +52,6 @@ def __getattr__(name: str) -> Any:
     imports ``air.errors`` alone, and pydantic (the loader's) must not come with it."""
     if name not in __all__:  # first: the imports below look their submodules up here
         raise AttributeError(f"module 'air' has no attribute {name!r}")
-    from air import _checkers, _face, _loaded, _loader
+    from air import _checkers, _diff, _face, _loaded, _loader
 
-    return _face.export("air", name, (_loaded, _loader, _checkers), globals())
+    return _face.export("air", name, (_loaded, _loader, _checkers, _diff), globals())

@@ -42,6 +42,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   ├── ReceiptRefused(intent_hash, reason)       forged, altered, or for no waiting intent
     │   ├── CellFileRefused(path, reason)             an exported cell that does not hold
     │   ├── MigrationRefused(reducer, reason)         a reducer that cannot become cells
+    │   ├── UpgradeRefused(source, problems)          an AIR that cannot be proposed to this world
     │   ├── EventRejected(index, cause, where)        one event of a batch failed; none journaled
     │   └── ArchiveRefused(archive, reason)           another world's archive, or not an archive
     ├── WorldUnavailable                              world.errors: the directory cannot be used now

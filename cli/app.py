@@ -32,6 +32,7 @@ from cli import (
     reducer,
     replay,
     serve,
+    upgrade,
     validate,
 )
 from cli.common import EXIT_INTERRUPTED, console, err_console
@@ -129,6 +130,7 @@ app.add_typer(moves.app, name="migrate")  # importing cli.moves also adds `cells
 app.add_typer(examples.app, name="examples")
 app.add_typer(reducer.app, name="reducer")
 app.add_typer(reducer.sdk_app, name="sdk")
+app.add_typer(upgrade.upgrade_app, name="upgrade")
 
 
 def _print_version(value: bool) -> None:

@@ -47,7 +47,14 @@ from typing import Any, Final
 import cbor2
 
 from air import LoadedAir, SchemaCheckers, cbor
-from air.errors import CborError, LimitExceeded, UnknownName, ValueMismatch, WorldError
+from air.errors import (
+    CborError,
+    LimitExceeded,
+    UnknownName,
+    UsageError,
+    ValueMismatch,
+    WorldError,
+)
 from air.types import Ref
 from air.values import normalise
 from kernel import abi, native
@@ -74,6 +81,7 @@ from kernel.subjects import make_subject
 __all__ = [
     "EVENTS_PER_STEP_MAX",
     "EVENT_IDS_KEPT",
+    "GOV_KINDS",
     "OWED_KINDS",
     "TICK_KINDS",
     "DeadLetter",
@@ -429,6 +437,14 @@ class Kernel:
             self._apply_move(JournalRecord(seq, subject, kind, body))
         return seqs
 
+    def ingest_gov(self, records: Sequence[Record]) -> list[int]:
+        """Journal governance records (``GOV_KINDS``: a proposal, ``world.gov``); their seqs.
+        They carry no kernel state: the journal is where a world's proposals live."""
+        for kind, _subject, _body in records:
+            if kind not in GOV_KINDS:
+                raise UsageError(f"not a governance record: {kind}")
+        return list(self.journal.append_many(records))
+
     def _apply_move(self, record: JournalRecord) -> None:
         cell = moved_cell(self.air, record)
         if cell is None:
@@ -463,6 +479,8 @@ class Kernel:
             self._apply_approval(record.seq, record.body)
         elif record.kind in MOVE_KINDS:
             self._apply_move(record)
+        elif record.kind in GOV_KINDS:
+            pass  # a proposal: no kernel state (``ingest_gov``)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
         # other kinds (world.created) carry no kernel state
@@ -522,6 +540,8 @@ TICK_KINDS: Final = frozenset(("step", "step.failed", "plan.started", "plan.step
 """Record kinds that begin a tick (replay runs the tick at them)."""
 OWED_KINDS: Final = frozenset(("effect.queued", "policy.decision"))
 """Record kinds that only follow a tick's first record, in the same tick."""
+GOV_KINDS: Final = frozenset(("gov.proposed",))
+"""Governance records (``world.gov``): journaled from outside, no kernel state."""
 
 
 def reducer_fault(exc: WorldError) -> bool:

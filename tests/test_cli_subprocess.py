@@ -81,6 +81,9 @@ COVERED: dict[str, str] = {
     "reducer build": "test_reducer_new_build_and_check",
     "reducer check": "test_reducer_new_build_and_check",
     "sdk include": "test_sdk_include_names_the_folder_of_the_header",
+    "upgrade propose": "test_upgrade_propose_ls_and_show",
+    "upgrade ls": "test_upgrade_propose_ls_and_show",
+    "upgrade show": "test_upgrade_propose_ls_and_show",
 }
 
 
@@ -281,6 +284,25 @@ def test_snapshot_checkpoints_a_copy(built: Built) -> None:
     assert out["snapshot"].startswith("blake3:")
     with World.open(w, readonly=True) as opened:
         assert {v.key: v.state for v in opened.cells(COUNTER)} == FINAL
+
+
+def test_upgrade_propose_ls_and_show(built: Built, tmp_path: Path) -> None:
+    w = copy_of(built, "upgrade")
+    air = tmp_path / "v2"
+    shutil.copytree(COUNTER_AIR, air)
+    wasm = (COUNTER_AIR / "../../reducers/counter/counter.wasm").resolve()
+    (air / "counter.wasm").write_bytes(wasm.read_bytes() + bytes([0, 4, 3]) + b"fix")
+    module, manifest = json.loads((air / "counter.air.json").read_text())
+    module["wasm"] = "counter.wasm"
+    (air / "counter.air.json").write_text(json.dumps([module, manifest]))
+    made = world_json("upgrade", "propose", w, "--air", air, "--note", "a fix")
+    assert pick(made, "ok", "note") == {"ok": True, "note": "a fix"}
+    assert made["diff"]["reducers"][0]["wasm_same"] is False
+    listed = world_json("upgrade", "ls", w)
+    assert [p["id"] for p in listed["proposals"]] == [made["id"]]
+    shown = world("upgrade", "show", w, made["id"]).stdout
+    assert f"proposal {made['id']}" in shown
+    assert "new wasm, state schema same, key schema same" in shown
 
 
 def test_replay_verifies_the_whole_journal(built: Built) -> None:

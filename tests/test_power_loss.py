@@ -22,6 +22,7 @@ bytes may be torn. The number of cuts is fixed by the scenario, never by time.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ from powerloss import count_operations, run_with_cut
 from air.errors import WorldError
 from kernel.errors import JournalCorrupt
 from world import World, archive_world, check_world, repair_world
+from world._airfiles import load_air_path
 from world.cellstore import FileCellStore
+from world.gov import proposal_air, proposals, propose
 from world.history import fork_world, verify_world
 from world.journal import FileJournal
 from world.moves import Trust, export_all, import_path, migrate_cells, read_tree
@@ -192,6 +195,40 @@ def repair(root: Path, acked: Acked) -> None:
         _ack(acked, "w", world)
 
 
+def air_v2(root: Path, acked: Acked) -> None:
+    """A counter world, and beside it a second AIR for it: the same with a rebuilt wasm (its
+    module compiled once here, so that no cache fills during the scenario and its runs make
+    the same operations)."""
+    counter_world(3)(root, acked)
+    air = root / "v2"
+    shutil.copytree(COUNTER_AIR, air)
+    wasm = (COUNTER_AIR / "../../reducers/counter/counter.wasm").resolve().read_bytes()
+    (air / "counter.wasm").write_bytes(wasm + bytes([0, 4, 3]) + b"fix")
+    module, manifest = json.loads((air / "counter.air.json").read_text())
+    module["wasm"] = "counter.wasm"
+    (air / "counter.air.json").write_text(json.dumps([module, manifest]))
+    load_air_path(air)
+
+
+def proposal(root: Path, acked: Acked) -> None:
+    """A proposal: its AIR's objects into the CAS, then one journaled record."""
+    with World.open(root / "w") as world:
+        made, _diff = propose(world, root / "v2")
+        acked.facts["proposal"] = made.id
+        _ack(acked, "w", world)
+
+
+def check_proposal(image: Path, acked: Acked) -> None:
+    """Nothing acknowledged is lost; a proposal journaled is whole: its AIR loads again from
+    the CAS (the objects were durable before the record was written)."""
+    check_worlds(image, acked)
+    with World.open(image / "w", readonly=True) as world:
+        for found in proposals(world):
+            assert proposal_air(world, found).manifest_hash == found.manifest_hash
+        if "proposal" in acked.facts:
+            assert [p.id for p in proposals(world)] == [acked.facts["proposal"]]
+
+
 def _damage(segment: Path) -> None:
     """Flip a byte inside the last record (corrupt, not a torn tail), as bit rot would."""
     data = bytearray(segment.read_bytes())
@@ -315,6 +352,7 @@ SCENARIOS: dict[str, Scenario] = {
     "repair": Scenario(damaged_world, repair, check_repair),
     "fork": Scenario(counter_world(4), fork, check_fork),
     "archive": Scenario(sealed_world, archive, check_archive),
+    "proposal": Scenario(air_v2, proposal, check_proposal),
 }
 
 

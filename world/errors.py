@@ -54,6 +54,7 @@ __all__ = [
     "StorageError",
     "StoreDamaged",
     "StoreFailed",
+    "UpgradeRefused",
     "WorldExists",
     "WorldLocked",
     "WorldStale",
@@ -241,6 +242,16 @@ class MigrationRefused(Refused):
         self.reducer = reducer
         self.reason = reason
         super().__init__(f"cannot migrate {reducer} to cells: {reason}")
+
+
+class UpgradeRefused(Refused):
+    """The AIR at ``source`` cannot become a proposal for this world: ``problems`` say why
+    (a key or state schema that changed, nothing changed). Nothing was stored."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        super().__init__(f"{source}: not a proposal for this world: {'; '.join(self.problems)}")
 
 
 class EventRejected(Refused):

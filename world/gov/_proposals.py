@@ -1,0 +1,155 @@
+"""Proposals: a new AIR checked against a world, stored and journaled (``world.gov``).
+
+The proposal's AIR is kept whole in the CAS, so that it can be shown, shadowed and applied
+later from the world alone (the folder it came from may be gone): its wasm objects, every AIR
+node (as ``world init`` stores them) and one *proposal document*, the canonical CBOR map
+``{"format": 1, "sources": [[file, text, builtin], ...], "wasm": {path: address}}``, whose
+address the ``gov.proposed`` record carries. The record's body::
+
+    {"base": <manifest hash the world ran>, "manifest_hash": <the proposal's>,
+     "air": <address of the proposal document>, "note": text | null, "diff": {...}}
+
+All hashes raw (32 bytes). ``diff`` is ``AirDiff.as_json()``. Writing: the CAS objects are
+made durable first (``FileCas.put``), then the record is journaled and committed, so a crash
+leaves either no proposal or a whole one (an object no record names is only garbage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from air import AirDiff, AirSource, LoadedAir, cbor, diff_air, load_air
+from air.errors import InvalidArgument, UnknownName
+from kernel.subjects import make_subject
+from world._airfiles import air_sources, builtin_sources, inspect_wasm, read_file
+from world._world import World
+from world.errors import UpgradeRefused
+
+__all__ = ["PROPOSED", "Proposal", "proposal", "proposal_air", "proposals", "propose"]
+
+PROPOSED: Final = "gov.proposed"
+PROPOSAL_FORMAT: Final = 1
+_SUBJECT: Final = make_subject("world", "gov", "proposed")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A journaled proposal; ``id`` is its record's seq."""
+
+    id: int
+    base: str  # the manifest hash the world ran when it was proposed
+    manifest_hash: str
+    air: str  # the proposal document's address
+    note: str | None
+    diff: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "base": self.base,
+            "manifest_hash": self.manifest_hash,
+            "air": self.air,
+            "note": self.note,
+            "diff": self.diff,
+        }
+
+
+def propose(world: World, air_path: Path, note: str | None = None) -> tuple[Proposal, AirDiff]:
+    """Check the AIR at ``air_path`` against ``world`` and journal it as a proposal (see the
+    module docstring); ``ManifestError`` if it does not validate, ``UpgradeRefused`` (nothing
+    stored) if it changes nothing or what it changes cannot carry the cells over."""
+    world._writable()
+    if note is not None and not isinstance(note, str):
+        raise InvalidArgument("note", note, "a note is text")
+    sources = builtin_sources() + air_sources(Path(air_path))
+    new = load_air(sources, read_file, inspect_wasm)
+    missing = sorted(name for name in new.modules if name not in new.wasm_bytes)
+    if missing:
+        raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+    diff = diff_air(world.air, new)
+    if diff.empty:
+        raise UpgradeRefused(str(air_path), ["it changes nothing: the world runs this AIR"])
+    if diff.problems:
+        raise UpgradeRefused(str(air_path), diff.problems)
+    address = _store(world, new, sources)
+    body = {
+        "base": cbor.hash_to_raw(world.air.manifest_hash),
+        "manifest_hash": cbor.hash_to_raw(new.manifest_hash),
+        "air": cbor.hash_to_raw(address),
+        "note": note,
+        "diff": diff.as_json(),
+    }
+    world.kernel.consistent = False
+    try:
+        (seq,) = world.kernel.ingest_gov([(PROPOSED, _SUBJECT, body)])
+    except BaseException:
+        world.kernel.consistent = True
+        raise
+    world.kernel.consistent = True
+    world.commit(atomic=True)
+    return _proposal(seq, body), diff
+
+
+def _store(world: World, air: LoadedAir, sources: list[AirSource]) -> str:
+    """Put the AIR's wasm, its nodes and its proposal document into the world's CAS."""
+    wasm: dict[str, str] = {}
+    for name, data in sorted(air.wasm_bytes.items()):
+        model = air.defs[name]
+        wasm[_wasm_path(model.file, model.model.wasm)] = world.cas.put(data)
+    for data in [air.manifest_cbor, *air.def_cbor.values()]:
+        world.cas.put(data)
+    doc = {
+        "format": PROPOSAL_FORMAT,
+        "sources": [[s.file, s.text, s.builtin] for s in sources],
+        "wasm": dict(sorted(wasm.items())),
+    }
+    return world.cas.put(cbor.dumps(doc))
+
+
+def _wasm_path(file: str, wasm: str) -> str:
+    from air import resolve_relative
+
+    return str(resolve_relative(file, wasm))
+
+
+def proposals(world: World) -> list[Proposal]:
+    """Every proposal journaled in ``world``, oldest first."""
+    return [
+        _proposal(record.seq, record.body)
+        for record in world.journal.read(0, _SUBJECT)
+        if record.kind == PROPOSED
+    ]
+
+
+def proposal(world: World, proposal_id: int) -> Proposal:
+    """The proposal ``proposal_id`` (its record's seq); ``UnknownName`` if there is none."""
+    found = {p.id: p for p in proposals(world)}
+    if proposal_id not in found:
+        raise UnknownName("proposal", str(proposal_id), [str(i) for i in sorted(found)])
+    return found[proposal_id]
+
+
+def proposal_air(world: World, found: Proposal) -> LoadedAir:
+    """The proposal's AIR, loaded again from the world's CAS (checked against its hash)."""
+    doc = cbor.loads(world.cas.get(found.air))
+    sources = [AirSource(file, text, builtin) for file, text, builtin in doc["sources"]]
+    wasm = {path: world.cas.get(address) for path, address in doc["wasm"].items()}
+    read: Callable[[str], bytes | None] = wasm.get
+    air = load_air(sources, read, inspect_wasm)
+    if air.manifest_hash != found.manifest_hash:
+        raise UpgradeRefused(found.air, ["the stored proposal does not load to its manifest"])
+    return air
+
+
+def _proposal(seq: int, body: dict[str, Any]) -> Proposal:
+    return Proposal(
+        seq,
+        cbor.raw_to_hash(body["base"]),
+        cbor.raw_to_hash(body["manifest_hash"]),
+        cbor.raw_to_hash(body["air"]),
+        body.get("note"),
+        body["diff"],
+    )

@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.common import console, emit_json, handle_errors
-from cli.core import opened
+from cli.core import opened, via_server
 
 if TYPE_CHECKING:
     from air.errors import ManifestError
-    from world import World
-    from world.gov import Proposal
 
 __all__ = ["upgrade_app"]
 
@@ -36,6 +34,7 @@ def propose(
 ) -> None:
     """Validate the AIR at --air against the world and journal it as a proposal with its diff
     (defs, routes, triggers, grants, policy; per reducer: wasm, state and key schema)."""
+    from world.gov import proposal_cells
     from world.gov import propose as propose_air
 
     def on_manifest(exc: ManifestError) -> None:
@@ -46,14 +45,13 @@ def propose(
         else:
             _print_diagnostics(exc.diagnostics)
 
-    with handle_errors(json_output, on_manifest), opened(directory) as world:
-        made, _diff = propose_air(world, air, note)
-        counts = _cell_counts(world, made)
-    if json_output:
-        emit_json({"ok": True, **made.as_json(), "cells": counts})
-        return
-    console.print(f"proposal {made.id}", markup=False, highlight=False)
-    _print_diff(made, counts)
+    with handle_errors(json_output, on_manifest):
+        reply = via_server(directory, "upgrade_propose", air=str(air.absolute()), note=note)
+        if reply is None:
+            with opened(directory) as world:
+                made, _diff = propose_air(world, air, note)
+                reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
+    _print_proposal(reply, json_output)
 
 
 @upgrade_app.command("ls")
@@ -61,20 +59,25 @@ def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Every proposal of the world, oldest first."""
     from world.gov import proposals
 
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        found = proposals(world)
-        current = world.air.manifest_hash
+    with handle_errors(json_output):
+        reply = via_server(directory, "upgrade_ls")
+        if reply is None:
+            with opened(directory, readonly=True) as world:
+                reply = {
+                    "proposals": [p.as_json() for p in proposals(world)],
+                    "current": world.air.manifest_hash,
+                }
     if json_output:
-        emit_json({"ok": True, "proposals": [p.as_json() for p in found], "current": current})
+        emit_json({"ok": True, **reply})
         return
-    if not found:
+    if not reply["proposals"]:
         console.print("no proposals", markup=False)
         return
-    for made in found:
-        stale = "" if made.base == current else "  (stale: the world's AIR changed since)"
-        note = "" if made.note is None else f"  {made.note}"
+    for made in reply["proposals"]:
+        stale = "" if made["base"] == reply["current"] else "  (stale: the AIR changed since)"
+        note = "" if made["note"] is None else f"  {made['note']}"
         console.print(
-            f"{made.id}  {_short(made.base)} → {_short(made.manifest_hash)}{note}{stale}",
+            f"{made['id']}  {_short(made['base'])} → {_short(made['manifest_hash'])}{note}{stale}",
             markup=False,
             highlight=False,
             soft_wrap=True,
@@ -88,37 +91,34 @@ def show(
     json_output: JsonOpt = False,
 ) -> None:
     """One proposal and what it changes."""
-    from world.gov import proposal
+    from world.gov import proposal, proposal_cells
 
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        made = proposal(world, proposal_id)
-        counts = _cell_counts(world, made)
+    with handle_errors(json_output):
+        reply = via_server(directory, "upgrade_show", id=proposal_id)
+        if reply is None:
+            with opened(directory, readonly=True) as world:
+                made = proposal(world, proposal_id)
+                reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
+    _print_proposal(reply, json_output)
+
+
+def _print_proposal(reply: dict[str, Any], json_output: bool) -> None:
     if json_output:
-        emit_json({"ok": True, **made.as_json(), "cells": counts})
+        emit_json({"ok": True, **reply})
         return
-    console.print(f"proposal {made.id}", markup=False, highlight=False)
-    _print_diff(made, counts)
-
-
-def _cell_counts(world: World, made: Proposal) -> dict[str, int]:
-    """The cells each kept, succeeded or removed reducer has now (what would follow)."""
-    counts = {}
-    for line in made.diff["reducers"]:
-        old = line["old"]
-        if old is not None and old in world.air.modules:
-            counts[old] = world.cell_count(old)
-    return counts
+    console.print(f"proposal {reply['id']}", markup=False, highlight=False)
+    _print_diff(reply, reply["cells"])
 
 
 def _short(address: str) -> str:
     return address[:19] + "…"
 
 
-def _print_diff(made: Proposal, counts: dict[str, int]) -> None:
-    out = [f"  base {made.base}", f"  new  {made.manifest_hash}"]
-    if made.note is not None:
-        out.append(f"  note {made.note}")
-    diff: dict[str, Any] = made.diff
+def _print_diff(made: dict[str, Any], counts: dict[str, int]) -> None:
+    out = [f"  base {made['base']}", f"  new  {made['manifest_hash']}"]
+    if made["note"] is not None:
+        out.append(f"  note {made['note']}")
+    diff: dict[str, Any] = made["diff"]
     for sign, part in (("+", "added"), ("-", "removed"), ("~", "changed")):
         for kind, names in sorted(diff[part].items()):
             out += [f"  {sign} {kind} {name}" for name in names]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import UpgradeRefused, World
 from world.gov import proposal, proposal_air, proposals, propose
+from world.serve import serve
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -189,3 +191,44 @@ def test_a_served_world_is_not_proposed_to_behind_its_back(world_path: Path) -> 
         )
     assert shown.exit_code == 1
     assert "in use" in shown.output
+
+
+def test_a_served_world_takes_proposals_through_its_socket(
+    world_path: Path, tmp_path: Path
+) -> None:
+    stop, ready, errors = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            serve(world_path, stop_event=stop, on_listening=lambda _p: ready.set())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(20)
+    try:
+        air = _air(tmp_path, "v2", wasm=_fixed_wasm())
+        made = runner.invoke(
+            app, ["upgrade", "propose", str(world_path), "--air", str(air), "--json"]
+        )
+        assert made.exit_code == 0, made.output
+        reply = json.loads(made.stdout)
+        assert reply["cells"] == {COUNTER: 3}
+        listed = json.loads(runner.invoke(app, ["upgrade", "ls", str(world_path), "--json"]).stdout)
+        assert [p["id"] for p in listed["proposals"]] == [reply["id"]]
+        shown = runner.invoke(app, ["upgrade", "show", str(world_path), str(reply["id"])])
+        assert "new wasm, state schema same" in shown.output
+        refused = runner.invoke(
+            app, ["upgrade", "propose", str(world_path), "--air", str(air), "--json"]
+        )
+        assert refused.exit_code == 1  # the same AIR again: the server's answer, as local
+        assert json.loads(refused.stdout)["error"] == "UpgradeRefused"
+        assert f"already proposed, as proposal {reply['id']}" in refused.stdout
+    finally:
+        stop.set()
+        thread.join(20)
+    assert errors == []
+    with World.open(world_path, readonly=True) as world:
+        assert [p.id for p in proposals(world)] == [reply["id"]]

@@ -23,11 +23,20 @@ if TYPE_CHECKING:
         Proposal,
         proposal,
         proposal_air,
+        proposal_cells,
         proposals,
         propose,
     )
 
-__all__ = ["PROPOSED", "Proposal", "proposal", "proposal_air", "proposals", "propose"]
+__all__ = [
+    "PROPOSED",
+    "Proposal",
+    "proposal",
+    "proposal_air",
+    "proposal_cells",
+    "proposals",
+    "propose",
+]
 
 _WHERE: dict[str, str] = dict.fromkeys(__all__, "world.gov._proposals")
 

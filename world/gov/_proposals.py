@@ -28,7 +28,15 @@ from world._airfiles import air_sources, builtin_sources, inspect_wasm, read_fil
 from world._world import World
 from world.errors import UpgradeRefused
 
-__all__ = ["PROPOSED", "Proposal", "proposal", "proposal_air", "proposals", "propose"]
+__all__ = [
+    "PROPOSED",
+    "Proposal",
+    "proposal",
+    "proposal_air",
+    "proposal_cells",
+    "proposals",
+    "propose",
+]
 
 PROPOSED: Final = "gov.proposed"
 PROPOSAL_FORMAT: Final = 1
@@ -74,6 +82,9 @@ def propose(world: World, air_path: Path, note: str | None = None) -> tuple[Prop
         raise UpgradeRefused(str(air_path), ["it changes nothing: the world runs this AIR"])
     if diff.problems:
         raise UpgradeRefused(str(air_path), diff.problems)
+    for earlier in proposals(world):
+        if (earlier.base, earlier.manifest_hash) == (world.air.manifest_hash, new.manifest_hash):
+            raise UpgradeRefused(str(air_path), [f"already proposed, as proposal {earlier.id}"])
     address = _store(world, new, sources)
     body = {
         "base": cbor.hash_to_raw(world.air.manifest_hash),
@@ -142,6 +153,16 @@ def proposal_air(world: World, found: Proposal) -> LoadedAir:
     if air.manifest_hash != found.manifest_hash:
         raise UpgradeRefused(found.air, ["the stored proposal does not load to its manifest"])
     return air
+
+
+def proposal_cells(world: World, diff: dict[str, Any]) -> dict[str, int]:
+    """The cells each kept, succeeded or removed reducer of a proposal (its ``diff``, as
+    journaled) has now: what would follow it."""
+    return {
+        line["old"]: world.cell_count(line["old"])
+        for line in diff["reducers"]
+        if line["old"] is not None and line["old"] in world.air.modules
+    }
 
 
 def _proposal(seq: int, body: dict[str, Any]) -> Proposal:

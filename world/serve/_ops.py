@@ -9,6 +9,9 @@
     cells_show    reducer, key, at?                           {state, state_cbor, at?, through?}
     cells_export  reducer, out, all, key?                     {cells, notices}
     cells_import  path, trust?, trust_keys?                   {cells}
+    upgrade_propose  air, note?                               Proposal.as_json() + {cells}
+    upgrade_ls    -                                           {proposals, current}
+    upgrade_show  id                                          Proposal.as_json() + {cells}
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
 
@@ -124,6 +127,9 @@ class Ops:
             "cells_show": self.cells_show,
             "cells_export": self.cells_export,
             "cells_import": self.cells_import,
+            "upgrade_propose": self.upgrade_propose,
+            "upgrade_ls": self.upgrade_ls,
+            "upgrade_show": self.upgrade_show,
             "journal_tail": self.journal_tail,
             "cells_tail": self.cells_tail,
         }
@@ -223,6 +229,34 @@ class Ops:
             raise InvalidArgument("path", str(path), "must be an absolute path")
         self.catch_up()
         return {"cells": import_path(self.world, path, trust)}
+
+    # --- proposals (world.gov) -------------------------------------------------------------
+
+    def upgrade_propose(self, args: dict[str, Any]) -> Any:
+        """Journals: on the loop, with the server's ``World``; ``air`` is absolute."""
+        from world.gov import proposal_cells, propose
+
+        air = Path(arg(args, "air", str))
+        if not air.is_absolute():
+            raise InvalidArgument("air", str(air), "must be an absolute path")
+        note = args.get("note")
+        if note is not None and not isinstance(note, str):
+            raise InvalidArgument("note", repr(note), "must be str or nil")
+        self.catch_up()
+        made, _diff = propose(self.world, air, note)
+        return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
+
+    def upgrade_ls(self, args: dict[str, Any]) -> Any:
+        from world.gov import proposals
+
+        found = proposals(self.world)
+        return {"proposals": [p.as_json() for p in found], "current": self.world.air.manifest_hash}
+
+    def upgrade_show(self, args: dict[str, Any]) -> Any:
+        from world.gov import proposal, proposal_cells
+
+        made = proposal(self.world, arg(args, "id", int))
+        return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
 
     # --- pages of the journal -----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -27,10 +28,16 @@ from cli.common import (
 # that use them, so that ``world --help`` and the other commands start quickly (issue 9).
 if TYPE_CHECKING:
     from world import World
+    from world.effects import ChosenMode, EffectsMode
     from world.errors import ServedError
     from world.serve import Client
 
 __all__ = [
+    "EFFECTS_CHOICES",
+    "EffectsChoice",
+    "EffectsOpt",
+    "chosen_effects",
+    "effects_mode",
     "info",
     "init",
     "opened",
@@ -48,6 +55,31 @@ __all__ = [
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+class EffectsChoice(enum.Enum):
+    """``world.effects.EFFECTS_MODES``, spelled here so that ``world --help`` imports no world
+    module (``tests`` hold the two equal)."""
+
+    live = "live"
+    replay = "replay"
+    stub = "stub"
+    deny = "deny"
+
+
+EFFECTS_CHOICES = tuple(c.value for c in EffectsChoice)
+
+EffectsOpt = Annotated[
+    EffectsChoice | None,
+    typer.Option(
+        "--effects",
+        help="Who answers effects that leave the world (HTTP; timers and blobs always run): "
+        "live adapters; replay the receipts journaled for the same intents (a fork's parent's "
+        "too), else deny; stub receipts; or deny them all. Default: the world's mode (a fork "
+        "is stub until --effects live is given once), stub with --sim, else live",
+        show_default=False,
+    ),
+]
 
 
 _JSON_START = frozenset('{["-0123456789')
@@ -346,11 +378,13 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Stop with an error past this many steps")
     ] = None,
+    effects: EffectsOpt = None,
     archive_to: ArchiveOpt = None,
     verify_every: VerifyEveryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Run the world with its effect adapters live until it is idle."""
+    """Run the world with its effect adapters (live unless --effects or the world's mode says
+    otherwise) until it is idle."""
     from rich.markup import escape
 
     from world import Engine
@@ -360,10 +394,16 @@ def run(
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
         background(directory, archive_to, verify_every),
-        Engine(world, sim=sim) as engine,
-        _steps_shown(world, "running", None, json_output),
     ):
-        report = engine.run(until_idle=until_idle, max_steps=max_steps)
+        chosen = chosen_effects(directory, effects, sim=sim)
+        with (
+            Engine(world, sim=sim, effects=chosen.mode) as engine,
+            _steps_shown(world, "running", None, json_output),
+        ):
+            report = engine.run(until_idle=until_idle, max_steps=max_steps)
+    mode = chosen.mode
+    if chosen.by_sim and report.not_live and chosen.notice is not None:
+        err_console.print(f"[yellow]notice:[/yellow] {escape(chosen.notice)}", soft_wrap=True)
     for note in report.notes:
         err_console.print(f"[yellow]notice:[/yellow] {escape(note)}", soft_wrap=True)
     if json_output:
@@ -373,11 +413,36 @@ def run(
                 "steps": report.steps,
                 "effects_dispatched": report.dispatched,
                 "receipts": report.receipts,
+                "effects": mode,
+                "effects_not_live": report.not_live,
             }
         )
     else:
         extra = f", {report.receipts} receipt(s)" if report.receipts else ""
+        if report.not_live:
+            extra += f" ({report.not_live} effect(s) answered without sending: effects {mode})"
         console.print(f"ran {report.steps} step(s){extra}; the world is idle")
+
+
+def chosen_effects(
+    directory: Path, asked: EffectsChoice | None, *, sim: bool = False
+) -> ChosenMode:
+    """The effects mode of a run of the world at ``directory`` (open for writing here), with a
+    notice on stderr when the world's mode file makes it not live (``world.effects._modes``;
+    a ``--sim`` default is told by the caller, once something was stubbed)."""
+    from rich.markup import escape
+
+    from world.effects import choose_mode
+
+    chosen = choose_mode(directory, effects_mode(asked), sim=sim)
+    if chosen.notice is not None and not chosen.by_sim:
+        err_console.print(f"[yellow]notice:[/yellow] {escape(chosen.notice)}", soft_wrap=True)
+    return chosen
+
+
+def effects_mode(asked: EffectsChoice | None) -> EffectsMode | None:
+    """``--effects`` as the mode it names (None: not given)."""
+    return None if asked is None else asked.value
 
 
 def _steps_shown(

@@ -9,6 +9,10 @@ or finds it locked. The detached server's output goes to ``<world>/serve.log`` (
 first lines say where it listens, the last why it stopped). If it exits before it listens, its
 log is printed and the exit status is 1; after ``DETACH_WAIT_S`` without a socket it is stopped
 (SIGTERM) and the same is reported.
+
+``--effects live|replay|stub|deny`` is ``world run``'s option (``world.effects._modes``): a fork
+is served with its effects stubbed unless ``--effects live`` was given for it once; a detached
+server is started with the same option.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from rich.markup import escape
 
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import console, emit_json, err_console, fail, handle_errors
+from cli.core import EffectsChoice, EffectsOpt, effects_mode
 
 __all__ = ["DETACH_WAIT_S", "SERVE_LOG", "serve"]
 
@@ -51,6 +56,7 @@ def serve(
             f"<world>/{SERVE_LOG})",
         ),
     ] = False,
+    effects: EffectsOpt = None,
     archive_to: ArchiveOpt = None,
     verify_every: VerifyEveryOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
@@ -60,7 +66,7 @@ def serve(
         _stop(directory, json_output)
         return
     if detach:
-        _detach(directory, archive_to, verify_every, json_output)
+        _detach(directory, archive_to, verify_every, json_output, effects)
         return
     from world.serve import serve as serve_world  # lazy: keeps the other commands quick
 
@@ -77,7 +83,15 @@ def serve(
             listening(path)  # the world is open: its background work may start
             watching.enter_context(background(directory, archive_to, verify_every))
 
-        report = serve_world(directory, on_listening=listening_and_watching)
+        def say(line: str) -> None:
+            err_console.print(f"[yellow]notice:[/yellow] {escape(line)}", soft_wrap=True)
+
+        report = serve_world(
+            directory,
+            on_listening=listening_and_watching,
+            effects=effects_mode(effects),
+            on_notice=say,
+        )
     for notice in report.notices:
         err_console.print(f"[yellow]notice:[/yellow] {escape(notice)}", soft_wrap=True)
     if json_output:
@@ -117,7 +131,11 @@ def _stop(directory: Path, json_output: bool) -> None:
 
 
 def _detach(
-    directory: Path, archive_to: Path | None, verify_every: float | None, json_output: bool
+    directory: Path,
+    archive_to: Path | None,
+    verify_every: float | None,
+    json_output: bool,
+    effects: EffectsChoice | None = None,
 ) -> None:
     from world import World
     from world.serve import served, socket_path
@@ -131,6 +149,8 @@ def _detach(
             command += ["--archive", str(archive_to)]
         if verify_every is not None:
             command += ["--verify-every", str(verify_every)]
+        if effects is not None:
+            command += ["--effects", effects.value]
         log_path = directory / SERVE_LOG
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         start = os.lseek(log_fd, 0, os.SEEK_END)

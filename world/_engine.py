@@ -24,8 +24,11 @@ to do, and a selector loop (``world serve``) wakes for receipts as for requests.
 ``run(until_idle)`` repeats cycles until the world is done: nothing ready and no effect in
 flight; with ``until_idle=True`` it returns as soon as only real-time timers are left. With
 simulated time (``sim=True``) the timer clock jumps to the next deadline when only timers are
-in flight, so a timer world runs at once and writes the same journal bytes every time. An
-interrupt (``World.interrupt``) stops it at a tick or receipt boundary with ``Interrupted``,
+in flight, so a timer world runs at once and writes the same journal bytes every time. ``effects``
+(``world.effects._modes``) says who answers outward intents: the adapters (``live``), or, with
+nothing sent, a stub, a replayed or a denied receipt; an engine does not read the world's mode
+file itself (``choose_mode`` is the commands' part), so an embedding program says what it wants.
+An interrupt (``World.interrupt``) stops it at a tick or receipt boundary with ``Interrupted``,
 everything up to it committed.
 
 Rejected: a loop per command (``world run`` had the effect loop, ``world serve`` a turn of it,
@@ -46,7 +49,7 @@ from typing import Any, Final
 
 from air.errors import WorldError, WrongMode
 from world._world import World
-from world.effects import RECEIPT_WAIT_S, Adapter, EffectPump, PumpReport
+from world.effects import RECEIPT_WAIT_S, Adapter, EffectPump, EffectsMode, PumpReport
 from world.errors import EventRejected, Interrupted
 
 __all__ = ["REJECTED_KEPT", "TICKS_PER_CYCLE_MAX", "Engine", "LoopReport", "Rejected"]
@@ -74,6 +77,7 @@ class Engine:
         adapters: Iterable[Adapter] | None = None,
         ticks_per_cycle_max: int = TICKS_PER_CYCLE_MAX,
         on_reject: Callable[[str, Any, WorldError], None] | None = None,
+        effects: EffectsMode = "live",
     ) -> None:
         self.world = world
         self.ticks_per_cycle_max = ticks_per_cycle_max
@@ -86,7 +90,9 @@ class Engine:
         os.set_blocking(self._write_fd, False)
         self._running = False
         try:
-            self.pump = EffectPump(world, sim=sim, adapters=adapters, wake=self._wake)
+            self.pump = EffectPump(
+                world, sim=sim, adapters=adapters, wake=self._wake, effects=effects
+            )
         except BaseException:
             self._close_pipe()
             raise

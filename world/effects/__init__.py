@@ -14,12 +14,16 @@ Invariants:
   journaled. Its signature is journaled with it and checked again by the readers that verify
   a world (``JournalSignatures``), which load the key read-only and report a missing or
   damaged key file instead of creating one.
+- A run whose effects are not live (``stub``, ``replay``, ``deny``; a fork's default) sends
+  nothing outward: its outward intents get stub, replayed or denied receipts, signed and
+  journaled like an adapter's (``_modes`` owns the mode, its file and the choices).
 - Close is bounded (``ADAPTER_CLOSE_WAIT_S``) and adapter threads are daemons.
 
 Parts: ``_adapters`` (``Intent``, ``Receipt``, the ``Adapter`` protocol, ``Dispatcher``, the
 named limits), ``_timer``, ``_blob`` and ``_http`` (the adapters), ``_workers`` (their threads
 and receipt delivery), ``_receipts`` (the world's receipt key, signing and verifying; checking
-a journal's receipts), ``_pump`` (``EffectPump``: intents out, receipts in; approvals of
+a journal's receipts), ``_modes`` (effects that are not live: the world's mode file, the
+choice of a run's mode, ``NotLive``), ``_pump`` (``EffectPump``: intents out, receipts in; approvals of
 parked intents).
 """
 
@@ -51,6 +55,19 @@ if TYPE_CHECKING:
     )
     from world.effects._blob import BlobAdapter
     from world.effects._http import HttpAdapter
+    from world.effects._modes import (
+        EFFECTS_MODES,
+        MODE_FILE,
+        STUB_STATUS,
+        ChosenMode,
+        EffectsMode,
+        ModeFile,
+        NotLive,
+        choose_mode,
+        fork_mode,
+        read_mode_file,
+        write_mode_file,
+    )
     from world.effects._pump import (
         RECEIPT_WAIT_S,
         EffectPump,
@@ -74,6 +91,7 @@ __all__ = [
     "BACKOFF_BASE_S",
     "BACKOFF_MAX_S",
     "BLOB_GET_BYTES_MAX",
+    "EFFECTS_MODES",
     "HTTP_ATTEMPT_DEADLINE_S",
     "HTTP_BODY_INLINE_BYTES_MAX",
     "HTTP_BODY_PREVIEW_CHARS",
@@ -84,19 +102,25 @@ __all__ = [
     "KEY_DIR",
     "KEY_FILE",
     "KEY_FILE_BYTES_MAX",
+    "MODE_FILE",
     "RECEIPT_WAIT_S",
     "RETRIES_MAX",
+    "STUB_STATUS",
     "Adapter",
     "BadReceipt",
     "BlobAdapter",
+    "ChosenMode",
     "Clock",
     "Dispatcher",
     "Done",
     "EffectPump",
+    "EffectsMode",
     "HttpAdapter",
     "Intent",
     "JournalSignatures",
     "KeyProblem",
+    "ModeFile",
+    "NotLive",
     "PumpReport",
     "Receipt",
     "ReceiptKey",
@@ -106,7 +130,11 @@ __all__ = [
     "WallClock",
     "accept_receipt",
     "backoff_s",
+    "choose_mode",
     "decide_parked",
+    "fork_mode",
+    "read_mode_file",
+    "write_mode_file",
 ]
 
 _WHERE: dict[str, str] = {
@@ -147,6 +175,22 @@ _WHERE: dict[str, str] = {
         ),
         ("world.effects._blob", ("BlobAdapter",)),
         ("world.effects._http", ("HttpAdapter",)),
+        (
+            "world.effects._modes",
+            (
+                "EFFECTS_MODES",
+                "MODE_FILE",
+                "STUB_STATUS",
+                "ChosenMode",
+                "EffectsMode",
+                "ModeFile",
+                "NotLive",
+                "choose_mode",
+                "fork_mode",
+                "read_mode_file",
+                "write_mode_file",
+            ),
+        ),
         (
             "world.effects._receipts",
             (

@@ -116,8 +116,10 @@ INTENT_HASH_BYTES: Final = 32
 DISPATCHER_ID: Final = "dispatcher"
 """``adapter_id`` of the receipts ``Dispatcher`` makes itself (for an unknown kind)."""
 
-ReceiptStatus: TypeAlias = Literal["ok", "error", "timeout"]
-RECEIPT_STATUSES: Final = frozenset({"ok", "error", "timeout"})
+ReceiptStatus: TypeAlias = Literal["ok", "error", "timeout", "stub"]
+RECEIPT_STATUSES: Final = frozenset({"ok", "error", "timeout", "stub"})
+"""``stub``: no adapter was asked; the run's effects are stubbed (``world.effects._modes``).
+No adapter here returns it."""
 
 
 def _check_intent_hash(intent_hash: bytes) -> None:
@@ -156,7 +158,7 @@ class Receipt:
     def __post_init__(self) -> None:
         _check_intent_hash(self.intent_hash)
         if self.status not in RECEIPT_STATUSES:
-            raise InvalidArgument("status", self.status, "must be ok, error or timeout")
+            raise InvalidArgument("status", self.status, "must be ok, error, timeout or stub")
 
     @property
     def payload_cbor(self) -> bytes:

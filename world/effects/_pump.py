@@ -22,6 +22,12 @@ receipts too arrive at a tick that does not depend on the machine's load (an HTT
 still does: it comes from outside). Without it, timers fire on the wall clock. Given its own ``adapters``, the pump
 advances a simulated ``TimerAdapter`` among them, if there is one.
 
+Effects that are not live. ``effects`` (``world.effects._modes``: ``live``, ``replay``, ``stub``,
+``deny``) decides who answers the outward intents (``http.request``; timers and blobs always go
+to their adapters): in any mode but ``live`` they never reach an adapter; ``NotLive`` answers
+each inside ``dispatch`` and the answer goes through ``_signed`` like an adapter's, so it is
+signed, verified and journaled by the same path, and taken in the same cycle.
+
 Intents still in flight when the pump closes are dispatched again by the next pump (at least
 once; adapters see the same intent hash).
 """
@@ -40,6 +46,7 @@ from kernel import Kernel
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
 from world.effects._http import HTTP_KIND, HttpAdapter
+from world.effects._modes import EffectsMode, JournaledReceipts, NotLive
 from world.effects._receipts import ReceiptKey
 from world.effects._timer import SimClock, TimerAdapter
 from world.errors import ReceiptRefused
@@ -61,14 +68,18 @@ class World(Protocol):
     def cas(self) -> BlobStore: ...
     @property
     def kernel(self) -> Kernel: ...
+    @property
+    def journal(self) -> Any: ...
     def commit(self) -> int: ...
 
 
 @dataclass
 class PumpReport:
-    """What the pump did: intents sent, receipts journaled, duplicates ignored, notes."""
+    """What the pump did: intents sent (``not_live`` of them answered without an adapter),
+    receipts journaled, duplicates ignored, notes."""
 
     dispatched: int = 0
+    not_live: int = 0
     receipts: int = 0
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
@@ -82,10 +93,13 @@ class EffectPump:
         sim: bool = False,
         adapters: Iterable[Adapter] | None = None,
         wake: Callable[[], None] | None = None,
+        effects: EffectsMode = "live",
     ) -> None:
         self.world = world
         self.sim = sim
         self.key = ReceiptKey.load_or_create(world.path)
+        journaled = JournaledReceipts(world.journal, world.path) if effects == "replay" else None
+        self.not_live = NotLive(effects, journaled)
         if adapters is None:
             clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
             blobs = BlobAdapter(world.cas, synchronous=sim)
@@ -99,8 +113,15 @@ class EffectPump:
         self._inbox: queue.SimpleQueue[tuple[Receipt, bytes]] = queue.SimpleQueue()
         self._sent: set[bytes] = set()
 
+    @property
+    def effects(self) -> EffectsMode:
+        return self.not_live.mode
+
     def close(self) -> None:
-        self.dispatcher.close()
+        try:
+            self.dispatcher.close()
+        finally:
+            self.not_live.close()
 
     @property
     def in_flight(self) -> int:
@@ -116,9 +137,12 @@ class EffectPump:
             params = cbor.loads(intent.params_cbor)
             origin = str(intent.origin.get("name", ""))
             bytes_max = intent.reserved if intent.kind == HTTP_KIND and intent.reserved else None
-            self.dispatcher.submit(
-                Intent(intent.intent_hash, intent.kind, params, origin, bytes_max), self._signed
-            )
+            outgoing = Intent(intent.intent_hash, intent.kind, params, origin, bytes_max)
+            if self.not_live.covers(intent.kind):
+                self._signed(self.not_live.answer(outgoing))
+                report.not_live += 1
+            else:
+                self.dispatcher.submit(outgoing, self._signed)
             sent += 1
         report.dispatched += sent
         return sent

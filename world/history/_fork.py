@@ -13,6 +13,11 @@ exclusive ``flock`` while it builds it, ``world._fsutil.lock_folder``, and the h
 its process). A fork started in the instant between another's ``mkdtemp`` and its hold could
 remove that one's folder: the other then fails with a ``StorageError``; nothing is ever
 half-placed.
+
+A fork's effects are not live: it is written with ``<fork>/effects-mode.json`` saying ``stub``,
+with the reason ``fork of <source> at seq N`` (``world.effects._modes``), so running it re-derives
+its parent's intents without sending them again, until ``world run --effects live`` is given
+once for it. The source's own mode file is not copied: the fork's is written fresh.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from world._cas import OBJECT_BYTES_MAX
 from world._directory import remove_tree
 from world._fsutil import lock_folder, mkdir_durable, sync_paths, sync_tree, write_unsynced
 from world._world import World
+from world.effects import fork_mode, write_mode_file
 from world.errors import WorldExists, WorldLocked, storage_errors
 from world.history._timetravel import check_seq, through
 from world.journal import FileJournal
@@ -115,6 +121,7 @@ def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:
             if journal.seq_next % _COMMIT_EVERY == 0:
                 journal.commit()
         journal.commit()
+    write_mode_file(staging, fork_mode(source, last))
     return last
 
 

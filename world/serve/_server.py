@@ -54,6 +54,11 @@ Rejected: a thread per client with a lock around the world. Every request would 
 at a time, and receipts and ticks would need the same lock; the selector loop gives the same
 order with no lock and no shared state. Not here: authentication beyond the socket's mode,
 ``--sim`` time (a served world runs on the wall clock).
+
+Effects. ``serve(effects=...)`` is ``world serve --effects``: the mode is chosen once, after the
+world is open (``world.effects.choose_mode``: a fork is ``stub`` by default, ``live`` given once
+makes it live for good), its notice goes to ``on_notice``, and every engine of the server, a
+reopen's too, answers outward intents in that mode.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from typing import Any, Final
 from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
 from world._engine import Engine, LoopReport
 from world._world import World
+from world.effects import EffectsMode, choose_mode
 from world.errors import (
     DerivedStateError,
     Interrupted,
@@ -170,9 +176,16 @@ class _Job:
 
 
 class _Server:
-    def __init__(self, world: World, listener: socket.socket, stop_event: Any) -> None:
+    def __init__(
+        self,
+        world: World,
+        listener: socket.socket,
+        stop_event: Any,
+        effects: EffectsMode = "live",
+    ) -> None:
         self.world = world
-        self.engine = Engine(world, ticks_per_cycle_max=TICKS_PER_TURN)
+        self.effects: EffectsMode = effects
+        self.engine = Engine(world, ticks_per_cycle_max=TICKS_PER_TURN, effects=effects)
         self.engine.start()
         self.listener = listener
         self.stop_event = stop_event
@@ -254,7 +267,7 @@ class _Server:
             self.world.close()
         self.notices.extend(self.world.notices)
         self.world = World.open(self.world.path)
-        self.engine = Engine(self.world, ticks_per_cycle_max=TICKS_PER_TURN)
+        self.engine = Engine(self.world, ticks_per_cycle_max=TICKS_PER_TURN, effects=self.effects)
         self.engine.report = self.report.loop
         self.engine.start()
         self.sel.register(self.engine.wakeup_fd, selectors.EVENT_READ)
@@ -533,16 +546,22 @@ def serve(
     *,
     stop_event: threading.Event | None = None,
     on_listening: Callable[[Path], None] | None = None,
+    effects: EffectsMode | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> ServeReport:
     """Serve the world at ``world_dir`` until stopped (a ``stop`` request, SIGINT/SIGTERM in
     the main thread, or ``stop_event``); return what was done. ``on_listening`` is called
-    with the socket's path once clients can connect."""
+    with the socket's path once clients can connect. ``effects``: ``--effects`` (None: the
+    world's mode); ``on_notice`` gets the line saying a mode that is not live by default."""
     world_dir = Path(world_dir)
     world = World.open(world_dir)
     server: _Server | None = None
     try:
+        chosen = choose_mode(world_dir, effects)
+        if chosen.notice is not None and on_notice is not None:
+            on_notice(chosen.notice)
         with listening(world_dir) as listener:
-            server = _Server(world, listener, stop_event)
+            server = _Server(world, listener, stop_event, chosen.mode)
             with _signals_stop(server):
                 if on_listening is not None:
                     on_listening(socket_path(world_dir))

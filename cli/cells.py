@@ -23,8 +23,9 @@ world as it is then: a writer in between changes what the next page shows, never
 did, and the cells after the key are neither skipped nor repeated.
 
 JSON shape of ``cells ls``: ``{"ok", "reducer", "count", "cells": [{"key", "key_hash",
-"state", "state_hash", "size", "last_active"}], "next_after"?}``: ``count`` is the number of
-cells in all, ``cells`` one page; ``next_after`` is absent on the last page.
+"state", "state_hash", "size", "last_active", "era"}], "next_after"?, "current_era"}``:
+``count`` is the number of cells in all, ``cells`` one page; ``next_after`` is absent on the
+last page; a cell's ``era`` is the manifest hash it is pinned to (``current_era`` the world's).
 """
 
 from __future__ import annotations
@@ -76,11 +77,17 @@ def ls(
         return
     shown = f"{len(cells)} of {total} cell(s)" + ("" if after is None else f" after {after}")
     table = Table(title=f"{reducer}: {shown}")
-    for column in ("key", "state hash", "size", "last active"):
+    for column in ("key", "state hash", "size", "last active", "era"):
         table.add_column(column)
+    current = page.get("current_era")
     for c in cells:
+        era = "current" if c["era"] == current else c["era"][:19] + "…"
         table.add_row(
-            json.dumps(c["key"]), c["state_hash"][:19] + "…", str(c["size"]), str(c["last_active"])
+            json.dumps(c["key"]),
+            c["state_hash"][:19] + "…",
+            str(c["size"]),
+            str(c["last_active"]),
+            era,
         )
     console.print(table)
     if "next_after" in out:

@@ -79,7 +79,7 @@ def test_cells_ls_pages_cover_every_key_once_in_order(many: Path) -> None:
     assert len(got) == 3
     check_pages(got, 10)
     first = got[0]["cells"][0]
-    assert set(first) == {"key", "key_hash", "state", "state_hash", "size", "last_active"}
+    assert set(first) == {"key", "key_hash", "state", "state_hash", "size", "last_active", "era"}
     assert first["state"] == {"count": 1, "events": 1}
     assert first["state_hash"].startswith("blake3:")
     order = expected_order()  # text: shorter first, then bytewise

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from powerloss import count_operations, run_with_cut
@@ -356,11 +357,17 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+EVERY_POINT: Final = os.environ.get("WORLD_POWERLOSS_EVERY") == "1"
+"""Cut at every operation of every scenario instead (by hand: ``TESTING.md``)."""
+
+
 def _cut_points(kinds: list[str]) -> list[int]:
     """``SPREAD`` points spread over the run, and just before and after ``MOMENTS`` of the
     renames, syncs and truncations (the first, the last, and evenly between: a scenario that
-    renames 40 cell files into place renames each the same way)."""
+    renames 40 cell files into place renames each the same way). With ``EVERY_POINT``: all."""
     n = len(kinds)
+    if EVERY_POINT:
+        return list(range(n))
     points = set(range(0, n, max(1, n // SPREAD)))
     moments = [i for i, kind in enumerate(kinds) if kind in ("replace", "sync", "ftruncate")]
     if len(moments) > MOMENTS:

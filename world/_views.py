@@ -102,7 +102,8 @@ class RecordView:
 
 def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, Any]:
     """One page of ``world cells ls``: ``{reducer, count, cells: [{key, key_hash, state,
-    state_hash, size, last_active}], next_after?}``, the cells sorted by key (the key's
+    state_hash, size, last_active, era}], next_after?}`` (``era``: the manifest hash the cell
+    is pinned to, since its creation), the cells sorted by key (the key's
     canonical CBOR bytes), the first ``limit`` after the key ``after`` (sugar JSON; None: from
     the start). ``next_after`` (the last key shown) is there when more follow.
 
@@ -140,9 +141,15 @@ def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, 
                 "state_hash": cbor.raw_to_hash(entry.state_hash),
                 "size": entry.size,
                 "last_active": entry.last_active,
+                "era": cbor.raw_to_hash(entry.manifest_hash),
             }
         )
-    page: dict[str, Any] = {"reducer": reducer, "count": count, "cells": cells}
+    page: dict[str, Any] = {
+        "reducer": reducer,
+        "count": count,
+        "cells": cells,
+        "current_era": world.air.manifest_hash,
+    }
     if len(entries) > limit:
         page["next_after"] = cells[-1]["key"]
     return page

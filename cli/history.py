@@ -257,6 +257,7 @@ def fork(
                 "through": forked.seq_through,
                 "records": forked.seq_through + 1,
                 "extended": forked.extended,
+                "effects": "stub",
             }
         )
         return
@@ -273,6 +274,12 @@ def fork(
             markup=False,
             highlight=False,
         )
+    console.print(
+        f"its effects are stubbed (nothing leaves it) until: world run {new_dir} --effects live",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _register() -> None:

@@ -439,3 +439,11 @@ def test_world_serve_detach_with_effects_stub_sends_nothing(
     [receipt] = receipts(w)
     assert (receipt["status"], receipt["adapter_id"]) == (STUB_STATUS, "effects.stub")
     assert verify_world(w).ok
+
+
+def test_world_fork_says_the_fork_starts_stubbed(parent: Path, tmp_path: Path) -> None:
+    shown = runner.invoke(app, ["fork", str(parent), str(tmp_path / "f"), "--at", "1"])
+    assert shown.exit_code == 0, shown.output
+    assert "its effects are stubbed (nothing leaves it) until: world run" in shown.output
+    made = runner.invoke(app, ["fork", str(parent), str(tmp_path / "g"), "--at", "1", "--json"])
+    assert json.loads(made.stdout)["effects"] == "stub"

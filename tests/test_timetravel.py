@@ -179,6 +179,7 @@ def test_fork_keeps_the_prefix_runs_other_inputs_and_leaves_the_original_alone(
         "through": 4,
         "records": 5,
         "extended": False,
+        "effects": "stub",
     }
     assert _journal(fork) == original[:5]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fork", "w"]  # no staging left

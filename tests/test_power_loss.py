@@ -36,7 +36,6 @@ from powerloss import count_operations, run_with_cut
 from air.errors import WorldError
 from kernel.errors import JournalCorrupt
 from world import World, archive_world, check_world, repair_world
-from world._airfiles import load_air_path
 from world.cellstore import FileCellStore
 from world.gov import proposal_air, proposals, propose
 from world.history import fork_world, verify_world
@@ -197,9 +196,9 @@ def repair(root: Path, acked: Acked) -> None:
 
 
 def air_v2(root: Path, acked: Acked) -> None:
-    """A counter world, and beside it a second AIR for it: the same with a rebuilt wasm (its
-    module compiled once here, so that no cache fills during the scenario and its runs make
-    the same operations)."""
+    """A counter world, and beside it a second AIR for it: the same with a rebuilt wasm. Every
+    run proposes the AIR at this one path (the proposal document names its source files, so
+    another path is another object, in another CAS folder: another count of operations)."""
     counter_world(3)(root, acked)
     air = root / "v2"
     shutil.copytree(COUNTER_AIR, air)
@@ -208,13 +207,13 @@ def air_v2(root: Path, acked: Acked) -> None:
     module, manifest = json.loads((air / "counter.air.json").read_text())
     module["wasm"] = "counter.wasm"
     (air / "counter.air.json").write_text(json.dumps([module, manifest]))
-    load_air_path(air)
+    acked.facts["air"] = str(air)
 
 
 def proposal(root: Path, acked: Acked) -> None:
     """A proposal: its AIR's objects into the CAS, then one journaled record."""
     with World.open(root / "w") as world:
-        made, _diff = propose(world, root / "v2")
+        made, _diff = propose(world, Path(acked.facts["air"]))
         acked.facts["proposal"] = made.id
         _ack(acked, "w", world)
 

@@ -1,8 +1,16 @@
+import os
 import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+if "WORLD_EXAMPLES_SCALE" in os.environ:  # the default count too (``fuzzkit.examples``)
+    from fuzzkit import examples
+    from hypothesis import settings
+
+    settings.register_profile("scaled", max_examples=examples(100))
+    settings.load_profile("scaled")
 
 
 def pytest_configure() -> None:

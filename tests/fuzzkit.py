@@ -4,11 +4,21 @@ library beside the fuzzer, not a package, so it is loaded from its file once."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 FUZZ = Path(__file__).resolve().parents[1] / "tools" / "fuzz"
+EXAMPLES_SCALE = float(os.environ.get("WORLD_EXAMPLES_SCALE", "1"))
+"""Scales the property tests' example counts (``examples``): the ASan run of the native tests
+(``tests/test_native_asan.py``) sets it below 1, where every example costs ~5 times as much and
+what it adds is a check of each C access on the paths the examples reach."""
+
+
+def examples(count: int) -> int:
+    """``count`` hypothesis examples, scaled by ``WORLD_EXAMPLES_SCALE`` (at least 10)."""
+    return max(10, round(count * EXAMPLES_SCALE))
 
 
 def load_oracle() -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from cellstore_kit import merged_summary, packed_shard, sized_cell
+from fuzzkit import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +73,7 @@ bases = st.dictionaries(st.integers(0, 40), sizes, max_size=25)
 overlays = st.dictionaries(st.integers(0, 60), st.none() | sizes, max_size=25)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(base=bases, overlay=overlays, same=st.booleans())
 def test_merge_equals_the_plain_merge(
     base: dict[int, int], overlay: dict[int, Any], same: bool
@@ -97,7 +98,7 @@ def native_on() -> Iterator[None]:
     native.set_enabled(before)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     base=bases,
     overlay=overlays,

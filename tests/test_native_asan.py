@@ -31,6 +31,11 @@ ASAN_FUZZ_RUNS = 1000
 the hypothesis and seeded tests beside it run in full."""
 
 
+ASAN_EXAMPLES_SCALE = 0.2
+"""The property tests' example counts under ASan (``fuzzkit.examples``), for the same reason:
+300 examples of a shard merge cost ~5 times as much there."""
+
+
 def _libasan() -> str | None:
     gcc = shutil.which("gcc")
     if gcc is None:
@@ -76,6 +81,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         "PYTHONPATH": str(tree),
         "PYTHONDONTWRITEBYTECODE": "1",
         "WORLD_FUZZ_RUNS": str(ASAN_FUZZ_RUNS),
+        "WORLD_EXAMPLES_SCALE": str(ASAN_EXAMPLES_SCALE),
     }
     where = subprocess.run(
         [sys.executable, "-c", "import kernel.native._native as n; print(n.__file__)"],

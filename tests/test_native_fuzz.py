@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzzkit import FUZZ, load_oracle
+from fuzzkit import FUZZ, examples, load_oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,7 +122,7 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_values)
 def test_hypothesis_values_encode_and_decode_the_same(value: Any) -> None:
     oracle = _oracle()
@@ -134,7 +134,7 @@ def test_hypothesis_values_encode_and_decode_the_same(value: Any) -> None:
     oracle.check_bytes(data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.none() | st.binary(max_size=40),
     st.text(max_size=20),

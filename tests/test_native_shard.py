@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cellstore_kit import MANIFEST, MODULE, merged_summary, packed_shard, sized_cell, store_files
-from fuzzkit import load_oracle
+from fuzzkit import examples, load_oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,7 +215,7 @@ def test_a_store_checkpointed_with_the_c_merge_holds_the_same_files(
     assert merged_in_c.count(True) > 100  # the second run's shards, merged in C
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     stored=st.sets(st.binary(min_size=32, max_size=32), max_size=40),
     others=st.lists(st.binary(min_size=32, max_size=32), max_size=5),

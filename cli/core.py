@@ -510,6 +510,8 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     effects = data["effects"]
     table.add_row("runs", f"{len(data['runs'])} active, {data['runs_started']} started in all")
     table.add_row("effects", ", ".join(f"{n} {k}" for k, n in effects.items()))
+    mode = data["effects_mode"]
+    table.add_row("effects mode", f"{mode['mode']} ({mode['reason']})")
     for name, r in data["reducers"].items():
         table.add_row(
             f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"

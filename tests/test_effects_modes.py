@@ -447,3 +447,14 @@ def test_world_fork_says_the_fork_starts_stubbed(parent: Path, tmp_path: Path) -
     assert "its effects are stubbed (nothing leaves it) until: world run" in shown.output
     made = runner.invoke(app, ["fork", str(parent), str(tmp_path / "g"), "--at", "1", "--json"])
     assert json.loads(made.stdout)["effects"] == "stub"
+
+
+def test_world_info_says_who_answers_effects(parent: Path, tmp_path: Path) -> None:
+    shown = json.loads(runner.invoke(app, ["info", str(parent), "--json"]).stdout)
+    assert shown["effects_mode"] == {"mode": "live", "reason": "the default"}
+    fork(parent, tmp_path / "f")
+    shown = json.loads(runner.invoke(app, ["info", str(tmp_path / "f"), "--json"]).stdout)
+    assert shown["effects_mode"] == {"mode": "stub", "reason": f"fork of {parent} at seq 1"}
+    text = runner.invoke(app, ["info", str(tmp_path / "f")]).output
+    assert "effects mode" in text
+    assert "stub (fork of" in text

@@ -29,6 +29,7 @@ from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import Kernel
 from kernel.cells import CellEntry, CellStore
+from world.effects import read_mode_file
 from world.errors import StoreDamaged
 from world.journal import FileJournal
 
@@ -202,6 +203,16 @@ def _info(source: Source) -> dict[str, Any]:
         ],
         "runs_started": kernel.plans.started,
         "effects": kernel.effects.counts(),
+        "effects_mode": _effects_mode(source.path),
         "logical_now_ns": kernel.effects.now_ns,
         "notices": list(source.notices),
     }
+
+
+def _effects_mode(path: Path) -> dict[str, Any]:
+    """Who answers the world's outward effects when a run does not say (``world.effects``'
+    mode file): ``{"mode": "live" | "stub", "reason"}``."""
+    found = read_mode_file(path)
+    if found is None:
+        return {"mode": "live", "reason": "the default"}
+    return {"mode": found.mode, "reason": found.reason}

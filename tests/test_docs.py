@@ -103,8 +103,9 @@ def _script(lines: list[str], scratch: Path) -> str:
             if replacement is None:
                 continue
             code = replacement
-        code = re.sub(r"(~/wk|\.venv)/bin/", lambda _m: f"{BIN}/", code)
+        # /tmp/ first: the checkout (so BIN) may itself live under /tmp
         code = code.replace("/tmp/", f"{scratch}/tmp/").replace("8000", port)
+        code = re.sub(r"(~/wk|\.venv)/bin/", lambda _m: f"{BIN}/", code)
         out.append(code)
     return "\n".join(out) + "\n"
 

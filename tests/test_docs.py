@@ -103,8 +103,9 @@ def _script(lines: list[str], scratch: Path) -> str:
             if replacement is None:
                 continue
             code = replacement
-        # /tmp/ first: the checkout (so BIN) may itself live under /tmp
-        code = code.replace("/tmp/", f"{scratch}/tmp/").replace("8000", port)
+        # On the line as written, before any path goes in: the checkout (so BIN) and the
+        # scratch folder may themselves be under /tmp, or have 8000 in their names.
+        code = re.sub(r"\b8000\b", port, code).replace("/tmp/", f"{scratch}/tmp/")
         code = re.sub(r"(~/wk|\.venv)/bin/", lambda _m: f"{BIN}/", code)
         out.append(code)
     return "\n".join(out) + "\n"

@@ -627,6 +627,40 @@ def test_a_fork_killed_midway_leaves_a_folder_that_the_next_fork_removes(
         assert world.journal.seq_next == forked.seq_through + 1
 
 
+def test_an_init_killed_midway_leaves_a_folder_that_the_next_init_removes(tmp_path: Path) -> None:
+    """As a fork's: ``world init`` builds in ``.<name>.init-*`` and renames it; a kill before
+    the rename leaves that folder, and the next init to the name removes it (not a live one)."""
+    from world._fsutil import lock_folder
+
+    code = (
+        "import os, sys; from pathlib import Path; from world import _fileio as f; "
+        "from world import World; "
+        "ctx = f.fault_hook(lambda op, p: os._exit(9) if op == 'replace' else None); "
+        "ctx.__enter__(); World.create(Path(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "w"), str(COUNTER_AIR)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == 9, killed.stderr
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".w.init-")]
+    assert len(left) == 1
+    live = tmp_path / ".w.init-live"
+    live.mkdir()
+    other = tmp_path / ".other.init-x"
+    other.mkdir()
+    with lock_folder(live):  # an init in progress holds its folder
+        World.create(tmp_path / "w", COUNTER_AIR).close()
+    assert not left[0].exists()
+    assert live.is_dir()
+    assert other.is_dir()
+    with World.open(tmp_path / "w", readonly=True) as world:
+        assert world.journal.seq_next == 1
+
+
 # --- an export does not write over a file (issue 20, item 5) --------------------------------
 
 

@@ -18,6 +18,7 @@ symlink, and tools that copy or lock it must follow links).
 
 from __future__ import annotations
 
+import glob
 import json
 import shutil
 from pathlib import Path
@@ -30,13 +31,14 @@ from kernel.subjects import make_subject
 from world import _fileio as fileio
 from world._airfiles import WORLD_AIR_BYTES_MAX, read_world_sources
 from world._cas import FileCas
-from world._fsutil import WorldLock, atomic_write, lock_world
+from world._fsutil import WorldLock, atomic_write, lock_folder, lock_world
 from world.effects import ReceiptKey
-from world.errors import NotAWorld, StorageError, StoreDamaged, storage_errors
+from world.errors import NotAWorld, StorageError, StoreDamaged, WorldLocked, storage_errors
 from world.journal import FileJournal
 
 __all__ = [
     "FORMAT",
+    "INIT_INFIX",
     "build_world",
     "check_directory",
     "discard_store",
@@ -45,6 +47,7 @@ __all__ = [
     "read_module_wasm",
     "read_sources",
     "recover_swap",
+    "remove_leftovers",
     "remove_tree",
     "swap_in",
     "swap_paths",
@@ -245,3 +248,27 @@ def check_directory(path: Path) -> None:
         "nothing rebuilds) is a folder of segments; put it back, from a backup"
     )
     raise StorageError(str(journal), "open", "ENOTDIR" if there else "ENOENT", detail)
+
+
+INIT_INFIX: Final = ".init-"
+"""``world init`` builds ``<name>`` in a hidden sibling ``.<name>.init-*`` and renames it."""
+
+
+def remove_leftovers(parent: Path, name: str, infix: str) -> list[Path]:
+    """Remove the hidden folders ``.<name><infix>*`` in ``parent`` that killed builds left (an
+    ``init``: ``INIT_INFIX``; a ``fork``: ``world.history``'s); return them. A folder a live
+    build holds (its ``flock``: ``lock_folder`` cannot take it), or a symlink, stays."""
+    removed = []
+    for leftover in sorted(parent.glob(f".{glob.escape(name)}{infix}*")):
+        if leftover.is_symlink() or not leftover.is_dir():
+            continue
+        try:
+            hold = lock_folder(leftover)
+        except (WorldLocked, FileNotFoundError):  # a live build's, or gone meanwhile
+            continue
+        try:
+            remove_tree(leftover)
+        finally:
+            hold.release()
+        removed.append(leftover)
+    return removed

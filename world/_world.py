@@ -83,11 +83,13 @@ from world._airfiles import air_sources, builtin_sources, inspect_wasm
 from world._airfiles import read_file as _read_file
 from world._cas import FileCas
 from world._directory import (
+    INIT_INFIX,
     build_world,
     check_directory,
     load_world_air,
     read_sources,
     recover_swap,
+    remove_leftovers,
     remove_tree,
     swapped_in,
 )
@@ -210,7 +212,8 @@ class World:
         """Build the world in a hidden sibling folder, then rename it to ``path``."""
         parent = path.absolute().parent
         mkdir_durable(parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.init-", dir=parent))
+        remove_leftovers(parent, path.name, INIT_INFIX)  # of killed inits to this name
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}{INIT_INFIX}", dir=parent))
         placed = False
         lock: WorldLock | None = None
         try:

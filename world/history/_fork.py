@@ -22,7 +22,6 @@ once for it. The source's own mode file is not copied: the fork's is written fre
 
 from __future__ import annotations
 
-import glob
 import os
 import tempfile
 from dataclasses import dataclass
@@ -31,11 +30,12 @@ from typing import Final
 
 from world import _fileio as fileio
 from world._cas import OBJECT_BYTES_MAX
+from world._directory import remove_leftovers as remove_build_leftovers
 from world._directory import remove_tree
 from world._fsutil import lock_folder, mkdir_durable, sync_paths, sync_tree, write_unsynced
 from world._world import World
 from world.effects import fork_mode, write_mode_file
-from world.errors import WorldExists, WorldLocked, storage_errors
+from world.errors import WorldExists, storage_errors
 from world.history._timetravel import check_seq, through
 from world.journal import FileJournal
 
@@ -92,20 +92,7 @@ def fork_world(source: Path, seq: int, target: Path) -> Forked:
 def remove_leftovers(parent: Path, name: str) -> list[Path]:
     """Remove the hidden folders that killed forks to ``name`` left in ``parent`` (see the
     module docstring); return them. A folder a live fork holds, or a symlink, stays."""
-    removed = []
-    for leftover in sorted(parent.glob(f".{glob.escape(name)}{FORK_INFIX}*")):
-        if leftover.is_symlink() or not leftover.is_dir():
-            continue
-        try:
-            hold = lock_folder(leftover)
-        except (WorldLocked, FileNotFoundError):  # a live fork's, or gone meanwhile
-            continue
-        try:
-            remove_tree(leftover)
-        finally:
-            hold.release()
-        removed.append(leftover)
-    return removed
+    return remove_build_leftovers(parent, name, FORK_INFIX)
 
 
 def _write_fork(world: World, source: Path, staging: Path, seq: int) -> int:

@@ -21,7 +21,7 @@ in-memory journal), ``kernel.cells`` (cell identities, the index format, the ``C
 
 Private parts: ``_core`` (``Kernel``: routing and ticks), ``_steps`` (one cell's step),
 ``_runs`` (live plan runs) and ``_plans`` (the pure run engine), ``_effects`` (intents,
-capabilities, policy, budgets), ``_recorder`` (a tick's records: appended, or compared on
+capabilities, policy, budgets), ``_grants`` (what a grant and a policy rule admit), ``_recorder`` (a tick's records: appended, or compared on
 replay), ``_scheduler`` (mailboxes, the fair ready queue), ``_deadletters``, ``_abi`` (the
 reducer envelope), ``_moves`` (records that move cells in), ``_divergence`` (what replay
 compares), ``_urls`` (the one URL normaliser: the capability check reads a URL with it and the

@@ -77,8 +77,9 @@ Intents are made here too (``intent_for``: the check, the decision and the hash)
 two records that journal one (``records_of``: ``effect.queued`` and ``policy.decision``), and
 for a reducer step's micro-effects, the grant each uses (``grant_for``: its cap slot's binding).
 
-Not here: adapters, signatures (``world/`` verifies a receipt before it is journaled), or the
-records' placement in the journal (``kernel._core``, ``kernel._runs``).
+Not here: what a grant's hosts, verbs and paths and a policy rule's ``when`` admit
+(``kernel._grants``), adapters, signatures (``world/`` verifies a receipt before it is
+journaled), or the records' placement in the journal (``kernel._core``, ``kernel._runs``).
 """
 
 from __future__ import annotations
@@ -92,16 +93,8 @@ from air import LoadedAir, cbor
 from air.errors import WorldError
 from air.types import parse_type
 from air.values import normalise
+from kernel._grants import CapDenied, check_http, rule_matches
 from kernel._scheduler import Delivery, Entity
-from kernel._urls import (
-    Url,
-    UrlRefused,
-    host_matches_glob,
-    path_has_prefix,
-    read_authority,
-    read_host_entry,
-    read_url,
-)
 from kernel.abi import StepOutput
 from kernel.subjects import make_subject
 
@@ -138,20 +131,6 @@ settled with. A pseudo-header, as HTTP/2 spells them: a ``:`` cannot begin a rea
 (RFC 9110 §5.1), so no server can send it. Not a field of its own because
 ``sys/HttpRequestReceipt@1`` is a closed record and a new builtin schema changes every
 world's manifest hash."""
-
-_HTTP_VERB_FIELDS: Final = ("verbs", "methods")
-
-
-class CapDenied(Exception):
-    """A capability check failed: ``code`` (``cap.*``) and ``detail``; for a URL that cannot
-    be read (``cap.url_invalid``), ``reason`` names the rule (``kernel._urls``). Internal to
-    the kernel: code and detail become a journaled reason, never an error a caller sees."""
-
-    def __init__(self, code: str, detail: str, *, reason: str | None = None) -> None:
-        self.code = code
-        self.detail = detail
-        self.reason = reason
-        super().__init__(f"{detail} [{code}]")
 
 
 def intent_hash(kind: str, params_cbor: bytes, cap: str, idempotency_key: str) -> bytes:
@@ -368,7 +347,7 @@ class EffectManager:
                 "cap.expired", f"grant {cap} expired at {grant.expiry_ns} (now {self.now_ns})"
             )
         if cap_type == "http.out":
-            _check_http(cap, self._grant_params(grant, defcap), params)
+            check_http(cap, self._grant_params(grant, defcap), params)
         return self._reserve(cap, grant, kind, params)
 
     def _grant_params(self, grant: Any, defcap: Any) -> Any:
@@ -403,7 +382,7 @@ class EffectManager:
             return "deny", DEFAULT_RULE
         rules = policy.rules
         for index, rule in enumerate(rules):
-            if _matches(rule.when, kind, params, cap, origin):
+            if rule_matches(rule.when, kind, params, cap, origin):
                 return str(rule.decision), index
         return "deny", DEFAULT_RULE
 
@@ -572,90 +551,3 @@ def _bytes_used(kind: str, status: str, payload: Any, reserved: int) -> int:
         if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 20:
             return min(int(text), reserved)
     return 0
-
-
-def _read_url(params: Any) -> Url:
-    """The intent's URL normalised (``kernel._urls``), or ``CapDenied`` naming why not."""
-    try:
-        return read_url(params.get("url") if isinstance(params, dict) else None)
-    except UrlRefused as exc:
-        raise CapDenied(exc.code, exc.detail, reason=exc.reason) from exc
-
-
-def _check_http(cap: str, grant_params: Any, params: Any) -> None:
-    url = _read_url(params)
-    if not any(_admits(entry, url) for entry in grant_params.get("hosts") or []):
-        raise CapDenied("cap.host_not_allowed", f"host {url.authority!r} is outside grant {cap}")
-    _check_host_header(params, url)
-    verbs = _granted_verbs(grant_params)
-    method = str(params.get("method", "")).upper()
-    if verbs is not None and method not in verbs:
-        raise CapDenied("cap.method_not_allowed", f"method {method} is outside grant {cap}")
-    prefixes = grant_params.get("path_prefixes")
-    if prefixes is not None and not any(path_has_prefix(url.path, str(p)) for p in prefixes):
-        raise CapDenied("cap.path_not_allowed", f"path {url.path!r} is outside grant {cap}")
-
-
-def _admits(entry: Any, url: Url) -> bool:
-    """A grant's ``hosts`` entry: ``host`` on any port, or ``host:port`` on that port."""
-    read = read_host_entry(str(entry))
-    if read is None:
-        return False
-    host, port = read
-    return host == url.host and (port is None or port == url.effective_port)
-
-
-def _granted_verbs(grant_params: Any) -> set[str] | None:
-    """The methods a grant allows (``verbs`` and ``methods`` together); None if it names
-    neither (no restriction). A named but empty set allows no method."""
-    given = [grant_params.get(name) for name in _HTTP_VERB_FIELDS]
-    if all(v is None for v in given):
-        return None
-    return {str(v).upper() for verbs in given for v in verbs or []}
-
-
-def _check_host_header(params: Any, url: Url) -> None:
-    """A ``Host`` header (any case) must name the URL's own authority: otherwise the request
-    would reach the granted address while asking its server for another site."""
-    headers = params.get("headers")
-    if not isinstance(headers, dict):
-        return
-    for name, value in headers.items():
-        if str(name).strip().lower() != "host":
-            continue
-        try:
-            same = read_authority(str(value).strip(), url.scheme) == (url.host, url.port)
-        except UrlRefused:
-            same = False
-        if not same:
-            raise CapDenied(
-                "cap.host_header", f"Host header {value!r} is not the URL's {url.authority!r}"
-            )
-
-
-def _matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> bool:
-    if when.effect_kind is not None and when.effect_kind != kind:
-        return False
-    if getattr(when, "cap_name", None) is not None and when.cap_name != cap:
-        return False
-    if when.origin_kind is not None and when.origin_kind != origin["kind"]:
-        return False
-    if when.origin_name is not None and when.origin_name != origin["name"]:
-        return False
-    glob = getattr(when, "host", None)
-    prefix = getattr(when, "path_prefix", None)
-    if glob is not None or prefix is not None:
-        try:  # only an intent with a readable URL has a host and a path to match
-            url = read_url(params.get("url") if isinstance(params, dict) else None)
-        except UrlRefused:
-            return False
-        if glob is not None and not host_matches_glob(url.host, glob):
-            return False
-        if prefix is not None and not path_has_prefix(url.path, prefix):
-            return False
-    method = getattr(when, "method", None)
-    if method is not None:
-        asked = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
-        if asked != method.upper():
-            return False
-    return True

@@ -66,7 +66,7 @@ PLANTS: tuple[Plant, ...] = (
     ),
     Plant(
         "grant hosts: a suffix match",
-        "kernel/_effects.py",
+        "kernel/_grants.py",
         "    return host == url.host and (port is None or port == url.effective_port)\n",
         "    return url.host.endswith(host) and (port is None or port == url.effective_port)\n",
         ("tests/test_grants.py",),

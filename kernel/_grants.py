@@ -1,0 +1,130 @@
+"""What a grant and a policy rule admit: the checks ``kernel._effects`` makes of an intent
+before it is queued, on the URL ``kernel._urls`` reads (the one normaliser).
+
+``check_http`` is the capability check of an ``http.out`` grant: the URL readable at all
+(``cap.url_invalid``), its host among ``hosts`` (``host`` on any port, ``host:port`` on that one;
+``cap.host_not_allowed``), a ``Host`` header naming the URL's own authority
+(``cap.host_header``), the method among ``verbs`` (or AgentOS's ``methods``;
+``cap.method_not_allowed``), the path under one of ``path_prefixes``, whole segments only
+(``cap.path_not_allowed``). An empty set allows nothing; an absent one restricts nothing.
+``rule_matches`` is a policy rule's ``when``: effect kind, grant, origin, and for a rule that
+names a ``host`` glob or a ``path_prefix`` only an intent with a readable URL. Each failure is a
+``CapDenied`` with its code: the kernel journals it as the reason, no caller sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kernel._urls import (
+    Url,
+    UrlRefused,
+    host_matches_glob,
+    path_has_prefix,
+    read_authority,
+    read_host_entry,
+    read_url,
+)
+
+__all__ = ["CapDenied", "check_http", "rule_matches"]
+
+_HTTP_VERB_FIELDS: Final = ("verbs", "methods")
+
+
+class CapDenied(Exception):
+    """A capability check failed: ``code`` (``cap.*``) and ``detail``; for a URL that cannot
+    be read (``cap.url_invalid``), ``reason`` names the rule (``kernel._urls``). Internal to
+    the kernel: code and detail become a journaled reason, never an error a caller sees."""
+
+    def __init__(self, code: str, detail: str, *, reason: str | None = None) -> None:
+        self.code = code
+        self.detail = detail
+        self.reason = reason
+        super().__init__(f"{detail} [{code}]")
+
+
+def _read_url(params: Any) -> Url:
+    """The intent's URL normalised (``kernel._urls``), or ``CapDenied`` naming why not."""
+    try:
+        return read_url(params.get("url") if isinstance(params, dict) else None)
+    except UrlRefused as exc:
+        raise CapDenied(exc.code, exc.detail, reason=exc.reason) from exc
+
+
+def check_http(cap: str, grant_params: Any, params: Any) -> None:
+    url = _read_url(params)
+    if not any(_admits(entry, url) for entry in grant_params.get("hosts") or []):
+        raise CapDenied("cap.host_not_allowed", f"host {url.authority!r} is outside grant {cap}")
+    _check_host_header(params, url)
+    verbs = _granted_verbs(grant_params)
+    method = str(params.get("method", "")).upper()
+    if verbs is not None and method not in verbs:
+        raise CapDenied("cap.method_not_allowed", f"method {method} is outside grant {cap}")
+    prefixes = grant_params.get("path_prefixes")
+    if prefixes is not None and not any(path_has_prefix(url.path, str(p)) for p in prefixes):
+        raise CapDenied("cap.path_not_allowed", f"path {url.path!r} is outside grant {cap}")
+
+
+def _admits(entry: Any, url: Url) -> bool:
+    """A grant's ``hosts`` entry: ``host`` on any port, or ``host:port`` on that port."""
+    read = read_host_entry(str(entry))
+    if read is None:
+        return False
+    host, port = read
+    return host == url.host and (port is None or port == url.effective_port)
+
+
+def _granted_verbs(grant_params: Any) -> set[str] | None:
+    """The methods a grant allows (``verbs`` and ``methods`` together); None if it names
+    neither (no restriction). A named but empty set allows no method."""
+    given = [grant_params.get(name) for name in _HTTP_VERB_FIELDS]
+    if all(v is None for v in given):
+        return None
+    return {str(v).upper() for verbs in given for v in verbs or []}
+
+
+def _check_host_header(params: Any, url: Url) -> None:
+    """A ``Host`` header (any case) must name the URL's own authority: otherwise the request
+    would reach the granted address while asking its server for another site."""
+    headers = params.get("headers")
+    if not isinstance(headers, dict):
+        return
+    for name, value in headers.items():
+        if str(name).strip().lower() != "host":
+            continue
+        try:
+            same = read_authority(str(value).strip(), url.scheme) == (url.host, url.port)
+        except UrlRefused:
+            same = False
+        if not same:
+            raise CapDenied(
+                "cap.host_header", f"Host header {value!r} is not the URL's {url.authority!r}"
+            )
+
+
+def rule_matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> bool:
+    if when.effect_kind is not None and when.effect_kind != kind:
+        return False
+    if getattr(when, "cap_name", None) is not None and when.cap_name != cap:
+        return False
+    if when.origin_kind is not None and when.origin_kind != origin["kind"]:
+        return False
+    if when.origin_name is not None and when.origin_name != origin["name"]:
+        return False
+    glob = getattr(when, "host", None)
+    prefix = getattr(when, "path_prefix", None)
+    if glob is not None or prefix is not None:
+        try:  # only an intent with a readable URL has a host and a path to match
+            url = read_url(params.get("url") if isinstance(params, dict) else None)
+        except UrlRefused:
+            return False
+        if glob is not None and not host_matches_glob(url.host, glob):
+            return False
+        if prefix is not None and not path_has_prefix(url.path, prefix):
+            return False
+    method = getattr(when, "method", None)
+    if method is not None:
+        asked = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
+        if asked != method.upper():
+            return False
+    return True

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from air._checkers import SchemaCheckers, compile_checker
-    from air._diff import AirDiff, ReducerChange, diff_air
+    from air._diff import AirDiff, ReducerChange, diff_air, same_state_shape
     from air._loaded import AirSource, LoadedAir, Located, WasmInfo, resolve_relative
     from air._loader import load_air
 
@@ -44,6 +44,7 @@ __all__ = [
     "diff_air",
     "load_air",
     "resolve_relative",
+    "same_state_shape",
 ]
 
 

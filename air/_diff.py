@@ -14,7 +14,10 @@ Pure (no files, no clock): both sides are ``LoadedAir``. The diff has three part
 
 ``problems`` are what stops the AIR from becoming a proposal for this world: a key schema that
 changed (every cell's identity would change: that is ``world migrate``'s job), and a state
-schema that changed (no cell upgrade path yet: its cells could not be read by the new module).
+schema that changed under the same wasm (the module that wrote the old states cannot be the one
+that upgrades them). A state schema that changes with a new wasm is allowed: the cells keep
+their era until ``world cells upgrade`` steps each through the new module's upgrade hook
+(``kernel._upgrades``), and one whose upgrade fails stays where it was.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from air._loaded import LoadedAir
 from air.types import ListT, MapT, OptionT, Prim, Record, Ref, SetT, TypeNode, Variant
 
-__all__ = ["AirDiff", "ReducerChange", "diff_air"]
+__all__ = ["AirDiff", "ReducerChange", "diff_air", "same_state_shape"]
 
 
 @dataclass(frozen=True)
@@ -172,19 +175,25 @@ def _reducers(diff: AirDiff, old: LoadedAir, new: LoadedAir) -> None:
                 f"{line.new}: its key schema changed, so every cell's identity would; "
                 "`world migrate` moves cells to new keys, an upgrade cannot"
             )
-        elif not line.state_same:
+        elif not line.state_same and line.wasm_same:
             diff.problems.append(
-                f"{line.new}: its state schema changed, and a cell upgrade path (stepping each "
-                "cell into the new schema) is not there yet; keep the state schema, or start "
-                "a new reducer beside it"
+                f"{line.new}: its state schema changed but its wasm did not; the module that "
+                "wrote the old states cannot upgrade them: give it a new module with an upgrade "
+                "hook (sys/StateUpgrade@1), or keep the state schema"
             )
+
+
+def same_state_shape(old: LoadedAir, old_name: str, new: LoadedAir, new_name: str) -> bool:
+    """Whether reducer ``old_name`` of ``old`` and ``new_name`` of ``new`` have state schemas
+    of the same structure (every reference followed): a cell's bytes read the same in both."""
+    was, now = old.modules[old_name], new.modules[new_name]
+    return bool(_shape(Ref(was.abi.reducer.state), old) == _shape(Ref(now.abi.reducer.state), new))
 
 
 def _pair(
     family: str, change: str, old: LoadedAir, old_name: str, new: LoadedAir, new_name: str
 ) -> ReducerChange:
-    was, now = old.modules[old_name], new.modules[new_name]
-    state_same = _shape(Ref(was.abi.reducer.state), old) == _shape(Ref(now.abi.reducer.state), new)
+    state_same = same_state_shape(old, old_name, new, new_name)
     key_same = _shape(old.key_types.get(old_name), old) == _shape(new.key_types.get(new_name), new)
     return ReducerChange(
         family,

@@ -1,4 +1,5 @@
-"""``world cells ...``: list and show the cells of a keyed reducer.
+"""``world cells ...``: list and show the cells of a keyed reducer, and upgrade them to the
+world's current era (``world cells upgrade``, ``world.gov``).
 
 ``world cells ls`` order: cells are sorted by their key's canonical CBOR bytes (the bytes the
 cell store hashes), compared bytewise. That is a total order that does not depend on how a key
@@ -99,19 +100,50 @@ def ls(
         )
 
 
-@app.command("show")
-def show(
+@app.command("upgrade")
+def upgrade(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
-    reducer: Annotated[str, typer.Argument(help="Keyed reducer name")],
-    key: Annotated[str, typer.Argument(help="The key, JSON read through the key schema")],
+    reducer: Annotated[str, typer.Argument(help="Reducer name")],
+    key: Annotated[
+        list[str] | None, typer.Option("--key", help="A cell's key (JSON); repeat for more")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every cell not in the current era")] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Show one cell's state."""
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        value = world.state(reducer, parse_key_arg(key))
+    """Move cells to the world's current era (after `world upgrade apply`): a re-pin when the
+    state schema is the same, else one step of the new module with sys/StateUpgrade@1. A cell
+    whose upgrade fails stays in its era, with the reason. Journaled in batches; --all can be
+    run again to go on after an interruption."""
+    from world.gov import upgrade_cells
+
+    if every == bool(key):
+        fail("give --key KEY (one or more) or --all")
+    with handle_errors(json_output):
+        reply = via_server(
+            directory,
+            "cells_upgrade",
+            reducer=reducer,
+            keys=None if every else [parse_key_arg(k) for k in key or []],
+        )
+        if reply is None:
+            with opened(directory) as world:
+                keys = None if every else [parse_key_arg(k) for k in key or []]
+                reply = upgrade_cells(world, reducer, keys).as_json()
     if json_output:
-        emit_json({"ok": True, "state": value})
-    elif value is None:
-        fail(f"{reducer} has no cell for key {key}")
-    else:
-        console.print_json(json.dumps(value))
+        emit_json({"ok": not reply["failed"], **reply})
+        return
+    console.print(
+        f"{reply['upgraded']} cell(s) upgraded, {len(reply['failed'])} failed, "
+        f"{reply['already_current']} already current",
+        markup=False,
+    )
+    for line in reply["failed"]:
+        reason = line["reason"]
+        console.print(
+            f"  {json.dumps(line['key'])}: {reason.get('code')}: {reason.get('detail', '')}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if reply["failed"]:
+        raise typer.Exit(1)

@@ -6,7 +6,9 @@ same command plus ``--at SEQ`` and ``--raw``) and ``tail`` on the ``cli.cells.ap
 ``fork`` is a top-level command the main app registers.
 
 JSON shapes (``--json``):
-* ``cells show``: ``{"ok", "reducer", "key", "state", "at", "through"}``; ``at``/``through``
+* ``cells show``: ``{"ok", "reducer", "key", "state", "at", "through"}`` with ``--at``, else
+  ``{"ok", "reducer", "key", "state", "era", "current_era"}`` (the manifest hash the cell is
+  pinned to, and the world's); ``at``/``through``
   (the asked position and the end of the tick it lies in) only with ``--at``; ``state`` is
   sugar JSON, canonical CBOR hex with ``--raw``, null when the cell does not exist (then).
 * ``cells tail``: JSON lines, one per record in journal order: ``{"role": "input"|"step",
@@ -76,16 +78,15 @@ def show(
             state = reply["state"]
             if at is not None:
                 out |= {"at": reply["at"], "through": reply["through"]}
+            else:
+                out |= {"era": reply["era"], "current_era": reply["current_era"]}
         elif at is None:
             with opened(directory, readonly=True) as world:
-                where = cell_key(world.air, reducer, key_value)
-                # One read: the bytes and the value from one view, whatever a writer does.
-                state_cbor, state = world.read(
-                    lambda: (
-                        world.kernel.state_of(reducer, where.key_cbor),
-                        world.state(reducer, key_value),
-                    )
-                )
+                cell_key(world.air, reducer, key_value)  # the errors a wrong key gets
+                # One read: the bytes, the value and the era from one view, whatever a writer
+                # does.
+                state_cbor, state, era = world.read(lambda: _now(world, reducer, key_value))
+                out |= {"era": era, "current_era": world.air.manifest_hash}
         else:
             found = cell_at(directory, reducer, key_value, at)
             state_cbor, state = found.state_cbor, found.state
@@ -104,6 +105,25 @@ def show(
         console.print(shown, markup=False, highlight=False, soft_wrap=True)
     else:
         console.print_json(json.dumps(shown))
+    if out.get("era") not in (None, out.get("current_era")):
+        console.print(
+            f"era {out['era']} (the world runs {out['current_era']}: `world cells upgrade` "
+            "moves it)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _now(world: Any, reducer: str, key: Any) -> tuple[bytes | None, Any, str | None]:
+    """A cell now: its state's bytes, its value and its era (manifest hash); Nones if absent."""
+    from air import cbor
+
+    view = world.cell(reducer, key)
+    if view is None:
+        return None, None, None
+    found = world.kernel.cell_of(reducer, world.key_cbor(reducer, key))
+    return found[1], view.state, cbor.raw_to_hash(view.entry.manifest_hash)
 
 
 def tail(
@@ -283,11 +303,8 @@ def fork(
 
 
 def _register() -> None:
-    """Put ``show`` (a superset of ``cli.cells.show``) and ``tail`` on the cells group."""
+    """Put ``show`` and ``tail`` on the cells group."""
     group = cells.app
-    group.registered_commands[:] = [
-        c for c in group.registered_commands if c.name not in ("show", "tail")
-    ]
     group.command("show")(show)
     group.command("tail")(tail)
 

@@ -1,6 +1,8 @@
-"""``world upgrade propose|ls|show``: propose a new AIR to a world and read its proposals
-(``world.gov``). A proposal is validated as a whole and against the world, and journaled with
-its diff; nothing the world runs changes yet."""
+"""``world upgrade propose|ls|show|approve|apply``: propose a new AIR to a world, read its
+proposals, approve and apply one (``world.gov``). A proposal is validated as a whole and
+against the world, and journaled with its diff; nothing the world runs changes until it is
+applied, in one journaled record: new cells and runs take the new era, existing ones keep
+theirs (``world cells upgrade`` moves cells)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ if TYPE_CHECKING:
 __all__ = ["upgrade_app"]
 
 upgrade_app = typer.Typer(
-    help="Propose a new AIR to a world, and list or show its proposals", no_args_is_help=True
+    help="Propose a new AIR to a world, list and show its proposals, approve and apply one",
+    no_args_is_help=True,
 )
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+IdArg = Annotated[int, typer.Argument(help="The proposal's id (its seq)")]
 
 
 @upgrade_app.command("propose")
@@ -56,17 +60,15 @@ def propose(
 
 @upgrade_app.command("ls")
 def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
-    """Every proposal of the world, oldest first."""
-    from world.gov import proposals
+    """Every proposal of the world, oldest first, with its approvals and whether it was
+    applied."""
+    from world.gov import listing
 
     with handle_errors(json_output):
         reply = via_server(directory, "upgrade_ls")
         if reply is None:
             with opened(directory, readonly=True) as world:
-                reply = {
-                    "proposals": [p.as_json() for p in proposals(world)],
-                    "current": world.air.manifest_hash,
-                }
+                reply = listing(world)
     if json_output:
         emit_json({"ok": True, **reply})
         return
@@ -75,6 +77,10 @@ def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
         return
     for made in reply["proposals"]:
         stale = "" if made["base"] == reply["current"] else "  (stale: the AIR changed since)"
+        if made["applied"] is not None:
+            stale = f"  (applied at seq {made['applied']})"
+        elif made["approvals"]:
+            stale += f"  ({made['approvals']} approval{'s' if made['approvals'] > 1 else ''})"
         note = "" if made["note"] is None else f"  {made['note']}"
         console.print(
             f"{made['id']}  {_short(made['base'])} → {_short(made['manifest_hash'])}{note}{stale}",
@@ -87,7 +93,7 @@ def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
 @upgrade_app.command("show")
 def show(
     directory: DirArg,
-    proposal_id: Annotated[int, typer.Argument(help="The proposal's id (its seq)")],
+    proposal_id: IdArg,
     json_output: JsonOpt = False,
 ) -> None:
     """One proposal and what it changes."""
@@ -100,6 +106,52 @@ def show(
                 made = proposal(world, proposal_id)
                 reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
     _print_proposal(reply, json_output)
+
+
+@upgrade_app.command("approve")
+def approve(
+    directory: DirArg,
+    proposal_id: IdArg,
+    note: Annotated[str | None, typer.Option("--note", help="Why: kept with it")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Journal an approval of a proposal (it applies nothing)."""
+    from world.gov import approve as approve_proposal
+
+    with handle_errors(json_output):
+        reply = via_server(directory, "upgrade_approve", id=proposal_id, note=note)
+        if reply is None:
+            with opened(directory) as world:
+                reply = {"seq": approve_proposal(world, proposal_id, note)}
+    if json_output:
+        emit_json({"ok": True, **reply})
+    else:
+        console.print(f"approved proposal {proposal_id} (seq {reply['seq']})", markup=False)
+
+
+@upgrade_app.command("apply")
+def apply(directory: DirArg, proposal_id: IdArg, json_output: JsonOpt = False) -> None:
+    """Apply a proposal: one journaled record, after which new cells and plan runs take its
+    AIR; existing cells keep stepping in their era until `world cells upgrade`; runs already
+    started finish on their plan; capabilities and policy are the new ones for all. A stale
+    proposal (the world's AIR changed since it was made) is refused."""
+    from world.gov import apply as apply_proposal
+
+    with handle_errors(json_output):
+        reply = via_server(directory, "upgrade_apply", id=proposal_id)
+        if reply is None:
+            with opened(directory) as world:
+                reply = apply_proposal(world, proposal_id).as_json()
+    if json_output:
+        emit_json({"ok": True, **reply})
+        return
+    lines = [
+        f"applied proposal {proposal_id} at seq {reply['seq']}",
+        f"  era {reply['manifest_hash']}",
+    ]
+    lines += [f"  {new} takes over the cells of {old}" for new, old in reply["successors"].items()]
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_proposal(reply: dict[str, Any], json_output: bool) -> None:

@@ -60,21 +60,28 @@ from air.values import normalise
 from kernel import abi, native
 from kernel._deadletters import DeadLetter, DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
+from kernel._eras import Era, Eras, LoadAir
 from kernel._moves import MOVE_KINDS, moved_cell
 from kernel._plans import PlanEngine
 from kernel._recorder import Record, Recorder
 from kernel._runs import PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._steps import CellSteps, Runner
+from kernel._upgrades import UPGRADED, UpgradeBatch, upgrade_batch
 from kernel.cells import (
     NULL_KEY_CBOR,
     NULL_KEY_HASH,
     CellEntry,
     CellStore,
-    cell_space,
     key_hash,
 )
-from kernel.errors import ReducerError, ReducerLoadError, ReplayDivergence, StepRejected
+from kernel.errors import (
+    CellRefused,
+    ReducerError,
+    ReducerLoadError,
+    ReplayDivergence,
+    StepRejected,
+)
 from kernel.journal import Journal, JournalRecord
 from kernel.subjects import make_subject
 
@@ -128,39 +135,63 @@ class Kernel:
         cells: CellStore,
         runner: Runner,
         limits: KernelLimits | None = None,
+        load: LoadAir | None = None,
     ) -> None:
-        self.air = air
+        """``air`` is the world's genesis AIR; ``load`` loads the AIR of a later era from its
+        stored address (``kernel._eras``; without it, an upgrade cannot be applied)."""
         self.journal = journal
         self.cells = cells
+        self.runner = runner
         self.limits = limits or KernelLimits()
         self.recorder = Recorder(journal)
         self.scheduler = Scheduler()
-        self.steps = CellSteps(
-            air, runner, self.limits.events_per_step_max, SchemaCheckers(air.schemas)
-        )
+        self.eras = Eras(air, load)
+        self._steps_of_era: dict[bytes, CellSteps] = {}
+        self._engines: dict[bytes, PlanEngine] = {}
         self.effects = EffectManager(air)
         self.dead_letters = DeadLetters(self.limits.dead_letters_kept)
         self.plans = PlanRuns(
-            air,
-            PlanEngine(air, self.steps.check_schema, air.key_types),
-            self.scheduler,
-            self.recorder,
-            self.effects,
-            self.dead_letters,
+            air, self._engine_of, self.scheduler, self.recorder, self.effects, self.dead_letters
         )
         self.steps_total = 0
+        self._event_subjects: dict[str, str] = {}
+        self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
+        self._entities: dict[str, dict[bytes | None, Entity]] = {}
+        self._enter(self.eras.current)
+
+    def _enter(self, era: Era) -> None:
+        """Make ``era`` the one the kernel routes, triggers and checks effects by."""
+        air = self.air = era.air
+        self.steps = self._steps_of(era)
+        self.effects.use(air)
+        self.plans.use(air)
         self._routes: dict[str, list[_Route]] = {}
         for route in air.manifest.routing.events:
             self._routes.setdefault(route.event, []).append(_Route(route.reducer, route.key_field))
         self._module_hash = {
             name: air.wasm_hashes[name].removeprefix("blake3:") for name in air.modules
         }
-        self._space = {name: cell_space(name) for name in air.modules}
-        self._manifest_raw = cbor.hash_to_raw(air.manifest_hash)
-        self._event_subjects: dict[str, str] = {}
-        self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
+        self._space = era.spaces
+        self._manifest_raw = era.manifest_raw
         self._norm_programs: dict[str, tuple[Any, ...]] = {}
-        self._entities: dict[str, dict[bytes | None, Entity]] = {}
+
+    def _steps_of(self, era: Era) -> CellSteps:
+        steps = self._steps_of_era.get(era.manifest_raw)
+        if steps is None:
+            checkers = SchemaCheckers(era.air.schemas)
+            steps = CellSteps(era.air, self.runner, self.limits.events_per_step_max, checkers)
+            self._steps_of_era[era.manifest_raw] = steps
+        return steps
+
+    def _engine_of(self, manifest_raw: bytes) -> PlanEngine:
+        """The plan engine of a run pinned to ``manifest_raw``'s era."""
+        engine = self._engines.get(manifest_raw)
+        if engine is None:
+            era = self.eras.of(manifest_raw)
+            steps = self._steps_of(era)
+            engine = PlanEngine(era.air, steps.check_schema, era.air.key_types)
+            self._engines[manifest_raw] = engine
+        return engine
 
     @property
     def consistent(self) -> bool:
@@ -302,12 +333,22 @@ class Kernel:
             self.steps_total += 1
             self.recorder.consistent = True
             return True
-        current = self._load_state(entity)
+        if entity.reducer not in self._space:  # queued under an older era's name
+            entity = self._entity(
+                self.eras.name_now(entity.reducer) or entity.reducer, entity.key_cbor
+            )
         out: abi.StepOutput | None = None
         extra: list[Record] = []
         intents: list[Intent] = []
+        current = None
         try:
-            kind, body, out = self.steps.run(entity, delivery, current)
+            steps, name = self.steps, None
+            if entity.reducer not in self._space:
+                raise CellRefused("era.reducer_removed", f"no reducer {entity.reducer} any more")
+            current = self._load_state(entity)
+            if current is not None and current[0].manifest_hash != self._manifest_raw:
+                steps, name = self._pinned(entity, current[0].manifest_hash, delivery.schema)
+            kind, body, out = steps.run(entity, delivery, current, name)
             if out.effects:
                 extra, intents = self.effects.reducer_intents(entity, delivery, out)
         except WorldError as exc:
@@ -329,6 +370,21 @@ class Kernel:
                 self.effects.add(intent)
         self.recorder.consistent = True
         return True
+
+    def _pinned(self, entity: Entity, manifest_raw: bytes, schema: str) -> tuple[CellSteps, str]:
+        """The steps and module name of a cell pinned to an older era (``kernel._eras``);
+        ``CellRefused`` when that era's module does not take events of ``schema``."""
+        era = self.eras.by_manifest.get(manifest_raw)
+        if era is None:  # a cell of no known era (none before eras existed): the current
+            return self.steps, entity.reducer
+        name = era.names.get(self._space[entity.reducer])
+        if name is None or not era.accepts(name, schema):
+            raise CellRefused(
+                "era.event_not_accepted",
+                f"the cell is pinned to era {cbor.raw_to_hash(manifest_raw)}, whose module "
+                f"takes no {schema}: upgrade the cell (world cells upgrade)",
+            )
+        return self._steps_of(era), name
 
     def _observed(self, schema: str) -> bool:
         """Whether anything takes an event of ``schema``: a route, a trigger, a waiting run."""
@@ -438,12 +494,58 @@ class Kernel:
         return seqs
 
     def ingest_gov(self, records: Sequence[Record]) -> list[int]:
-        """Journal governance records (``GOV_KINDS``: a proposal, ``world.gov``); their seqs.
-        They carry no kernel state: the journal is where a world's proposals live."""
-        for kind, _subject, _body in records:
+        """Journal governance records (``GOV_KINDS``, ``world.gov``) and apply them; their
+        seqs. A proposal or an approval carries no kernel state (the journal is where they
+        live); ``gov.applied`` starts a new era (``kernel._eras``): its AIR is loaded and
+        checked before anything is appended."""
+        for kind, _subject, body in records:
             if kind not in GOV_KINDS:
                 raise UsageError(f"not a governance record: {kind}")
-        return list(self.journal.append_many(records))
+            if kind == APPLIED:
+                self.eras.check(body)
+        seqs = list(self.journal.append_many(records))
+        for seq, (kind, subject, body) in zip(seqs, records, strict=True):
+            self._apply_gov(JournalRecord(seq, subject, kind, body))
+        return seqs
+
+    def _apply_gov(self, record: JournalRecord) -> None:
+        if record.kind == APPLIED:
+            self._enter(self.eras.apply(record.seq, record.body))
+
+    def ingest_cell_upgrade(
+        self, reducer: str, key_cbors: Sequence[bytes]
+    ) -> tuple[int, dict[str, Any]] | None:
+        """Upgrade ``reducer``'s cells ``key_cbors`` to the current era (``kernel._upgrades``):
+        journal one ``cell.upgraded`` record and apply it; its seq and body, or None when none
+        of the cells needed it (nothing journaled)."""
+        if reducer not in self._space:
+            raise UnknownName("reducer", reducer, sorted(self._space))
+        batch = self._upgrade_batch(reducer, key_cbors, self.journal.seq_next)
+        if not batch.body["cells"] and not batch.body["failed"]:
+            return None
+        seq = self.journal.append(UPGRADED, batch.subject, batch.body)
+        self._put_upgraded(batch)
+        return seq, batch.body
+
+    def _upgrade_batch(self, reducer: str, key_cbors: Sequence[bytes], seq: int) -> UpgradeBatch:
+        return upgrade_batch(
+            self.eras, self.cells, self._steps_of, reducer_fault, reducer, key_cbors, seq
+        )
+
+    def _apply_cell_upgrade(self, record: JournalRecord) -> None:
+        body = record.body
+        keys = [line[0] for line in body["cells"]] + [line[0] for line in body["failed"]]
+        batch = self._upgrade_batch(body["reducer"], keys, record.seq)
+        if batch.body != body:
+            raise ReplayDivergence(
+                record.seq, record.subject, "the upgrade the journal holds", "another outcome"
+            )
+        self._put_upgraded(batch)
+
+    def _put_upgraded(self, batch: UpgradeBatch) -> None:
+        space = self._space[batch.reducer]
+        for khash, (entry, state) in batch.puts.items():
+            self.cells.put(space, khash, entry, state)
 
     def _apply_move(self, record: JournalRecord) -> None:
         cell = moved_cell(self.air, record)
@@ -480,7 +582,9 @@ class Kernel:
         elif record.kind in MOVE_KINDS:
             self._apply_move(record)
         elif record.kind in GOV_KINDS:
-            pass  # a proposal: no kernel state (``ingest_gov``)
+            self._apply_gov(record)
+        elif record.kind == UPGRADED:
+            self._apply_cell_upgrade(record)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
         # other kinds (world.created) carry no kernel state
@@ -495,6 +599,19 @@ class Kernel:
     def state_of(self, reducer: str, key_cbor: bytes | None) -> bytes | None:
         found = self._load_state(Entity(reducer, key_cbor))
         return None if found is None else found[1]
+
+    def cell_of(self, reducer: str, key_cbor: bytes | None) -> tuple[CellEntry, bytes] | None:
+        """A cell's entry (its era in ``manifest_hash``) and state, None if it has none."""
+        return self._load_state(Entity(reducer, key_cbor))
+
+    def state_schema(self, reducer: str, manifest_raw: bytes) -> tuple[str, LoadedAir]:
+        """The state schema of ``reducer``'s cells pinned to ``manifest_raw``'s era, and that
+        era's AIR (whose schemas define it): a cell is read through its own era's schema."""
+        era = self.eras.by_manifest.get(manifest_raw)
+        name = None if era is None else era.names.get(self._space[reducer])
+        if era is None or name is None:
+            return self.air.modules[reducer].abi.reducer.state, self.air
+        return era.air.modules[name].abi.reducer.state, era.air
 
     def module_hash(self, reducer: str) -> str:
         """The hash (hex) of ``reducer``'s wasm module: what its cells run, and the folder of
@@ -523,9 +640,14 @@ class Kernel:
         }
         if self._event_ids:  # absent when no event carried an id: older snapshots' shape
             obj["event_ids"] = [[event_id, seq] for event_id, seq in self._event_ids.items()]
+        eras = self.eras.to_obj()
+        if eras:  # absent before the first upgrade: older snapshots' shape
+            obj["eras"] = eras
         return obj
 
     def restore(self, obj: dict[str, Any]) -> None:
+        self.eras.restore(obj.get("eras", []))
+        self._enter(self.eras.current)
         self.scheduler.restore(obj["scheduler"])
         self.dead_letters.restore(obj["dead_letters"], obj["dead_letters_total"])
         self.steps_total = obj["steps_total"]
@@ -540,8 +662,10 @@ TICK_KINDS: Final = frozenset(("step", "step.failed", "plan.started", "plan.step
 """Record kinds that begin a tick (replay runs the tick at them)."""
 OWED_KINDS: Final = frozenset(("effect.queued", "policy.decision"))
 """Record kinds that only follow a tick's first record, in the same tick."""
-GOV_KINDS: Final = frozenset(("gov.proposed",))
-"""Governance records (``world.gov``): journaled from outside, no kernel state."""
+APPLIED: Final = "gov.applied"
+GOV_KINDS: Final = frozenset(("gov.proposed", "gov.approved", APPLIED))
+"""Governance records (``world.gov``), journaled from outside; only ``gov.applied`` changes
+kernel state (a new era)."""
 
 
 def reducer_fault(exc: WorldError) -> bool:
@@ -557,4 +681,4 @@ def reducer_fault(exc: WorldError) -> bool:
         return exc.code not in _ENVIRONMENT_CODES
     if isinstance(exc, LimitExceeded):
         return exc.limit == "events_per_step_max"
-    return isinstance(exc, (StepRejected, CborError, ValueMismatch))
+    return isinstance(exc, (StepRejected, CellRefused, CborError, ValueMismatch))

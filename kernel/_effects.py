@@ -224,7 +224,13 @@ class EffectManager:
     _modules: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
-        self._modules = self.air.modules  # computed once: LoadedAir.modules builds a dict
+        self.use(self.air)
+
+    def use(self, air: LoadedAir) -> None:
+        """Check capabilities and policy by ``air`` from now on (the current era's, for every
+        intent, whatever era its origin was pinned to: ``kernel._eras``)."""
+        self.air = air
+        self._modules = air.modules  # computed once: LoadedAir.modules builds a dict
 
     # --- intents ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ tick (``tick``) executes one thing of one run.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import cbor2
@@ -46,24 +47,30 @@ class PlanRuns:
     def __init__(
         self,
         air: LoadedAir,
-        engine: PlanEngine,
+        engine_of: Callable[[bytes], PlanEngine],
         scheduler: Scheduler,
         recorder: Recorder,
         effects: EffectManager,
         dead_letters: DeadLetters,
     ) -> None:
-        self.engine = engine
+        """``engine_of(manifest_hash)``: the engine of a run pinned to that era (a run
+        finishes on the plan it started with, ``kernel._eras``)."""
+        self.engine_of = engine_of
         self.scheduler = scheduler
         self.recorder = recorder
         self.effects = effects
         self.dead_letters = dead_letters
+        self.runs: dict[int, Run] = {}
+        self.started = 0
+        """Runs started so far: the next run's id."""
+        self.use(air)
+
+    def use(self, air: LoadedAir) -> None:
+        """Start new runs by ``air``'s triggers and plans (the current era)."""
         self.manifest_raw = cbor.hash_to_raw(air.manifest_hash)
         self.triggers: dict[str, list[Any]] = {}
         for trigger in air.manifest.triggers:
             self.triggers.setdefault(trigger.event, []).append(trigger)
-        self.runs: dict[int, Run] = {}
-        self.started = 0
-        """Runs started so far: the next run's id."""
 
     # --- events ------------------------------------------------------------------------------
 
@@ -117,8 +124,9 @@ class PlanRuns:
             not isinstance(value, dict) or value.get(run.correlate_by) != run.correlation
         ):
             return False
-        where = self.engine.where_of(run, waiting["step"])
-        return where is None or self.engine.matches(run, where, value)
+        engine = self.engine_of(run.manifest_hash)
+        where = engine.where_of(run, waiting["step"])
+        return where is None or engine.matches(run, where, value)
 
     # --- ticks -------------------------------------------------------------------------------
 
@@ -143,7 +151,7 @@ class PlanRuns:
             value = None
             if delivery.schema not in (CONTINUE, DENIED):
                 value = cbor2.loads(delivery.value_cbor)
-            out = self.engine.tick(work, delivery.schema, value)
+            out = self.engine_of(work.manifest_hash).tick(work, delivery.schema, value)
             effect_records: list[Record] = []
             if out.effect is not None:
                 intent, effect_records = self._plan_effect(work, out)
@@ -184,7 +192,7 @@ class PlanRuns:
                 effect["kind"], effect["params"], effect["cap"], origin, idem
             )
         except CapDenied as denied:
-            self.engine.fail(work, out, denied.code, denied.detail)
+            self.engine_of(work.manifest_hash).fail(work, out, denied.code, denied.detail)
             return None, []
         step_body = {
             "run_id": work.run_id,
@@ -193,7 +201,8 @@ class PlanRuns:
             "intent_hash": intent.intent_hash,
         }
         if intent.status == "denied":
-            self.engine.fail(work, out, "policy.denied", f"policy denied {effect['kind']}")
+            engine = self.engine_of(work.manifest_hash)
+            engine.fail(work, out, "policy.denied", f"policy denied {effect['kind']}")
             out.records.insert(0, ("plan.step", step_body))
         else:
             out.records = [("plan.step", step_body)]

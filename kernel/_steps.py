@@ -27,9 +27,11 @@ _SUBJECTS_CACHED_MAX: Final = 65_536  # per record kind (leaf)
 
 
 class Runner(Protocol):
-    """Runs one reducer step: canonical envelope in, raw output bytes out (or a WorldError)."""
+    """Runs one reducer step: the module (its wasm hash, ``blake3:<hex>``), canonical envelope
+    in, raw output bytes out (or a WorldError). By hash, not by reducer name: a cell of an
+    older era (``kernel._eras``) runs its era's module."""
 
-    def run(self, reducer: str, input_cbor: bytes) -> bytes: ...
+    def run(self, module: str, input_cbor: bytes) -> bytes: ...
 
 
 class CellSteps:
@@ -41,6 +43,7 @@ class CellSteps:
         self.events_per_step_max = events_per_step_max
         self.checkers = checkers
         self.modules = air.modules  # computed once: LoadedAir.modules builds a dict per call
+        self.wasm = air.wasm_hashes
         self.reducer_effects = {
             k: e.params_schema for k, e in air.effects.items() if "reducer" in e.origins
         }
@@ -66,17 +69,24 @@ class CellSteps:
         return subject
 
     def run(
-        self, entity: Entity, delivery: Delivery, current: tuple[CellEntry, bytes] | None
+        self,
+        entity: Entity,
+        delivery: Delivery,
+        current: tuple[CellEntry, bytes] | None,
+        name: str | None = None,
     ) -> tuple[str, dict[str, Any], abi.StepOutput]:
-        module = self.modules[entity.reducer]
+        """Step ``entity`` with this era's module ``name`` (default: the entity's reducer; an
+        older era may have named it otherwise)."""
+        name = name or entity.reducer
+        module = self.modules[name]
         cell_mode = module.key_schema is not None
         state_cbor = current[1] if current else None
         envelope = abi.encode_input(
             state_cbor, delivery.schema, delivery.value_cbor, entity.key_cbor, cell_mode
         )
-        raw = self.runner.run(entity.reducer, envelope)
+        raw = self.runner.run(self.wasm[name], envelope)
         out = abi.decode_output(raw, module=entity.reducer)
-        self.validate(entity, out)
+        self.validate(entity, out, name)
         body: dict[str, Any] = {
             "reducer": entity.reducer,
             "key": entity.key_cbor,
@@ -92,13 +102,14 @@ class CellSteps:
             body["effects"] = [[e.kind, e.params_cbor, e.cap_slot] for e in out.effects]
         return "step", body, out
 
-    def validate(self, entity: Entity, out: abi.StepOutput) -> None:
+    def validate(self, entity: Entity, out: abi.StepOutput, name: str | None = None) -> None:
         if len(out.domain_events) > self.events_per_step_max:
             raise LimitExceeded("events_per_step_max", self.events_per_step_max)
-        rules = self._output_rules.get(entity.reducer)
+        name = name or entity.reducer
+        rules = self._output_rules.get(name)
         if rules is None:
-            reducer_abi = self.modules[entity.reducer].abi.reducer
-            rules = self._output_rules[entity.reducer] = (
+            reducer_abi = self.modules[name].abi.reducer
+            rules = self._output_rules[name] = (
                 reducer_abi.state,
                 frozenset(reducer_abi.effects_emitted),
                 reducer_abi.annotations,

@@ -90,6 +90,16 @@ class StepRejected(WorldError):
         super().__init__(f"{module}: output {pointer}: {detail} [{code}]")
 
 
+class CellRefused(WorldError):
+    """A delivery no module of the cell's era can take (``kernel._eras``): its reducer left
+    the manifest, or the cell's era predates the event. Journaled as ``step.failed``."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{detail} [{code}]")
+
+
 class WasmFormatError(WorldError):
     """The bytes are not a (parsable) core wasm module; ``offset`` is where reading failed."""
 

@@ -285,7 +285,7 @@ def test_the_fast_path_answers_without_replaying_the_world(
     def no_full_replay(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("cell_at fell back to a full replay")
 
-    monkeypatch.setattr(timetravel, "Kernel", no_full_replay)
+    monkeypatch.setattr(World, "blank_kernel", no_full_replay)
     for seq, states in seen:
         for key in KEYS:
             assert timetravel.state_at(path, COUNTER, key, seq) == states[key]

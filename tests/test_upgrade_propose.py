@@ -137,7 +137,7 @@ def _nothing(_module: Any, _manifest: Any, _schemas: Any) -> None:
     ("change", "said"),
     [
         pytest.param(_key_nat, "`world migrate`", id="key-schema"),
-        pytest.param(_state_field, "cell upgrade path", id="state-schema"),
+        pytest.param(_state_field, "its wasm did not", id="state-schema"),
         pytest.param(_nothing, "changes nothing", id="no-change"),
     ],
 )

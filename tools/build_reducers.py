@@ -40,7 +40,7 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REDUCERS_DIR = REPO_ROOT / "reducers"
 SDK_DIR = REDUCERS_DIR / "sdk"
-EXAMPLES = ("counter", "timer", "order", "session", "static_counter")
+EXAMPLES = ("counter", "counter_v2", "timer", "order", "session", "static_counter")
 
 
 def _relative(path: Path) -> str:

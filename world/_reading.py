@@ -28,7 +28,7 @@ from air.errors import KeyMismatch, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import Kernel
-from kernel.cells import CellEntry, CellStore
+from kernel.cells import CellEntry, CellStore, key_hash
 from world.effects import read_mode_file
 from world.errors import StoreDamaged
 from world.journal import FileJournal
@@ -42,11 +42,13 @@ class Source(Protocol):
     """An open world, as these reads see it."""
 
     path: Path
-    air: LoadedAir
     notices: list[str]
     journal: FileJournal
     store: CellStore
     kernel: Kernel
+
+    @property
+    def air(self) -> LoadedAir: ...
 
     def read(self, fn: Callable[[], T]) -> T:
         """``fn()``; if it finds derived state damaged, rebuild once and call it again."""
@@ -84,23 +86,46 @@ def state(source: Source, reducer: str, key: Any = None) -> Any:
     keyed = module.key_schema is not None
     if keyed and key is None:
         raise KeyMismatch(reducer, keyed=True)
-    cell_key = key_cbor(air, reducer, key) if keyed else None
-    raw = source.read(lambda: source.kernel.state_of(reducer, cell_key))
-    if raw is None:
+    view = cell(source, reducer, key) if keyed else _unkeyed(source, reducer)
+    return None if view is None else view.state
+
+
+def cell(source: Source, reducer: str, key: Any) -> CellView | None:
+    """One cell of keyed ``reducer`` (its state read through its era's schema), or None."""
+    air = source.air
+    _module(air, reducer)
+    cell_key = key_cbor(air, reducer, key)
+    found = source.read(lambda: source.kernel.cell_of(reducer, cell_key))
+    if found is None:
         return None
-    return to_sugar(Ref(module.abi.reducer.state), cbor.loads(raw), air.schemas)
+    entry, raw = found
+    return CellView(key, key_hash(cell_key).hex(), cell_state(source, reducer, entry, raw), entry)
+
+
+def _unkeyed(source: Source, reducer: str) -> CellView | None:
+    found = source.read(lambda: source.kernel.cell_of(reducer, None))
+    if found is None:
+        return None
+    entry, raw = found
+    return CellView(None, "", cell_state(source, reducer, entry, raw), entry)
+
+
+def cell_state(source: Source, reducer: str, entry: CellEntry, state_cbor: bytes) -> Any:
+    """A cell's state as sugar JSON, through the state schema of the cell's era."""
+    schema, era_air = source.kernel.state_schema(reducer, entry.manifest_hash)
+    return to_sugar(Ref(schema), cbor.loads(state_cbor), era_air.schemas)
 
 
 def cells(source: Source, reducer: str) -> Iterator[CellView]:
     """Every cell of a keyed reducer, in key-hash order, each read whole from one view (see the
     module docstring for what an iteration sees across a writer's checkpoint)."""
     air = source.air
-    module = _module(air, reducer)
+    _module(air, reducer)
     key_type = air.key_types.get(reducer)
     cursor = _Cursor(source, reducer)
     while (found := source.read(cursor.next)) is not None:
         khash, entry, state_cbor = found
-        state_value = to_sugar(Ref(module.abi.reducer.state), cbor.loads(state_cbor), air.schemas)
+        state_value = cell_state(source, reducer, entry, state_cbor)
         key = (
             None
             if key_type is None

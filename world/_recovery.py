@@ -31,6 +31,7 @@ from kernel import Kernel, KernelLimits, Record
 from kernel.cells import CellStore, MemoryCellStore
 from kernel.errors import JournalCorrupt, ObjectMissing
 from kernel.journal import JournalRecord
+from world._airstore import air_loader
 from world._cas import FileCas
 from world._directory import discard_store
 from world._runner import HostRunner
@@ -83,7 +84,7 @@ class Recovery:
 
     def kernel(self, store: CellStore) -> Kernel:
         """A new kernel over ``store``: nothing applied yet."""
-        return Kernel(self.air, self.journal, store, self.runner, self.limits)
+        return Kernel(self.air, self.journal, store, self.runner, self.limits, air_loader(self.cas))
 
     def recover(self, store: CellStore, damage: StoreDamaged | None) -> Recovered:
         """Load the checkpoint of ``store`` and re-execute the journal after it; rebuild from
@@ -110,21 +111,6 @@ class Recovery:
         checkpoint = store.last_checkpoint()
         if not checkpoint:
             return 0
-        if isinstance(store, FileCellStore):
-            ours = set(kernel.cell_spaces())
-            strangers = [m for m in store.checkpoint_modules() if m not in ours]
-            modules = {kernel.module_hash(name) for name in self.air.modules}
-            if strangers and set(strangers) <= modules:
-                raise StoreDamaged(
-                    store.checkpoint_path,
-                    "keeps cells under their wasm module's hash, as worlds made before cells "
-                    "belonged to their reducer did (kernel.cells, 'Cell spaces'): converted",
-                )
-            if strangers:
-                raise StoreDamaged(
-                    store.checkpoint_path,
-                    f"holds cells of space {strangers[0]}, which no reducer of this world has",
-                )
         address = ""
         try:
             address = cbor.raw_to_hash(cbor.loads(checkpoint)["snapshot"])
@@ -138,7 +124,26 @@ class Recovery:
         except (ObjectMissing, HashMismatch, CborError, KeyError, TypeError, ValueError) as exc:
             where = str(self.cas.path_of(address)) if address else str(self.path / "state")
             raise StoreDamaged(where, f"snapshot object unusable: {exc}") from exc
+        self._check_spaces(store, kernel)
         return int(seq_from)
+
+    def _check_spaces(self, store: CellStore, kernel: Kernel) -> None:
+        """Every space the checkpoint holds cells of is one a reducer of some era had."""
+        if isinstance(store, FileCellStore):
+            ours = kernel.eras.every_space()
+            strangers = [m for m in store.checkpoint_modules() if m not in ours]
+            modules = {kernel.module_hash(name) for name in kernel.air.modules}
+            if strangers and set(strangers) <= modules:
+                raise StoreDamaged(
+                    store.checkpoint_path,
+                    "keeps cells under their wasm module's hash, as worlds made before cells "
+                    "belonged to their reducer did (kernel.cells, 'Cell spaces'): converted",
+                )
+            if strangers:
+                raise StoreDamaged(
+                    store.checkpoint_path,
+                    f"holds cells of space {strangers[0]}, which no reducer of this world has",
+                )
 
     def _replay(self, store: CellStore, kernel: Kernel, seq_from: int) -> None:
         try:

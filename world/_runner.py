@@ -23,10 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import resource
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from air import LoadedAir
+from air.errors import UnknownName
 from kernel import native
 from kernel.wasm import BackendChoice, HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache
@@ -85,8 +87,12 @@ class HostRunner:
         limits: HostLimits | None = None,
         *,
         readonly: bool = False,
+        wasm_of: Callable[[str], bytes] | None = None,
     ) -> None:
-        self._air = air
+        """Modules run by wasm hash: ``air``'s own, and any other through ``wasm_of`` (the
+        world's CAS, where every era's wasm is stored)."""
+        self._wasm = {air.wasm_hashes[name]: data for name, data in air.wasm_bytes.items()}
+        self._wasm_of = wasm_of
         native.set_enabled(native_requested())
         backend, self.notice = _backend()
         cache = FileModuleCache(cache_dir, readonly=readonly)
@@ -102,14 +108,18 @@ class HostRunner:
         """Whether steps run through the native extension."""
         return self._host.native
 
-    def reducer(self, name: str) -> Reducer:
-        found = self._reducers.get(name)
+    def reducer(self, module: str) -> Reducer:
+        """The loaded module of wasm hash ``module`` (``blake3:<hex>``)."""
+        found = self._reducers.get(module)
         if found is None:
-            found = self._host.load(
-                self._air.wasm_bytes[name], expected_hash=self._air.wasm_hashes[name]
-            )
-            self._reducers[name] = found
+            data = self._wasm.get(module)
+            if data is None:
+                if self._wasm_of is None:
+                    raise UnknownName("module", module, sorted(self._wasm))
+                data = self._wasm_of(module)
+            found = self._host.load(data, expected_hash=module)
+            self._reducers[module] = found
         return found
 
-    def run(self, reducer: str, input_cbor: bytes) -> bytes:
-        return self.reducer(reducer).call(input_cbor)
+    def run(self, module: str, input_cbor: bytes) -> bytes:
+        return self.reducer(module).call(input_cbor)

@@ -17,6 +17,7 @@ from air.errors import InvalidArgument, UnknownName, WorldError
 from air.types import Ref, TypeNode
 from air.values import to_sugar
 from kernel.journal import JournalRecord
+from world._reading import cell_state
 from world.errors import StoreDamaged
 
 if TYPE_CHECKING:
@@ -122,7 +123,6 @@ def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, 
     count = len(entries)
     if after_cbor is not None:
         entries = [found for found in entries if found[1].key_cbor > after_cbor]
-    state_type = Ref(module.abi.reducer.state)
     cells = []
     for khash, entry in entries[:limit]:
         stored = world.store.get(space, khash)
@@ -137,7 +137,7 @@ def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, 
             {
                 "key": key,
                 "key_hash": khash.hex(),
-                "state": to_sugar(state_type, cbor.loads(stored[1]), world.air.schemas),
+                "state": cell_state(world, reducer, entry, stored[1]),
                 "state_hash": cbor.raw_to_hash(entry.state_hash),
                 "size": entry.size,
                 "last_active": entry.last_active,

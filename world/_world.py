@@ -75,12 +75,14 @@ from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import InvalidArgument, LimitExceeded, WorldError, WrongMode
-from kernel import KernelLimits
+from kernel import Kernel, KernelLimits
 from kernel.cells import CellStore, MemoryCellStore
+from kernel.journal import MemoryJournal
 from world import _fileio as fileio
 from world import _reading
 from world._airfiles import air_sources, builtin_sources, inspect_wasm
 from world._airfiles import read_file as _read_file
+from world._airstore import air_loader
 from world._cas import FileCas
 from world._directory import (
     INIT_INFIX,
@@ -157,7 +159,8 @@ class World:
         readonly: bool = False,
     ) -> None:
         self.path = path
-        self.air = air
+        self.genesis_air = air
+        """The AIR the world was created with (``air/``); ``air`` is the current era's."""
         self.readonly = readonly
         self.limits = limits
         self.notices: list[str] = []
@@ -172,13 +175,36 @@ class World:
         self._damage: StoreDamaged | None
         """Found when the store was opened, before recovery (which then rebuilds)."""
         self.store, self._damage = _file_store(path, readonly=readonly)
-        runner = HostRunner(air, path / "cache", readonly=readonly)
         self._recovery = Recovery(
-            path, air, self.journal, self.cas, runner, limits, readonly=readonly
+            path, air, self.journal, self.cas, self.runner(), limits, readonly=readonly
         )
         self.kernel = self._recovery.kernel(self.store)
         self._checkpoint_seq = 0
         self._history = None if readonly else HistoryWriter(path, self.journal)
+
+    @property
+    def air(self) -> LoadedAir:
+        """The AIR the world runs now: the genesis AIR, or the last applied upgrade's
+        (``kernel._eras``)."""
+        return self.kernel.air
+
+    def runner(self) -> HostRunner:
+        """A reducer runner for this world's modules of every era (their wasm is in the CAS)."""
+        return HostRunner(
+            self.genesis_air, self.path / "cache", readonly=self.readonly, wasm_of=self.cas.get
+        )
+
+    def blank_kernel(self) -> Kernel:
+        """A kernel of this world over a memory journal and store, nothing applied: for
+        re-executing the journal aside (replay, time travel, shadow)."""
+        return Kernel(
+            self.genesis_air,
+            MemoryJournal(),
+            MemoryCellStore(),
+            self.runner(),
+            self.limits,
+            air_loader(self.cas),
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -411,6 +437,11 @@ class World:
     def state(self, reducer: str, key: Any = None) -> Any:
         """A reducer's state as sugar JSON (a cell's, given ``key``); None if absent."""
         return _reading.state(self, reducer, key)
+
+    def cell(self, reducer: str, key: Any) -> CellView | None:
+        """One cell of keyed ``reducer``: its key, state (through its era's schema) and entry
+        (``manifest_hash``: its era); None if it has none."""
+        return _reading.cell(self, reducer, key)
 
     def cells(self, reducer: str) -> Iterator[CellView]:
         """Every cell of a keyed reducer, in key-hash order."""

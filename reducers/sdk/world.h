@@ -5,6 +5,9 @@
  *
  *   WORLD_CELL_REDUCER(step_cell, key_of_event)   per-cell logic, works in cell mode and in v1
  *                                                 (map<key, substate>) mode; see "Wrapper" below.
+ *   WORLD_CELL_REDUCER_UPGRADABLE(step_cell, key_of_event, upgrade_cell)
+ *                                                 the same, plus a hook for the kernel's
+ *                                                 sys/StateUpgrade@1 event (see "State upgrades").
  *   WORLD_REDUCER(step_fn)                        whole-envelope logic, for non-keyed reducers.
  *
  * The macro defines the two ABI exports (SPEC section 5): `alloc(len) -> ptr` and
@@ -796,6 +799,41 @@ static inline int world_event_field(const world_event *ev, const char *name, cbo
     return cbor_map_get(ev->value, name, val);
 }
 
+/*
+ * State upgrades. When a world upgrades a reducer whose state schema changed, the kernel steps
+ * the NEW module once per cell with this built-in event, in an ordinary envelope whose `state`
+ * is the cell's OLD state (old schema's shape) and whose ctx carries the key and cell_mode as
+ * usual. The event value is the record
+ *   {from_module: text  (the old module's wasm hash, "blake3:<hex>"),
+ *    from_schema: text  (the old state schema's name, e.g. "demo/CounterState@1"),
+ *    state: bytes       (the old state's canonical CBOR, the same bytes as the envelope state)}
+ * The step's output state must be of the NEW state schema; a failing step fails that cell's
+ * upgrade and leaves the cell as it was.
+ */
+#define WORLD_UPGRADE_SCHEMA "sys/StateUpgrade@1"
+
+typedef struct {
+    cbor_span from_module; /* text content: the old module's hash, "blake3:<hex>" */
+    cbor_span from_schema; /* text content: the old state schema's name */
+    cbor_span state;       /* canonical CBOR of the old state (validated) */
+} world_upgrade;
+
+/* Is this the kernel's state-upgrade event (`sys/StateUpgrade@1`)? */
+static inline bool world_event_is_upgrade(const world_event *ev) {
+    return world_schema_is(ev, WORLD_UPGRADE_SCHEMA);
+}
+
+/* Read a state-upgrade event; WORLD_EINVAL for any other event. Extra fields are ignored. */
+static inline int world_upgrade_read(const world_event *ev, world_upgrade *up) {
+    cbor_span v;
+    if (!world_event_is_upgrade(ev)) return WORLD_EINVAL;
+    WORLD_TRY(world_rec_text(ev->value, "from_module", &up->from_module));
+    WORLD_TRY(world_rec_text(ev->value, "from_schema", &up->from_schema));
+    WORLD_TRY(world_rec_field(ev->value, "state", &v));
+    WORLD_TRY(cbor_read_bytes(v, &up->state));
+    return cbor_validate(up->state.ptr, up->state.len);
+}
+
 typedef struct {
     uint64_t version;   /* always 1 today */
     bool has_state;     /* false when the input state is null */
@@ -1112,6 +1150,80 @@ static inline int world_run_cell(const world_input *in, world_out *out, world_ce
  */
 #define WORLD_CELL_REDUCER(step_cell, key_of_event)                                            \
     static int world__cell_adapter(const world_input *in, world_out *out) {                    \
+        return world_run_cell(in, out, (step_cell), (key_of_event));                           \
+    }                                                                                          \
+    WORLD_REDUCER(world__cell_adapter)
+
+/* ------------------------------------------------------------------------------------------ */
+/* The wrapper's upgrade hook: carry a cell's state over to a new state schema                */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Upgrade one cell. `old_state` is the cell's state in the OLD schema's shape (never NULL: a
+ * cell always has a state); `up` names the old module and schema (`up->state` is the whole
+ * old state document as the kernel sent it); `key` is the canonical CBOR of the cell's key.
+ * Write the new state with world_set_state() and return WORLD_OK, or return < 0 when this
+ * state cannot be carried over: the step fails and the cell stays as it was.
+ */
+typedef int (*world_upgrade_fn)(const cbor_span *old_state, const world_upgrade *up,
+                                const cbor_span *key, world_out *out);
+
+/* An upgrade produces a state and nothing else: no delete, no domain event, no effect. */
+static inline int world__upgrade_output_ok(const world_out *out) {
+    if (out->state_mode != WORLD__STATE_SET) return WORLD_EINVAL;
+    if (out->n_events || out->has_effect) return WORLD_EINVAL;
+    return cbor_validate(out->state.ptr, out->state.len);
+}
+
+/*
+ * Run `upgrade` for a sys/StateUpgrade@1 event. The event's `state` must be the envelope's
+ * state, byte for byte (and not null). Cell mode: one call with the cell's state and ctx.key
+ * (required). v1 mode: the state is the old map<key, substate>; `upgrade` runs once per entry,
+ * in key order, and the map is rewritten with the same keys (ctx.key, if sent, is not used:
+ * the whole state is upgraded in this one step). Any entry failing fails the whole step.
+ */
+WORLD__NOINLINE static inline int world_run_upgrade(const world_input *in, world_out *out,
+                                                    world_upgrade_fn upgrade) {
+    world_upgrade up;
+    WORLD_TRY(world_upgrade_read(&in->event, &up));
+    if (!in->has_state || !cbor_span_eq(up.state, in->state)) return WORLD_EINVAL;
+    if (in->cell_mode) {
+        if (!in->has_key) return WORLD_EINVAL; /* SPEC: cell mode always carries ctx.key */
+        WORLD_TRY(upgrade(&in->state, &up, &in->key, out));
+        return world__upgrade_output_ok(out);
+    }
+    cbor_iter it;
+    cbor_span k, v;
+    int rc;
+    world_buf next = {0};
+    WORLD_TRY(cbor_map_begin(in->state, &it));
+    uint64_t n = cbor_iter_left(&it);
+    if (n > 0xFFFFFFFFu) return WORLD_ERANGE;
+    cbor_put_map_head(&next, (uint32_t)n);
+    while ((rc = cbor_next_entry(&it, &k, &v)) > 0) {
+        out->state_mode = WORLD__STATE_UNSET;
+        WORLD_TRY(upgrade(&v, &up, &k, out));
+        WORLD_TRY(world__upgrade_output_ok(out));
+        cbor_put_raw(&next, k);
+        cbor_put_raw(&next, world_buf_span(&out->state));
+    }
+    WORLD_TRY(rc);
+    /* Same keys in the same (canonical) order, each substate validated: canonical. */
+    out->state = next;
+    out->state_mode = WORLD__STATE_SET;
+    out->state_trusted = true;
+    return WORLD_OK;
+}
+
+/*
+ * WORLD_CELL_REDUCER plus an upgrade hook `upgrade_cell` (a world_upgrade_fn): a
+ * sys/StateUpgrade@1 event goes to `upgrade_cell` (see world_run_upgrade), every other event
+ * to `step_cell` exactly as with WORLD_CELL_REDUCER.
+ */
+#define WORLD_CELL_REDUCER_UPGRADABLE(step_cell, key_of_event, upgrade_cell)                   \
+    static int world__cell_adapter(const world_input *in, world_out *out) {                    \
+        if (world_event_is_upgrade(&in->event))                                                \
+            return world_run_upgrade(in, out, (upgrade_cell));                                 \
         return world_run_cell(in, out, (step_cell), (key_of_event));                           \
     }                                                                                          \
     WORLD_REDUCER(world__cell_adapter)

@@ -8,9 +8,19 @@ schema or a state schema is refused with the reason, nothing journaled. Otherwis
 and wasm go into the CAS and one ``gov.proposed`` record is journaled (subject
 ``/world/gov/proposed``) with the base manifest hash, the new one, the AIR's address, the note
 and the diff; the proposal's id is that record's seq. ``world upgrade ls|show`` read them back
-from the journal. (Shadow runs, approval and apply build on these: not here yet.)
+from the journal.
 
-Parts: ``_proposals``.
+``world upgrade approve|apply DIR ID`` (``_apply``): an approval is a journaled word; an
+apply is one ``gov.applied`` record at which the kernel starts the proposal's era
+(``kernel._eras``): new cells and runs take it, existing cells and runs stay pinned to theirs,
+capabilities and policy are the new era's for all. A stale proposal (its base is no longer the
+current manifest) is refused.
+
+``world cells upgrade DIR REDUCER (--key K | --all)`` (``_cells``) moves cells to the current
+era in journaled batches (``kernel._upgrades``).
+
+Parts: ``_proposals`` (propose, list, show), ``_apply`` (approve, apply), ``_cells`` (cell
+upgrades).
 """
 
 from __future__ import annotations
@@ -18,6 +28,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from world.gov._apply import (
+        APPLIED,
+        APPROVED,
+        Applied,
+        applied,
+        apply,
+        approvals,
+        approve,
+        listing,
+    )
+    from world.gov._cells import UPGRADE_BATCH_CELLS, CellsUpgraded, upgrade_cells
     from world.gov._proposals import (
         PROPOSED,
         Proposal,
@@ -29,16 +50,36 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "APPLIED",
+    "APPROVED",
     "PROPOSED",
+    "UPGRADE_BATCH_CELLS",
+    "Applied",
+    "CellsUpgraded",
     "Proposal",
+    "applied",
+    "apply",
+    "approvals",
+    "approve",
+    "listing",
     "proposal",
     "proposal_air",
     "proposal_cells",
     "proposals",
     "propose",
+    "upgrade_cells",
 ]
 
-_WHERE: dict[str, str] = dict.fromkeys(__all__, "world.gov._proposals")
+_APPLY = ("APPLIED", "APPROVED", "Applied", "applied", "apply", "approvals", "approve", "listing")
+_CELLS = ("UPGRADE_BATCH_CELLS", "CellsUpgraded", "upgrade_cells")
+_WHERE: dict[str, str] = {
+    name: "world.gov._apply"
+    if name in _APPLY
+    else "world.gov._cells"
+    if name in _CELLS
+    else "world.gov._proposals"
+    for name in __all__
+}
 
 
 def __getattr__(name: str) -> Any:

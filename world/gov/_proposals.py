@@ -1,10 +1,8 @@
 """Proposals: a new AIR checked against a world, stored and journaled (``world.gov``).
 
-The proposal's AIR is kept whole in the CAS, so that it can be shown, shadowed and applied
-later from the world alone (the folder it came from may be gone): its wasm objects, every AIR
-node (as ``world init`` stores them) and one *proposal document*, the canonical CBOR map
-``{"format": 1, "sources": [[file, text, builtin], ...], "wasm": {path: address}}``, whose
-address the ``gov.proposed`` record carries. The record's body::
+The proposal's AIR is kept whole in the CAS (``world._airstore``), so that it can be shown,
+shadowed and applied later from the world alone; the address of its AIR document is in the
+``gov.proposed`` record. The record's body::
 
     {"base": <manifest hash the world ran>, "manifest_hash": <the proposal's>,
      "air": <address of the proposal document>, "note": text | null, "diff": {...}}
@@ -16,15 +14,15 @@ leaves either no proposal or a whole one (an object no record names is only garb
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from air import AirDiff, AirSource, LoadedAir, cbor, diff_air, load_air
+from air import AirDiff, LoadedAir, cbor, diff_air, load_air
 from air.errors import InvalidArgument, UnknownName
 from kernel.subjects import make_subject
 from world._airfiles import air_sources, builtin_sources, inspect_wasm, read_file
+from world._airstore import load_stored_air, store_air
 from world._world import World
 from world.errors import UpgradeRefused
 
@@ -39,7 +37,6 @@ __all__ = [
 ]
 
 PROPOSED: Final = "gov.proposed"
-PROPOSAL_FORMAT: Final = 1
 _SUBJECT: Final = make_subject("world", "gov", "proposed")
 
 
@@ -85,7 +82,7 @@ def propose(world: World, air_path: Path, note: str | None = None) -> tuple[Prop
     for earlier in proposals(world):
         if (earlier.base, earlier.manifest_hash) == (world.air.manifest_hash, new.manifest_hash):
             raise UpgradeRefused(str(air_path), [f"already proposed, as proposal {earlier.id}"])
-    address = _store(world, new, sources)
+    address = store_air(world.cas, new, sources)
     body = {
         "base": cbor.hash_to_raw(world.air.manifest_hash),
         "manifest_hash": cbor.hash_to_raw(new.manifest_hash),
@@ -93,37 +90,21 @@ def propose(world: World, air_path: Path, note: str | None = None) -> tuple[Prop
         "note": note,
         "diff": diff.as_json(),
     }
+    seq = journal_gov(world, (PROPOSED, _SUBJECT, body))
+    return _proposal(seq, body), diff
+
+
+def journal_gov(world: World, record: tuple[str, str, dict[str, Any]]) -> int:
+    """Journal one governance record through the kernel and commit it, alone; its seq."""
     world.kernel.consistent = False
     try:
-        (seq,) = world.kernel.ingest_gov([(PROPOSED, _SUBJECT, body)])
+        (seq,) = world.kernel.ingest_gov([record])
     except BaseException:
         world.kernel.consistent = True
         raise
     world.kernel.consistent = True
     world.commit(atomic=True)
-    return _proposal(seq, body), diff
-
-
-def _store(world: World, air: LoadedAir, sources: list[AirSource]) -> str:
-    """Put the AIR's wasm, its nodes and its proposal document into the world's CAS."""
-    wasm: dict[str, str] = {}
-    for name, data in sorted(air.wasm_bytes.items()):
-        model = air.defs[name]
-        wasm[_wasm_path(model.file, model.model.wasm)] = world.cas.put(data)
-    for data in [air.manifest_cbor, *air.def_cbor.values()]:
-        world.cas.put(data)
-    doc = {
-        "format": PROPOSAL_FORMAT,
-        "sources": [[s.file, s.text, s.builtin] for s in sources],
-        "wasm": dict(sorted(wasm.items())),
-    }
-    return world.cas.put(cbor.dumps(doc))
-
-
-def _wasm_path(file: str, wasm: str) -> str:
-    from air import resolve_relative
-
-    return str(resolve_relative(file, wasm))
+    return seq
 
 
 def proposals(world: World) -> list[Proposal]:
@@ -145,11 +126,7 @@ def proposal(world: World, proposal_id: int) -> Proposal:
 
 def proposal_air(world: World, found: Proposal) -> LoadedAir:
     """The proposal's AIR, loaded again from the world's CAS (checked against its hash)."""
-    doc = cbor.loads(world.cas.get(found.air))
-    sources = [AirSource(file, text, builtin) for file, text, builtin in doc["sources"]]
-    wasm = {path: world.cas.get(address) for path, address in doc["wasm"].items()}
-    read: Callable[[str], bytes | None] = wasm.get
-    air = load_air(sources, read, inspect_wasm)
+    air = load_stored_air(world.cas, found.air)
     if air.manifest_hash != found.manifest_hash:
         raise UpgradeRefused(found.air, ["the stored proposal does not load to its manifest"])
     return air

@@ -36,10 +36,8 @@ from pathlib import Path
 from typing import Final
 
 from kernel import TICK_KINDS, Kernel, first_difference
-from kernel.cells import MemoryCellStore
 from kernel.errors import ReplayDivergence
-from kernel.journal import JournalRecord, MemoryJournal
-from world._runner import HostRunner
+from kernel.journal import JournalRecord
 from world._world import World
 from world.effects import BadReceipt, JournalSignatures, KeyProblem
 from world.errors import StoreDamaged
@@ -103,12 +101,7 @@ def verify_world(path: Path, progress: Callable[[int, int], None] | None = None)
     with World.open(path, readonly=True) as world:
         report.damaged.extend(world.notices)
         signatures = JournalSignatures(path)
-        kernel = Kernel(
-            world.air,
-            MemoryJournal(),
-            MemoryCellStore(),
-            HostRunner(world.air, path / "cache", readonly=True),
-        )
+        kernel = world.blank_kernel()
         try:
             _replay(world, kernel, signatures, report, progress)
         except ReplayDivergence as exc:

@@ -41,12 +41,11 @@ from air import LoadedAir, cbor
 from air.errors import KeyMismatch, UnknownName, WorldError
 from air.types import Ref
 from air.values import normalise, to_sugar
-from kernel import OWED_KINDS, Kernel, abi
-from kernel.cells import MemoryCellStore, key_hash
-from kernel.journal import JournalRecord, MemoryJournal
+from kernel import OWED_KINDS, abi
+from kernel.cells import key_hash
+from kernel.journal import JournalRecord
 from kernel.subjects import cell_subject
 from world._history_index import cell_id, genesis_digest, read_cell
-from world._runner import HostRunner
 from world._world import World
 from world.errors import SeqPastEnd
 from world.journal import FileJournal
@@ -128,22 +127,25 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
         if fast is not None:
             state_cbor, last = fast
             return CellAt(seq, last, state_cbor, _sugar(world, reducer, state_cbor))
-        kernel = Kernel(
-            world.air,
-            MemoryJournal(),
-            MemoryCellStore(),
-            HostRunner(world.air, path / "cache", readonly=True),
-        )
+        kernel = world.blank_kernel()
         last = seq
         for record in through(world.journal.read(0), seq):
             kernel.apply(record)
             last = record.seq
-        state_cbor = kernel.state_of(reducer, where.key_cbor)
-        state = _sugar(world, reducer, state_cbor)
-    return CellAt(seq, last, state_cbor, state)
+        # The reducer holding these cells then (an upgrade may have renamed it since), and
+        # the state read through the schema of the cell's era then.
+        then = kernel.eras.current.names.get(world.kernel.cell_space(reducer))
+        found = None if then is None else kernel.cell_of(then, where.key_cbor)
+        if found is None or then is None:
+            return CellAt(seq, last, None, None)
+        schema, era_air = kernel.state_schema(then, found[0].manifest_hash)
+        state = to_sugar(Ref(schema), cbor.loads(found[1]), era_air.schemas)
+    return CellAt(seq, last, found[1], state)
 
 
 def _sugar(world: World, reducer: str, state_cbor: bytes | None) -> Any:
+    """The state as sugar JSON through the current schema (the fast path runs only in a world
+    of one era)."""
     if state_cbor is None:
         return None
     node = Ref(world.air.modules[reducer].abi.reducer.state)
@@ -153,7 +155,10 @@ def _sugar(world: World, reducer: str, state_cbor: bytes | None) -> Any:
 def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None, int] | None:
     """The cell's state after ``seq`` by re-executing only its own steps, each checked against
     its journaled ``state_hash``; None when a step cannot be proven that way."""
-    runner = HostRunner(world.air, world.path / "cache", readonly=True)
+    if len(world.kernel.eras.history) > 1:
+        return None  # which era's module each step ran is the kernel's to say: replay
+    runner = world.runner()
+    module = world.air.wasm_hashes[where.reducer]
     state, records = _cell_records(world, where, seq)
     for record in records:
         if record.kind == "step.failed":
@@ -164,7 +169,7 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
             return None
         envelope = abi.encode_input(state, delivery[0], delivery[1], where.key_cbor, True)
         try:
-            out = abi.decode_output(runner.run(where.reducer, envelope), module=where.reducer)
+            out = abi.decode_output(runner.run(module, envelope), module=where.reducer)
         except WorldError:
             return None
         digest = None if out.state_cbor is None else cbor.digest(out.state_cbor)

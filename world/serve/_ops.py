@@ -12,6 +12,9 @@
     upgrade_propose  air, note?                               Proposal.as_json() + {cells}
     upgrade_ls    -                                           {proposals, current}
     upgrade_show  id                                          Proposal.as_json() + {cells}
+    upgrade_approve id, note?                                 {seq}
+    cells_upgrade reducer, keys (list or nil: all)            CellsUpgraded.as_json()
+    upgrade_apply id                                          Applied.as_json()
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
 
@@ -63,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from air import cbor
 from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord
 from kernel.subjects import SubjectPattern
@@ -130,6 +134,9 @@ class Ops:
             "upgrade_propose": self.upgrade_propose,
             "upgrade_ls": self.upgrade_ls,
             "upgrade_show": self.upgrade_show,
+            "upgrade_approve": self.upgrade_approve,
+            "cells_upgrade": self.cells_upgrade,
+            "upgrade_apply": self.upgrade_apply,
             "journal_tail": self.journal_tail,
             "cells_tail": self.cells_tail,
         }
@@ -198,10 +205,15 @@ class Ops:
         if at is not None:
             path = self.world.path
             return Deferred(lambda: _cell_at(path, reducer, key, at))
-        where = cell_key(self.world.air, reducer, key)
-        state_cbor = self.world.kernel.state_of(reducer, where.key_cbor)
-        state = None if state_cbor is None else self.world.state(reducer, key)
-        return {"state": state, "state_cbor": None if state_cbor is None else state_cbor.hex()}
+        cell_key(self.world.air, reducer, key)  # the errors a wrong key gets
+        view = self.world.cell(reducer, key)
+        found = self.world.kernel.cell_of(reducer, self.world.key_cbor(reducer, key))
+        return {
+            "state": None if view is None else view.state,
+            "state_cbor": None if found is None else found[1].hex(),
+            "era": None if view is None else cbor.raw_to_hash(view.entry.manifest_hash),
+            "current_era": self.world.air.manifest_hash,
+        }
 
     def cells_export(self, args: dict[str, Any]) -> Any:
         reducer = arg(args, "reducer", str)
@@ -247,16 +259,42 @@ class Ops:
         return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
 
     def upgrade_ls(self, args: dict[str, Any]) -> Any:
-        from world.gov import proposals
+        from world.gov import listing
 
-        found = proposals(self.world)
-        return {"proposals": [p.as_json() for p in found], "current": self.world.air.manifest_hash}
+        return listing(self.world)
+
+    def upgrade_approve(self, args: dict[str, Any]) -> Any:
+        """Journals: on the loop."""
+        from world.gov import approve
+
+        note = args.get("note")
+        if note is not None and not isinstance(note, str):
+            raise InvalidArgument("note", repr(note), "must be str or nil")
+        self.catch_up()
+        return {"seq": approve(self.world, arg(args, "id", int), note)}
+
+    def upgrade_apply(self, args: dict[str, Any]) -> Any:
+        """Journals: on the loop; the served world runs the new era from the next tick."""
+        from world.gov import apply
+
+        self.catch_up()
+        return apply(self.world, arg(args, "id", int)).as_json()
 
     def upgrade_show(self, args: dict[str, Any]) -> Any:
         from world.gov import proposal, proposal_cells
 
         made = proposal(self.world, arg(args, "id", int))
         return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
+
+    def cells_upgrade(self, args: dict[str, Any]) -> Any:
+        """Journals: on the loop, batch by batch."""
+        from world.gov import upgrade_cells
+
+        keys = args.get("keys")
+        if keys is not None and not isinstance(keys, list):
+            raise InvalidArgument("keys", repr(keys), "must be a list of keys or nil")
+        self.catch_up()
+        return upgrade_cells(self.world, arg(args, "reducer", str), keys).as_json()
 
     # --- pages of the journal -----------------------------------------------------------------
 

@@ -11,6 +11,9 @@
  *                 cbor_map_key_raw + cbor_put_map (a duplicate key traps).
  *   probe/Emit@1  value: n. Emits n domain events (beyond WORLD_MAX_DOMAIN_EVENTS traps) and,
  *                 for n == 0, two effects (traps: at most one per step).
+ *   sys/StateUpgrade@1 (world_event_is_upgrade): state {from_module, from_schema, state}, the
+ *                 fields as world_upgrade_read gives them (a malformed value traps).
+ *   probe/IsUpgrade@1  value: anything. State: world_event_is_upgrade of the event (false).
  */
 #include "world.h"
 
@@ -112,8 +115,25 @@ static int emit(cbor_span count, world_out *out) {
     return WORLD_OK;
 }
 
+static int upgrade_echo(const world_event *ev, world_out *out) {
+    world_upgrade up;
+    cbor_map m;
+    WORLD_TRY(world_upgrade_read(ev, &up));
+    cbor_map_init(&m);
+    cbor_put_text(cbor_map_key(&m, "from_module"), up.from_module.ptr, up.from_module.len);
+    cbor_put_text(cbor_map_key(&m, "from_schema"), up.from_schema.ptr, up.from_schema.len);
+    cbor_put_bytes(cbor_map_key(&m, "state"), up.state.ptr, up.state.len);
+    cbor_put_map(world_set_state(out), &m);
+    return WORLD_OK;
+}
+
 static int probe_step(const world_input *in, world_out *out) {
     const world_event *ev = &in->event;
+    if (world_event_is_upgrade(ev)) return upgrade_echo(ev, out);
+    if (world_schema_is(ev, "probe/IsUpgrade@1")) {
+        cbor_put_bool(world_set_state(out), world_event_is_upgrade(ev));
+        return WORLD_OK;
+    }
     if (world_schema_is(ev, "probe/Echo@1")) return echo(ev->value, world_set_state(out));
     if (world_schema_is(ev, "probe/Map@1")) return build_map(ev->value, world_set_state(out));
     if (world_schema_is(ev, "probe/Emit@1")) return emit(ev->value, out);

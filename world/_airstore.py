@@ -1,0 +1,65 @@
+"""AIR kept in a world's CAS: a proposal's, and every era's after the genesis one.
+
+An AIR is stored whole, so that it can be shown, shadowed, applied and replayed from the world
+alone (the folder it came from may be gone): its wasm objects, every AIR node (as ``world
+init`` stores them) and one *AIR document*, the canonical CBOR map
+``{"format": 1, "sources": [[file, text, builtin], ...], "wasm": {path: address}}``, whose
+address the governance records carry (``world.gov``). The genesis AIR lives in ``air/``
+instead (``world._directory``).
+
+``store_air`` makes every object durable (``FileCas.put``) before returning the address, so a
+record naming it is never written before what it names. ``load_stored_air`` loads it back
+with its wasm: the kernel's loader of an era (``kernel._eras``), a pure function of the
+address, since every object is content-addressed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
+from air.errors import CborError
+from world._airfiles import inspect_wasm
+from world._cas import FileCas
+from world.errors import StoreDamaged
+
+__all__ = ["AIR_DOCUMENT_FORMAT", "air_loader", "load_stored_air", "store_air"]
+
+AIR_DOCUMENT_FORMAT: Final = 1
+
+
+def store_air(cas: FileCas, air: LoadedAir, sources: list[AirSource]) -> str:
+    """Put ``air``'s wasm, its nodes and its AIR document into ``cas``; the document's address."""
+    wasm: dict[str, str] = {}
+    for name, data in sorted(air.wasm_bytes.items()):
+        model = air.defs[name]
+        wasm[str(resolve_relative(model.file, model.model.wasm))] = cas.put(data)
+    for data in [air.manifest_cbor, *air.def_cbor.values()]:
+        cas.put(data)
+    doc = {
+        "format": AIR_DOCUMENT_FORMAT,
+        "sources": [[s.file, s.text, s.builtin] for s in sources],
+        "wasm": dict(sorted(wasm.items())),
+    }
+    return cas.put(cbor.dumps(doc))
+
+
+def load_stored_air(cas: FileCas, address: str) -> LoadedAir:
+    """The AIR whose document is at ``address`` (``StoreDamaged`` naming the object if it is
+    not an AIR document; ``ObjectMissing``/``HashMismatch`` from the CAS as for any object)."""
+    try:
+        doc = cbor.loads(cas.get(address))
+        if doc.get("format") != AIR_DOCUMENT_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}")
+        sources = [AirSource(file, text, builtin) for file, text, builtin in doc["sources"]]
+        wasm = {path: cas.get(wasm_address) for path, wasm_address in doc["wasm"].items()}
+    except (CborError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise StoreDamaged(str(cas.path_of(address)), f"not an AIR document: {exc}") from exc
+    read: Callable[[str], bytes | None] = wasm.get
+    return load_air(sources, read, inspect_wasm)
+
+
+def air_loader(cas: FileCas) -> Callable[[bytes], LoadedAir]:
+    """The kernel's loader of an era's AIR (``kernel._eras.LoadAir``) over ``cas``."""
+    return lambda raw: load_stored_air(cas, cbor.raw_to_hash(raw))

@@ -6,6 +6,7 @@ theirs (``world cells upgrade`` moves cells)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -77,6 +78,8 @@ def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
         return
     for made in reply["proposals"]:
         stale = "" if made["base"] == reply["current"] else "  (stale: the AIR changed since)"
+        if made["shadows"]:
+            stale += f"  (shadowed {made['shadows']} time(s))"
         if made["applied"] is not None:
             stale = f"  (applied at seq {made['applied']})"
         elif made["approvals"]:
@@ -152,6 +155,133 @@ def apply(directory: DirArg, proposal_id: IdArg, json_output: JsonOpt = False) -
     lines += [f"  {new} takes over the cells of {old}" for new, old in reply["successors"].items()]
     for line in lines:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@upgrade_app.command("shadow")
+def shadow(
+    directory: DirArg,
+    proposal_id: IdArg,
+    from_seq: Annotated[
+        int | None,
+        typer.Option("--from", min=1, help="Re-feed what was journaled from this seq on"),
+    ] = None,
+    events: Annotated[
+        Path | None,
+        typer.Option("--events", help="More events to feed after: JSON lines {schema, value}"),
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Run a proposal aside against what really happened, and say what would differ: cells
+    (field by field), failed steps, effects emitted or no longer emitted, runs. Nothing the
+    world runs changes, and no effect reaches the outside world (receipts are reused from the
+    journal, else stubbed); the report is kept in the world and journaled."""
+    from world.gov import shadow as shadow_proposal
+
+    with handle_errors(json_output):
+        extra = [] if events is None else _events(events)
+        reply = via_server(
+            directory,
+            "upgrade_shadow",
+            id=proposal_id,
+            from_seq=from_seq,
+            events=[[schema, value] for schema, value in extra],
+        )
+        if reply is None:
+            with opened(directory) as world:
+                reply = shadow_proposal(
+                    world, proposal_id, from_seq=from_seq, events=extra
+                ).as_json()
+    if json_output:
+        emit_json({"ok": True, **reply})
+        return
+    for line in _shadow_lines(reply):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _events(path: Path) -> list[tuple[str, Any]]:
+    """``--events``: one JSON object per line, ``{"schema": ..., "value": ...}``."""
+    from air import jsontext
+    from air.errors import InvalidArgument
+
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        doc = jsontext.loads(line, source=f"{path}:{number}")
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("schema"), str)
+            or "value" not in doc
+        ):
+            raise InvalidArgument(
+                f"{path}:{number}", line[:80], 'a line is {"schema": ..., "value": ...}'
+            )
+        found.append((doc["schema"], doc["value"]))
+    return found
+
+
+def _shadow_lines(report: dict[str, Any]) -> list[str]:
+    cells = report["cells"]
+    effects = report["effects"]
+    out = [
+        f"shadow of proposal {report['proposal']}: seq {report['from']}..{report['head'] - 1}, "
+        f"{report['inputs']} input(s) re-fed, {report['extra_events']} more",
+        f"  {cells['differ']} cell(s) would differ",
+    ]
+    for cell in cells["shown"]:
+        out.append(f"    {cell['reducer']} {json.dumps(cell['key'])}")
+        out += [
+            f"      {f['path']}: {json.dumps(f['real'])} → {json.dumps(f['shadow'])}"
+            for f in cell["fields"]
+        ]
+    if report["upgrades_failed_count"]:
+        out.append(f"  {report['upgrades_failed_count']} cell upgrade(s) would fail")
+        out += [
+            f"    {u['reducer']} {json.dumps(u['key'])}: {u['reason'].get('code')}"
+            for u in report["upgrades_failed"]
+        ]
+    for side, said in (("new", "would fail"), ("gone", "would no longer fail")):
+        lines = report["steps_failed"][side]
+        if lines:
+            out.append(f"  {len(lines)} step(s) {said}")
+            out += [f"    {f['reducer']} {json.dumps(f['key'])}: {f['code']}" for f in lines]
+    for side, said in (("new", "would be emitted"), ("gone", "would no longer be emitted")):
+        lines = effects[side]
+        if lines:
+            out.append(f"  {len(lines)} effect(s) {said}")
+            out += [f"    {_effect(e)}" for e in lines]
+    out.append(
+        f"  effects: {effects['reused']} receipt(s) reused from the journal, "
+        f"{effects['stubbed_count']} stubbed, {len(effects['parked'])} left parked"
+    )
+    if report["runs"]["differ_count"]:
+        out.append(f"  {report['runs']['differ_count']} run(s) would differ")
+        out += [
+            f"    run {r['run_id']}: {_run(r['real'])} → {_run(r['shadow'])}"
+            for r in report["runs"]["differ"]
+        ]
+    if report["skipped"]:
+        skipped = ", ".join(f"{n} {kind}" for kind, n in report["skipped"].items())
+        out.append(f"  not re-fed: {skipped}")
+    out.append(f"  report {report['address']} (journaled at seq {report['seq']})")
+    return out
+
+
+def _effect(line: dict[str, Any]) -> str:
+    params = line["params"]
+    what = (
+        f"{params.get('method', '')} {params.get('url', '')}".strip()
+        if isinstance(params, dict)
+        else ""
+    )
+    origin = line["origin"]
+    return (
+        f"{line['kind']} {what} (cap {line['cap']}, from {origin.get('kind')} {origin.get('name')})"
+    )
+
+
+def _run(state: list[Any] | None) -> str:
+    return "none" if state is None else f"{state[0]} {state[1]}"
 
 
 def _print_proposal(reply: dict[str, Any], json_output: bool) -> None:

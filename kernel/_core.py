@@ -663,7 +663,7 @@ TICK_KINDS: Final = frozenset(("step", "step.failed", "plan.started", "plan.step
 OWED_KINDS: Final = frozenset(("effect.queued", "policy.decision"))
 """Record kinds that only follow a tick's first record, in the same tick."""
 APPLIED: Final = "gov.applied"
-GOV_KINDS: Final = frozenset(("gov.proposed", "gov.approved", APPLIED))
+GOV_KINDS: Final = frozenset(("gov.proposed", "gov.approved", "gov.shadowed", APPLIED))
 """Governance records (``world.gov``), journaled from outside; only ``gov.applied`` changes
 kernel state (a new era)."""
 

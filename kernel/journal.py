@@ -315,6 +315,8 @@ class MemoryJournal:
 
     ``MemoryJournal(records)`` starts from already committed records (seqs 0, 1, ...), which is
     how tests model a reopen: ``MemoryJournal(old.read(committed_only=True))``.
+    ``MemoryJournal(first_seq=N)`` holds records from seq N on: the journal *aside* of a run
+    that replayed N records kept elsewhere and goes on from there (a shadow run).
     """
 
     def __init__(
@@ -323,20 +325,22 @@ class MemoryJournal:
         *,
         record_bytes_max: int = RECORD_BYTES_MAX,
         check_writes: bool = False,
+        first_seq: int = 0,
     ) -> None:
+        self._first = first_seq
         self._record_bytes_max = record_bytes_max
         self._check_writes = check_writes
         self._payloads: list[bytes] = []
         self._closed = False
         for record in records:
-            if record.seq != len(self._payloads):
+            if record.seq != self.seq_next:
                 raise UsageError(f"records must be numbered from 0 without gaps, got {record.seq}")
             self.append(record.kind, record.subject, record.body)
-        self._committed = len(self._payloads)
+        self._committed = self.seq_next
 
     @property
     def seq_next(self) -> int:
-        return len(self._payloads)
+        return self._first + len(self._payloads)
 
     @property
     def seq_next_committed(self) -> int:
@@ -344,24 +348,24 @@ class MemoryJournal:
 
     def append(self, kind: str, subject: str, body: Any) -> int:
         self._check_open()
-        seq = len(self._payloads)
+        seq = self.seq_next
         self._payloads.append(self._encode(seq, kind, subject, body))
         return seq
 
     def append_many(self, entries: Iterable[tuple[str, str, Any]]) -> range:
         self._check_open()
-        first = len(self._payloads)
+        first = self.seq_next
         payloads = [
             self._encode(first + index, kind, subject, body)
             for index, (kind, subject, body) in enumerate(entries)
         ]
         self._payloads.extend(payloads)
-        return range(first, len(self._payloads))
+        return range(first, self.seq_next)
 
     def commit(self, *, atomic: bool = False) -> int:
         """Every pending record is committed at once here, so ``atomic`` changes nothing."""
         self._check_open()
-        self._committed = len(self._payloads)
+        self._committed = self.seq_next
         return self._committed
 
     def read(
@@ -373,12 +377,12 @@ class MemoryJournal:
     ) -> Iterator[JournalRecord]:
         self._check_open()
         pattern = check_read_args(from_seq, subject_pattern)
-        end = self._committed if committed_only else len(self._payloads)
-        payloads = self._payloads[from_seq:end]
+        end = self._committed if committed_only else self.seq_next
+        payloads = self._payloads[max(0, from_seq - self._first) : end - self._first]
         return filter_records(map(decode_record_fast, payloads), pattern)
 
     def close(self) -> None:
-        del self._payloads[self._committed :]
+        del self._payloads[self._committed - self._first :]
         self._closed = True
 
     def __enter__(self) -> MemoryJournal:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_upgrade_apply import counter_air, fixed_wasm  # noqa: F401  (a fixture)
+from test_upgrade_apply import counter_air
 from typer.testing import CliRunner
 
 from air import cbor

@@ -18,20 +18,11 @@ from world import UpgradeRefused, World
 from world.gov import applied, apply, approvals, approve, propose
 from world.history import fork_world, verify_world
 
-from reducer_harness import load_build_tool
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
 runner = CliRunner()
 COUNTER_WASM = (COUNTER_AIR / "../../reducers/counter/counter.wasm").resolve()
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def fixed_wasm(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    build = load_build_tool()
-    out = tmp_path_factory.mktemp("counter_fix")
-    built = build.build_reducer(FIXTURES / "counter_fix", out)
-    return Path(built.wasm_path).read_bytes()
 
 
 def counter_air(tmp_path: Path, name: str, wasm: bytes | None = None, change: Any = None) -> Path:

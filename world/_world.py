@@ -194,12 +194,13 @@ class World:
             self.genesis_air, self.path / "cache", readonly=self.readonly, wasm_of=self.cas.get
         )
 
-    def blank_kernel(self) -> Kernel:
+    def blank_kernel(self, first_seq: int = 0) -> Kernel:
         """A kernel of this world over a memory journal and store, nothing applied: for
-        re-executing the journal aside (replay, time travel, shadow)."""
+        re-executing the journal aside (replay, time travel, shadow). ``first_seq``: where its
+        own journal starts, for a kernel that goes on after re-executing that many records."""
         return Kernel(
             self.genesis_air,
-            MemoryJournal(),
+            MemoryJournal(first_seq=first_seq),
             MemoryCellStore(),
             self.runner(),
             self.limits,

@@ -87,6 +87,7 @@ __all__ = [
     "ModeFile",
     "NotLive",
     "choose_mode",
+    "failed_payload",
     "fork_mode",
     "read_mode_file",
     "write_mode_file",
@@ -311,16 +312,16 @@ class NotLive:
 
     def answer(self, intent: Intent) -> Receipt:
         if self.mode == "stub":
-            payload = _failed_payload(intent.kind, _STUB_SAYS)
+            payload = failed_payload(intent.kind, _STUB_SAYS)
             return Receipt(intent.intent_hash, STUB_ADAPTER_ID, STUB_STATUS, payload)
         if self.mode == "replay":
             assert self.journaled is not None
             found = self.journaled.find(intent.intent_hash)
             if found is not None:
                 return found
-            payload = _failed_payload(intent.kind, _UNREPLAYED_SAYS)
+            payload = failed_payload(intent.kind, _UNREPLAYED_SAYS)
             return Receipt(intent.intent_hash, DENY_ADAPTER_ID, "error", payload)
-        payload = _failed_payload(intent.kind, _DENY_SAYS)
+        payload = failed_payload(intent.kind, _DENY_SAYS)
         return Receipt(intent.intent_hash, DENY_ADAPTER_ID, "error", payload)
 
     def close(self) -> None:
@@ -328,7 +329,7 @@ class NotLive:
             self.journaled.close()
 
 
-def _failed_payload(kind: str, says: str) -> dict[str, Any]:
+def failed_payload(kind: str, says: str) -> dict[str, Any]:
     """A payload of ``kind``'s receipt schema for an effect that did not happen."""
     if kind == HTTP_KIND:
         return {"status": 0, "headers": {}, "body_ref": None, "body_preview": says}

@@ -19,8 +19,11 @@ current manifest) is refused.
 ``world cells upgrade DIR REDUCER (--key K | --all)`` (``_cells``) moves cells to the current
 era in journaled batches (``kernel._upgrades``).
 
+``world upgrade shadow DIR ID`` (``_shadow``) runs a proposal aside against what really
+happened and reports, cell by cell, what would differ; journaled as ``gov.shadowed``.
+
 Parts: ``_proposals`` (propose, list, show), ``_apply`` (approve, apply), ``_cells`` (cell
-upgrades).
+upgrades), ``_shadow`` (shadow runs).
 """
 
 from __future__ import annotations
@@ -48,35 +51,44 @@ if TYPE_CHECKING:
         proposals,
         propose,
     )
+    from world.gov._shadow import SHADOWED, Shadowed, field_diff, shadow, shadows
 
 __all__ = [
     "APPLIED",
     "APPROVED",
     "PROPOSED",
+    "SHADOWED",
     "UPGRADE_BATCH_CELLS",
     "Applied",
     "CellsUpgraded",
     "Proposal",
+    "Shadowed",
     "applied",
     "apply",
     "approvals",
     "approve",
+    "field_diff",
     "listing",
     "proposal",
     "proposal_air",
     "proposal_cells",
     "proposals",
     "propose",
+    "shadow",
+    "shadows",
     "upgrade_cells",
 ]
 
 _APPLY = ("APPLIED", "APPROVED", "Applied", "applied", "apply", "approvals", "approve", "listing")
 _CELLS = ("UPGRADE_BATCH_CELLS", "CellsUpgraded", "upgrade_cells")
+_SHADOW = ("SHADOWED", "Shadowed", "field_diff", "shadow", "shadows")
 _WHERE: dict[str, str] = {
     name: "world.gov._apply"
     if name in _APPLY
     else "world.gov._cells"
     if name in _CELLS
+    else "world.gov._shadow"
+    if name in _SHADOW
     else "world.gov._proposals"
     for name in __all__
 }

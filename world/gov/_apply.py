@@ -22,7 +22,7 @@ from air.errors import InvalidArgument
 from kernel.subjects import make_subject
 from world._world import World
 from world.errors import UpgradeRefused
-from world.gov._proposals import journal_gov, proposal
+from world.gov._proposals import Proposal, journal_gov, proposal
 
 __all__ = [
     "APPLIED",
@@ -38,7 +38,7 @@ __all__ = [
 APPROVED: Final = "gov.approved"
 APPLIED: Final = "gov.applied"
 _APPROVED_SUBJECT: Final = make_subject("world", "gov", "approved")
-_APPLIED_SUBJECT: Final = make_subject("world", "gov", "applied")
+APPLIED_SUBJECT: Final = make_subject("world", "gov", "applied")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def approve(world: World, proposal_id: int, note: str | None = None) -> int:
     if note is not None and not isinstance(note, str):
         raise InvalidArgument("note", note, "a note is text")
     found = proposal(world, proposal_id)
-    _not_stale(world, found.id, found.base)
+    not_stale(world, found.id, found.base)
     body = {"proposal": found.id, "note": note}
     return journal_gov(world, (APPROVED, _APPROVED_SUBJECT, body))
 
@@ -86,49 +86,62 @@ def apply(world: World, proposal_id: int) -> Applied:
     module docstring). ``UpgradeRefused`` (nothing journaled) if it is stale."""
     world._writable()
     found = proposal(world, proposal_id)
-    _not_stale(world, found.id, found.base)
+    not_stale(world, found.id, found.base)
+    body = applied_body(found)
+    seq = journal_gov(world, (APPLIED, APPLIED_SUBJECT, body))
+    return _applied(seq, body)
+
+
+def applied_body(found: Proposal) -> dict[str, Any]:
+    """The body of the ``gov.applied`` record that applies ``found``."""
     successors = {
         line["new"]: line["old"]
         for line in found.diff["reducers"]
         if line["change"] == "successor" and line["old"] and line["new"]
     }
-    body = {
+    return {
         "proposal": found.id,
         "base": cbor.hash_to_raw(found.base),
         "manifest_hash": cbor.hash_to_raw(found.manifest_hash),
         "air": cbor.hash_to_raw(found.air),
         "successors": dict(sorted(successors.items())),
     }
-    seq = journal_gov(world, (APPLIED, _APPLIED_SUBJECT, body))
-    return _applied(seq, body)
 
 
 def applied(world: World) -> list[Applied]:
     """Every apply journaled in ``world``, oldest first."""
     return [
         _applied(record.seq, record.body)
-        for record in world.journal.read(0, _APPLIED_SUBJECT)
+        for record in world.journal.read(0, APPLIED_SUBJECT)
         if record.kind == APPLIED
     ]
 
 
 def listing(world: World) -> dict[str, Any]:
     """What ``world upgrade ls`` shows: every proposal (``Proposal.as_json``) with its
-    approvals' count and the seq it was applied at (None), and the current manifest hash."""
+    approvals' and shadow runs' counts and the seq it was applied at (None), and the current
+    manifest hash."""
     from world.gov._proposals import proposals
+    from world.gov._shadow import shadows
 
     counts = approvals(world)
+    shadowed = shadows(world)
     done = {a.proposal: a.seq for a in applied(world)}
     return {
         "proposals": [
-            {**p.as_json(), "approvals": len(counts.get(p.id, [])), "applied": done.get(p.id)}
+            {
+                **p.as_json(),
+                "approvals": len(counts.get(p.id, [])),
+                "shadows": len(shadowed.get(p.id, [])),
+                "applied": done.get(p.id),
+            }
             for p in proposals(world)
         ],
         "current": world.air.manifest_hash,
     }
 
 
-def _not_stale(world: World, proposal_id: int, base: str) -> None:
+def not_stale(world: World, proposal_id: int, base: str) -> None:
     if base != world.air.manifest_hash:
         raise UpgradeRefused(
             f"proposal {proposal_id}",

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         cell_at,
         cell_key,
         state_at,
+        through,
     )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "fork_world",
     "rebuild_world",
     "state_at",
+    "through",
     "verify_world",
 ]
 
@@ -63,6 +65,7 @@ _WHERE: dict[str, str] = {
                 "cell_at",
                 "cell_key",
                 "state_at",
+                "through",
             ),
         ),
         (

@@ -15,6 +15,7 @@
     upgrade_approve id, note?                                 {seq}
     cells_upgrade reducer, keys (list or nil: all)            CellsUpgraded.as_json()
     upgrade_apply id                                          Applied.as_json()
+    upgrade_shadow id, from_seq?, events [[schema, value]]    Shadowed.as_json()
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
 
@@ -137,6 +138,7 @@ class Ops:
             "upgrade_approve": self.upgrade_approve,
             "cells_upgrade": self.cells_upgrade,
             "upgrade_apply": self.upgrade_apply,
+            "upgrade_shadow": self.upgrade_shadow,
             "journal_tail": self.journal_tail,
             "cells_tail": self.cells_tail,
         }
@@ -285,6 +287,25 @@ class Ops:
 
         made = proposal(self.world, arg(args, "id", int))
         return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
+
+    def upgrade_shadow(self, args: dict[str, Any]) -> Any:
+        """Journals (one record) after running the shadow on the loop: the served world waits
+        for it, as for a cells import."""
+        from world.gov import shadow
+
+        events = args.get("events") or []
+        if not isinstance(events, list) or not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) for e in events
+        ):
+            raise InvalidArgument("events", repr(events)[:80], "must be a list of [schema, value]")
+        self.catch_up()
+        found = shadow(
+            self.world,
+            arg(args, "id", int),
+            from_seq=_seq_or_none(args, "from_seq"),
+            events=[(schema, value) for schema, value in events],
+        )
+        return found.as_json()
 
     def cells_upgrade(self, args: dict[str, Any]) -> Any:
         """Journals: on the loop, batch by batch."""

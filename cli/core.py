@@ -507,6 +507,12 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         "dead_letters_total",
     ):
         table.add_row(key, str(data[key]))
+    eras = data["eras"]
+    if len(eras) > 1:
+        table.add_row(
+            "eras",
+            f"{len(eras)}; the current since seq {eras[-1]['since']} (world upgrade ls)",
+        )
     effects = data["effects"]
     table.add_row("runs", f"{len(data['runs'])} active, {data['runs_started']} started in all")
     table.add_row("effects", ", ".join(f"{n} {k}" for k, n in effects.items()))

@@ -201,6 +201,10 @@ def _info(source: Source) -> dict[str, Any]:
     return {
         "path": str(source.path),
         "manifest_hash": source.air.manifest_hash,
+        "eras": [
+            {"manifest_hash": cbor.raw_to_hash(era.manifest_raw), "since": era.since}
+            for era in kernel.eras.history
+        ],
         "journal_seq_next": source.journal.seq_next,
         "steps_total": kernel.steps_total,
         "pending_deliveries": kernel.scheduler.pending,

@@ -46,7 +46,7 @@ from typing import Any, Final
 
 import cbor2
 
-from air import LoadedAir, SchemaCheckers, cbor
+from air import LoadedAir, SchemaCheckers, cbor, same_state_shape
 from air.errors import (
     CborError,
     LimitExceeded,
@@ -174,6 +174,7 @@ class Kernel:
         self._space = era.spaces
         self._manifest_raw = era.manifest_raw
         self._norm_programs: dict[str, tuple[Any, ...]] = {}
+        self._same: dict[tuple[bytes, str], bool] = {}
 
     def _steps_of(self, era: Era) -> CellSteps:
         steps = self._steps_of_era.get(era.manifest_raw)
@@ -378,6 +379,8 @@ class Kernel:
         if era is None:  # a cell of no known era (none before eras existed): the current
             return self.steps, entity.reducer
         name = era.names.get(self._space[entity.reducer])
+        if name is not None and self._same_module(era, name, entity.reducer):
+            return self.steps, entity.reducer  # the same module and state: nothing to pin
         if name is None or not era.accepts(name, schema):
             raise CellRefused(
                 "era.event_not_accepted",
@@ -385,6 +388,18 @@ class Kernel:
                 f"takes no {schema}: upgrade the cell (world cells upgrade)",
             )
         return self._steps_of(era), name
+
+    def _same_module(self, era: Era, name: str, reducer: str) -> bool:
+        """Whether ``era``'s reducer ``name`` runs the current ``reducer``'s wasm on the same
+        state schema: a cell of that era then steps exactly as a current one (and takes every
+        event the current manifest routes to it)."""
+        key = (era.manifest_raw, reducer)
+        same = self._same.get(key)
+        if same is None:
+            same = self._same[key] = era.air.wasm_hashes[name] == self.air.wasm_hashes[
+                reducer
+            ] and same_state_shape(era.air, name, self.air, reducer)
+        return same
 
     def _observed(self, schema: str) -> bool:
         """Whether anything takes an event of ``schema``: a route, a trigger, a waiting run."""

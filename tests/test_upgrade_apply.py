@@ -7,16 +7,19 @@ event), built by the project's toolchain."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from air import cbor
 from cli.main import app
 from world import UpgradeRefused, World
 from world.gov import applied, apply, approvals, approve, propose
 from world.history import fork_world, verify_world
+from world.serve import serve
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -195,3 +198,56 @@ def test_the_cli_applies_and_lists(tmp_path: Path, fixed_wasm: bytes) -> None:
     (line,) = json.loads(listed.output)["proposals"]
     assert line["applied"] is not None
     assert line["approvals"] == 1
+
+
+def test_a_served_world_is_upgraded_through_its_socket(tmp_path: Path, fixed_wasm: bytes) -> None:
+    """Propose, shadow, approve, apply and cells upgrade through ``world serve``; the served
+    world runs the new era from its next tick, and its own journal says so after it stops."""
+    path = tmp_path / "w"
+    with World.create(path, counter_air(tmp_path, "v1")) as world:
+        world.send_many([(EVENT, add("a", 0)), (EVENT, add("b", 1))])
+        world.run_until_idle()
+    stop, ready, errors = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            serve(path, stop_event=stop, on_listening=lambda _p: ready.set())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            ready.set()
+
+    def cli(*args: str) -> dict[str, Any]:
+        done = runner.invoke(app, [*args, "--json"])
+        assert done.exit_code == 0, done.output
+        return dict(json.loads(done.stdout))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(20)
+    try:
+        air = counter_air(tmp_path, "v2", fixed_wasm)
+        made = cli("upgrade", "propose", str(path), "--air", str(air))
+        shadowed = cli("upgrade", "shadow", str(path), str(made["id"]))
+        assert shadowed["cells"]["differ"] == 1
+        cli("upgrade", "approve", str(path), str(made["id"]))
+        applied_now = cli("upgrade", "apply", str(path), str(made["id"]))
+        assert applied_now["manifest_hash"] == made["manifest_hash"]
+        cli("send", str(path), EVENT, json.dumps(add("c", 0)))
+        shown = cli("cells", "show", str(path), COUNTER, "a")
+        assert shown["era"] == made["base"]
+        upgraded = cli("cells", "upgrade", str(path), COUNTER, "--all")
+        assert upgraded["upgraded"] == 2
+        listed = cli("upgrade", "ls", str(path))
+        (line,) = listed["proposals"]
+        assert (line["approvals"], line["shadows"], line["applied"]) == (1, 1, applied_now["seq"])
+    finally:
+        stop.set()
+        thread.join(20)
+    assert errors == []
+    with World.open(path, readonly=True) as world:
+        assert world.air.manifest_hash == made["manifest_hash"]
+        assert world.state(COUNTER, "c") == {"count": 0, "events": 0}  # new era: the fix
+        assert {c.entry.manifest_hash for c in world.cells(COUNTER)} == {
+            cbor.hash_to_raw(made["manifest_hash"])
+        }
+    assert verify_world(path).ok

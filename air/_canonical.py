@@ -158,7 +158,7 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
     }
     if manifest.routing.inboxes:  # absent when empty, so older manifests keep their hashes
         routing["inboxes"] = [i.model_dump() for i in manifest.routing.inboxes]
-    return _drop_none(
+    out = _drop_none(
         {
             "$kind": "manifest",
             "air_version": manifest.air_version,
@@ -171,6 +171,10 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
             },
         }
     )
+    needs = [] if manifest.governance is None else manifest.governance.apply_requires
+    if needs:  # absent when nothing is required, so other manifests keep their hashes
+        out["governance"] = {"apply_requires": sorted(set(needs))}
+    return out
 
 
 def _check_declared_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnostics) -> None:

@@ -144,6 +144,13 @@ def _manifest(diff: AirDiff, old: LoadedAir, new: LoadedAir) -> None:
         lines += [f"- {line}" for line in sorted(before - after)]
         if lines:
             diff.manifest[what] = lines
+
+    def needs(air: LoadedAir) -> list[str]:
+        governance = air.manifest.governance
+        return [] if governance is None else sorted(set(governance.apply_requires))
+
+    if needs(old) != needs(new):
+        diff.manifest["governance"] = [f"apply requires {needs(old)} → {needs(new)}"]
     if old.manifest.defaults.policy != new.manifest.defaults.policy:
         was, now = old.manifest.defaults.policy, new.manifest.defaults.policy
         diff.manifest["policy"] = [f"{was} → {now}"]

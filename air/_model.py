@@ -268,6 +268,14 @@ class ModuleBinding(_Model):
     slots: dict[str, str] = {}
 
 
+class Governance(_Model):
+    """What applying an upgrade needs (``world.gov``): ``approval`` (a journaled
+    ``world upgrade approve``) and/or ``shadow`` (a ``world upgrade shadow`` run) of the
+    proposal first. Not AIR v1's: absent, nothing is needed."""
+
+    apply_requires: list[Literal["approval", "shadow"]] = []
+
+
 class Manifest(_Model):
     kind: Literal["manifest"] = Field(alias="$kind")
     air_version: Literal["1"] = "1"  # absent means "1"
@@ -281,6 +289,7 @@ class Manifest(_Model):
     triggers: list[Trigger] = []
     defaults: Defaults = Defaults()
     module_bindings: dict[str, ModuleBinding] = {}
+    governance: Governance | None = None
 
 
 AIR_KINDS: dict[str, type[_Model]] = {

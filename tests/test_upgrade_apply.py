@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from air import cbor
 from cli.main import app
 from world import UpgradeRefused, World
-from world.gov import applied, apply, approvals, approve, propose
+from world.gov import applied, apply, approvals, approve, propose, shadow
 from world.history import fork_world, verify_world
 from world.serve import serve
 
@@ -250,4 +250,27 @@ def test_a_served_world_is_upgraded_through_its_socket(tmp_path: Path, fixed_was
         assert {c.entry.manifest_hash for c in world.cells(COUNTER)} == {
             cbor.hash_to_raw(made["manifest_hash"])
         }
+    assert verify_world(path).ok
+
+
+def test_an_air_that_requires_approval_and_shadow_refuses_an_apply_without_them(
+    tmp_path: Path, fixed_wasm: bytes
+) -> None:
+    def strict(_module: Any, manifest: dict[str, Any], _schemas: Any) -> None:
+        manifest["governance"] = {"apply_requires": ["shadow", "approval"]}
+
+    path = tmp_path / "w"
+    with World.create(path, counter_air(tmp_path, "v1", change=strict)) as world:
+        made, diff = propose(world, counter_air(tmp_path, "v2", fixed_wasm, change=strict))
+        assert "governance" not in diff.manifest  # the same requirement on both sides
+        with pytest.raises(UpgradeRefused, match=r"an approval .* and a shadow run"):
+            apply(world, made.id)
+        approve(world, made.id)
+        with pytest.raises(UpgradeRefused, match="a shadow run"):
+            apply(world, made.id)
+        shadow(world, made.id)
+        apply(world, made.id)
+        assert world.air.manifest_hash == made.manifest_hash
+        _relaxed, diff = propose(world, counter_air(tmp_path, "v3"))
+        assert diff.manifest["governance"] == ["apply requires ['approval', 'shadow'] → []"]
     assert verify_world(path).ok

@@ -9,7 +9,9 @@ world; it changes nothing the world runs. ``apply`` journals ``gov.applied``::
 (hashes raw), and the kernel starts the new era at it (``kernel._eras``): one record, so the
 world is in one era or the other, never a mix; nothing else is written (no cell is touched:
 apply costs the same on a world of any size). A proposal whose base is no longer the current
-manifest is stale and refused, as is one already applied (its base is gone then too).
+manifest is stale and refused, as is one already applied (its base is gone then too). A world
+whose AIR says ``"governance": {"apply_requires": ["approval", "shadow"]}`` (either or both;
+the current manifest's) refuses to apply a proposal without that first.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def apply(world: World, proposal_id: int) -> Applied:
     world._writable()
     found = proposal(world, proposal_id)
     not_stale(world, found.id, found.base)
+    _required(world, found)
     body = applied_body(found)
     seq = journal_gov(world, (APPLIED, APPLIED_SUBJECT, body))
     return _applied(seq, body)
@@ -139,6 +142,25 @@ def listing(world: World) -> dict[str, Any]:
         ],
         "current": world.air.manifest_hash,
     }
+
+
+def _required(world: World, found: Proposal) -> None:
+    """Refuse (``UpgradeRefused``) an apply that the world's AIR says needs an approval or a
+    shadow run of the proposal first (``manifest.governance.apply_requires``)."""
+    from world.gov._shadow import shadows
+
+    governance = world.air.manifest.governance
+    needs = set() if governance is None else set(governance.apply_requires)
+    missing = []
+    if "approval" in needs and not approvals(world).get(found.id):
+        missing.append(f"an approval (world upgrade approve DIR {found.id})")
+    if "shadow" in needs and not shadows(world).get(found.id):
+        missing.append(f"a shadow run (world upgrade shadow DIR {found.id})")
+    if missing:
+        raise UpgradeRefused(
+            f"proposal {found.id}",
+            [f"the world's AIR requires {' and '.join(missing)} before an apply"],
+        )
 
 
 def not_stale(world: World, proposal_id: int, base: str) -> None:

@@ -26,6 +26,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
     │   └── OutputTooLarge(output_bytes, output_bytes_max)
     ├── StepRejected(module, code, pointer, detail)   kernel.errors: output failed decoding or validation
+    ├── CellRefused(code, detail)                     kernel.errors: no module of the cell's era takes it
     ├── WasmFormatError(offset, detail)               kernel.errors: bytes are not a wasm module
     ├── JournalCorrupt(segment, offset, seq, reason, detail)  kernel.errors: a bad record in the journal
     ├── ReplayDivergence(seq, entity, field, expected, actual)  kernel.errors: replay differed

@@ -143,9 +143,11 @@ def tail(
             return
         World.check_directory(directory)
         pattern = SubjectPattern.compile(subject) if subject else None
-        view = RecordView(load_world_air(directory))
+        view = RecordView(load_world_air(directory), stored_air(directory))
         reader = FileJournal(directory / "journal", readonly=True)
         seq = from_seq
+        if from_seq:  # the eras applied before the first record shown
+            view.learn(r for r in reader.read(0, "/world/gov/applied") if r.seq < from_seq)
         try:
             while True:
                 for record in reader.read(seq):
@@ -160,6 +162,15 @@ def tail(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             reader.close()
+
+
+def stored_air(directory: Path) -> Any:
+    """The loader of an era's AIR from the world's CAS (read-only)."""
+    from world._airstore import load_stored_air
+    from world._cas import FileCas
+
+    cas = FileCas(directory, readonly=True)
+    return lambda address: load_stored_air(cas, address)
 
 
 def _tail_served(

@@ -119,6 +119,10 @@ def test_the_cli_upgrades_and_shows_eras(v2_world: tuple[Path, str]) -> None:
     assert rest.exit_code == 1  # big could not be carried: said, and the exit code says so
     assert "1 cell(s) upgraded, 1 failed" in rest.output
     assert '"big": trap' in rest.output
+    tail = runner.invoke(app, ["journal", "tail", str(path)])
+    upgrades = [json.loads(line) for line in tail.stdout.splitlines() if "cell.upgraded" in line]
+    assert [[c[0] for c in r["body"]["cells"]] for r in upgrades] == [["a"], ["b"]]
+    assert [f[0] for f in upgrades[1]["body"]["failed"]] == ["big"]
     listed = runner.invoke(app, ["cells", "ls", str(path), COUNTER_2, "--json"])
     eras = {c["key"]: c["era"] for c in json.loads(listed.stdout)["cells"]}
     current = json.loads(listed.stdout)["current_era"]

@@ -84,6 +84,10 @@ COVERED: dict[str, str] = {
     "upgrade propose": "test_upgrade_propose_ls_and_show",
     "upgrade ls": "test_upgrade_propose_ls_and_show",
     "upgrade show": "test_upgrade_propose_ls_and_show",
+    "upgrade shadow": "test_upgrade_shadow_approve_apply_and_cells_upgrade",
+    "upgrade approve": "test_upgrade_shadow_approve_apply_and_cells_upgrade",
+    "upgrade apply": "test_upgrade_shadow_approve_apply_and_cells_upgrade",
+    "cells upgrade": "test_upgrade_shadow_approve_apply_and_cells_upgrade",
 }
 
 
@@ -303,6 +307,32 @@ def test_upgrade_propose_ls_and_show(built: Built, tmp_path: Path) -> None:
     shown = world("upgrade", "show", w, made["id"]).stdout
     assert f"proposal {made['id']}" in shown
     assert "new wasm, state schema same, key schema same" in shown
+
+
+def test_upgrade_shadow_approve_apply_and_cells_upgrade(built: Built, tmp_path: Path) -> None:
+    w = copy_of(built, "upgrade-apply")
+    air = tmp_path / "v2"
+    shutil.copytree(COUNTER_AIR, air)
+    wasm = (COUNTER_AIR / "../../reducers/counter/counter.wasm").resolve()
+    (air / "counter.wasm").write_bytes(wasm.read_bytes() + bytes([0, 4, 3]) + b"fix")
+    module, manifest = json.loads((air / "counter.air.json").read_text())
+    module["wasm"] = "counter.wasm"
+    (air / "counter.air.json").write_text(json.dumps([module, manifest]))
+    made = world_json("upgrade", "propose", w, "--air", air)
+    shadowed = world_json("upgrade", "shadow", w, made["id"])
+    assert shadowed["cells"]["differ"] == 0  # the same behaviour: nothing would differ
+    assert "0 cell(s) would differ" in world("upgrade", "shadow", w, made["id"]).stdout
+    assert world_json("upgrade", "approve", w, made["id"])["ok"] is True
+    applied = world_json("upgrade", "apply", w, made["id"])
+    assert applied["manifest_hash"] == made["manifest_hash"]
+    assert "stale" in world("upgrade", "apply", w, made["id"], code=1).stderr
+    before = world_json("cells", "show", w, COUNTER, "a")
+    assert before["era"] == made["base"]
+    upgraded = world_json("cells", "upgrade", w, COUNTER, "--all")
+    assert (upgraded["ok"], upgraded["failed"]) == (True, [])
+    after = world_json("cells", "show", w, COUNTER, "a")
+    assert (after["era"], after["state"]) == (made["manifest_hash"], before["state"])
+    assert world_json("info", w)["eras"][-1]["since"] == applied["seq"]
 
 
 def test_replay_verifies_the_whole_journal(built: Built) -> None:

@@ -10,6 +10,8 @@ is shown raw. ``raw=True`` shows every byte field as canonical CBOR hex, as stor
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from air import LoadedAir, cbor
@@ -40,10 +42,36 @@ def plain(obj: Any) -> Any:
 
 
 class RecordView:
-    def __init__(self, air: LoadedAir) -> None:
+    """Renders journal records for people: values and keys read through their schemas, in the
+    AIR that was in force at each record. ``air`` is the world's genesis AIR; ``load`` (an
+    address -> the AIR stored there, ``world._airstore``) lets it follow the eras: at each
+    ``gov.applied`` it goes on in the applied AIR. A view that starts later in the journal is
+    told the applies before its start with ``learn``."""
+
+    def __init__(self, air: LoadedAir, load: Callable[[str], LoadedAir] | None = None) -> None:
         self.air = air
+        self._load = load
+        self._eras: list[tuple[int, LoadedAir]] = [(0, air)]
+
+    def learn(self, records: Iterable[JournalRecord]) -> None:
+        """Take the eras the ``gov.applied`` records among ``records`` start."""
+        for record in records:
+            self._era(record)
+
+    def _era(self, record: JournalRecord) -> None:
+        if record.kind != "gov.applied" or self._load is None:
+            return
+        if record.seq <= self._eras[-1][0]:
+            return  # known already (a view that learned, then read on)
+        address = record.body.get("air")
+        if isinstance(address, bytes):
+            # Unloadable: rendered through the era before; the record itself is shown as it is.
+            with contextlib.suppress(WorldError):
+                self._eras.append((record.seq, self._load(cbor.raw_to_hash(address))))
 
     def render(self, record: JournalRecord, *, raw: bool = False) -> dict[str, Any]:
+        self._era(record)
+        self.air = next(air for since, air in reversed(self._eras) if since <= record.seq)
         body = record.body
         shown = plain(body) if raw or not isinstance(body, dict) else self._body(record.kind, body)
         return {"seq": record.seq, "subject": record.subject, "kind": record.kind, "body": shown}
@@ -98,6 +126,15 @@ class RecordView:
             out["params"] = self._sugar(node, body.get("params"))
         elif kind == "receipt":
             out["payload"] = plain(cbor.loads(body["payload"]))
+        elif kind == "cell.upgraded":  # keys as keys; the eras (hashes) and reasons as they are
+            reducer = body.get("reducer")
+            out["cells"] = [
+                [self._key(reducer, k), plain(era), plain(h)] for k, era, h in body.get("cells", [])
+            ]
+            out["failed"] = [
+                [self._key(reducer, k), plain(era), plain(why)]
+                for k, era, why in body.get("failed", [])
+            ]
         return dict(out)
 
 

@@ -71,6 +71,7 @@ from air import cbor
 from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord
 from kernel.subjects import SubjectPattern
+from world._airstore import load_stored_air
 from world._views import RecordView, cells_page
 from world._world import World
 from world.serve._protocol import encode
@@ -117,7 +118,7 @@ class Ops:
     def __init__(self, world: World, catch_up: Callable[[], None]) -> None:
         self.world = world
         self.catch_up = catch_up
-        self.view = RecordView(world.air)
+        self.view = RecordView(world.genesis_air, lambda a: load_stored_air(world.cas, a))
         # batch token -> (schema, values, ids)
         self._staged: dict[int, tuple[str, list[Any], list[str | None]]] = {}
         self._tokens = 0
@@ -331,6 +332,9 @@ class Ops:
         end = self._pass_end(args)
         window = _Window(self.world.journal, min(end, from_seq + SCAN_RECORDS_MAX))
         next_seq = max(from_seq, window.stop)
+        self.view.learn(  # the eras applied before this page
+            r for r in self.world.journal.read(0, "/world/gov/applied") if r.seq < from_seq
+        )
         for record in window.read(from_seq):
             if pattern is None or pattern.matches(record.subject):
                 page.add(self.view.render(record, raw=raw))

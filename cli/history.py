@@ -6,9 +6,10 @@ same command plus ``--at SEQ`` and ``--raw``) and ``tail`` on the ``cli.cells.ap
 ``fork`` is a top-level command the main app registers.
 
 JSON shapes (``--json``):
-* ``cells show``: ``{"ok", "reducer", "key", "state", "at", "through"}`` with ``--at``, else
-  ``{"ok", "reducer", "key", "state", "era", "current_era"}`` (the manifest hash the cell is
-  pinned to, and the world's); ``at``/``through``
+* ``cells show``: ``{"ok", "reducer", "key", "state", "at", "through", "era"}`` with
+  ``--at``, else ``{"ok", "reducer", "key", "state", "era", "current_era"}`` (``era``: the
+  manifest hash the cell is pinned to, then or now; ``current_era`` the world's);
+  ``at``/``through``
   (the asked position and the end of the tick it lies in) only with ``--at``; ``state`` is
   sugar JSON, canonical CBOR hex with ``--raw``, null when the cell does not exist (then).
 * ``cells tail``: JSON lines, one per record in journal order: ``{"role": "input"|"step",
@@ -77,7 +78,7 @@ def show(
             state_cbor = None if found_cbor is None else bytes.fromhex(found_cbor)
             state = reply["state"]
             if at is not None:
-                out |= {"at": reply["at"], "through": reply["through"]}
+                out |= {"at": reply["at"], "through": reply["through"], "era": reply["era"]}
             else:
                 out |= {"era": reply["era"], "current_era": reply["current_era"]}
         elif at is None:
@@ -90,7 +91,7 @@ def show(
         else:
             found = cell_at(directory, reducer, key_value, at)
             state_cbor, state = found.state_cbor, found.state
-            out |= {"at": found.seq, "through": found.seq_through}
+            out |= {"at": found.seq, "through": found.seq_through, "era": found.era}
     shown = state_cbor.hex() if raw and state_cbor is not None else state
     out |= {"key": key_value, "state": shown}
     if json_output:

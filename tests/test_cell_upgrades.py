@@ -17,7 +17,7 @@ from air import cbor
 from cli.main import app
 from world import World
 from world.gov import apply, propose, upgrade_cells
-from world.history import fork_world, verify_world
+from world.history import cell_at, fork_world, verify_world
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -173,3 +173,22 @@ def test_replay_crosses_three_applies_and_two_upgrades_exactly(
         forked.send(EVENT, add("z", 0))
         forked.run_until_idle()
         assert forked.state(COUNTER, "z") == {"count": 0, "events": 0}  # the fix's era
+
+
+def test_time_travel_reads_a_cell_in_the_era_it_was_in(v2_world: tuple[Path, str]) -> None:
+    """Before the apply the cells belonged to demo/Counter@1; asked by their reducer's name
+    now, the past state comes back read through the schema of its era then."""
+    path, old = v2_world
+    with World.open(path) as world:
+        before = world.journal.seq_next - 1
+        upgrade_cells(world, COUNTER_2, ["a"])
+        after = world.journal.seq_next - 1
+    was = cell_at(path, COUNTER_2, "a", before)
+    now = cell_at(path, COUNTER_2, "a", after)
+    assert (was.state, was.era) == ({"count": 3, "events": 1}, old)
+    assert now.state["upgraded_from"] is not None
+    assert now.era != old
+    shown = runner.invoke(
+        app, ["cells", "show", str(path), COUNTER_2, "a", "--at", str(before), "--json"]
+    )
+    assert json.loads(shown.stdout)["era"] == old

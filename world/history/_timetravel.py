@@ -100,6 +100,8 @@ class CellAt:
     seq_through: int
     state_cbor: bytes | None
     state: Any
+    era: str | None = None
+    """The manifest hash the cell was pinned to then (``kernel._eras``); None if no cell."""
 
 
 def check_seq(seq: int, seq_next: int) -> None:
@@ -126,7 +128,8 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
         fast = _cell_steps_at(world, where, seq)
         if fast is not None:
             state_cbor, last = fast
-            return CellAt(seq, last, state_cbor, _sugar(world, reducer, state_cbor))
+            era = None if state_cbor is None else world.genesis_air.manifest_hash  # one era
+            return CellAt(seq, last, state_cbor, _sugar(world, reducer, state_cbor), era)
         kernel = world.blank_kernel()
         last = seq
         for record in through(world.journal.read(0), seq):
@@ -140,7 +143,7 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
             return CellAt(seq, last, None, None)
         schema, era_air = kernel.state_schema(then, found[0].manifest_hash)
         state = to_sugar(Ref(schema), cbor.loads(found[1]), era_air.schemas)
-    return CellAt(seq, last, found[1], state)
+    return CellAt(seq, last, found[1], state, cbor.raw_to_hash(found[0].manifest_hash))
 
 
 def _sugar(world: World, reducer: str, state_cbor: bytes | None) -> Any:

@@ -422,6 +422,7 @@ def _cell_at(path: Path, reducer: str, key: Any, at: int) -> dict[str, Any]:
         "state_cbor": state_hex,
         "at": found.seq,
         "through": found.seq_through,
+        "era": found.era,
     }
 
 

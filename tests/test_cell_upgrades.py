@@ -192,3 +192,35 @@ def test_time_travel_reads_a_cell_in_the_era_it_was_in(v2_world: tuple[Path, str
         app, ["cells", "show", str(path), COUNTER_2, "a", "--at", str(before), "--json"]
     )
     assert json.loads(shown.stdout)["era"] == old
+
+
+def test_an_export_files_each_cell_under_the_module_of_its_era(
+    v2_world: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The seed's tree: ``state/reducers/<module of the cell's era>/``. An old-era cell goes
+    under the old module, and a world running only the new one refuses to import it, saying
+    which module it has."""
+    path, _old = v2_world
+    with World.open(path) as world:
+        upgrade_cells(world, COUNTER_2, ["a"])
+        old_wasm = world.genesis_air.wasm_hashes[COUNTER].removeprefix("blake3:")
+        new_wasm = world.air.wasm_hashes[COUNTER_2].removeprefix("blake3:")
+    out = tmp_path / "export"
+    done = runner.invoke(app, ["cells", "export", str(path), COUNTER_2, "--all", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    reducers = out / "state" / "reducers"
+    assert sorted(p.name for p in reducers.iterdir()) == sorted([old_wasm, new_wasm])
+    assert len(list((reducers / new_wasm / "cells").glob("*.cbor"))) == 1  # a
+    assert len(list((reducers / old_wasm / "cells").glob("*.cbor"))) == 2  # b, big
+    fresh = tmp_path / "fresh"
+    with World.create(fresh, V2_AIR):
+        pass
+    old_cell = next((reducers / old_wasm / "cells").glob("*.cbor"))
+    refused = runner.invoke(app, ["cells", "import", str(fresh), str(old_cell), "--trust"])
+    assert refused.exit_code == 1
+    assert f"module {old_wasm} of {COUNTER_2}" in refused.output
+    new_cell = next((reducers / new_wasm / "cells").glob("*.cbor"))
+    taken = runner.invoke(app, ["cells", "import", str(fresh), str(new_cell), "--trust"])
+    assert taken.exit_code == 0, taken.output
+    with World.open(fresh, readonly=True) as world:
+        assert world.state(COUNTER_2, "a")["count"] == 3

@@ -174,7 +174,7 @@ def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[Cell
         out.append(
             CellFile(
                 reducer,
-                bytes.fromhex(world.kernel.module_hash(reducer)),
+                _era_module(world, reducer, entry.manifest_hash),
                 entry.key_cbor,
                 found[1],
                 entry.manifest_hash,
@@ -182,6 +182,16 @@ def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[Cell
             )
         )
     return out
+
+
+def _era_module(world: World, reducer: str, manifest_raw: bytes) -> bytes:
+    """The wasm hash (raw) of the module a cell pinned to ``manifest_raw``'s era runs: the
+    seed's export tree files a cell under the module of its era (``kernel._eras``)."""
+    era = world.kernel.eras.by_manifest.get(manifest_raw)
+    name = None if era is None else era.names.get(world.kernel.cell_space(reducer))
+    if era is None or name is None:
+        return bytes.fromhex(world.kernel.module_hash(reducer))
+    return cbor.hash_to_raw(era.air.wasm_hashes[name])
 
 
 def check_export_target(out: Path, *, folder: bool, force: bool) -> None:
@@ -237,28 +247,31 @@ def export_all(world: World, reducer: str, folder: Path, *, force: bool = False)
     check_export_target(folder, folder=True, force=force)
     if reducer not in world.air.modules:
         raise UnknownName("reducer", reducer, sorted(world.air.modules))
-    module_hex = world.kernel.module_hash(reducer)
     entries = dict(world.store.iter_entries(world.kernel.cell_space(reducer)))
     cells = _cell_files(world, reducer, None)
-    base = folder / "state" / "reducers" / module_hex
+    by_module: dict[str, list[CellFile]] = {world.kernel.module_hash(reducer): []}
+    for cell in cells:  # one folder per module: the current one, and older eras' if any
+        by_module.setdefault(cell.module_hash.hex(), []).append(cell)
     key_export = ExportKey.of_world(world.path)
     with storage_errors("export"):
-        mkdir_durable(base / "cells")
-        index = {}
-        for cell in cells:
-            khash = key_hash(cell.key_cbor)
-            atomic_write(base / "cells" / f"{khash.hex()}.cbor", cell.to_bytes(key_export))
-            entry = entries[khash]
-            index[khash] = {
-                "key": cell.key_cbor,
-                "last_active": entry.last_active,
-                "size": entry.size,
-            }
-        written = {f"{khash.hex()}.cbor" for khash in index}
-        for stale in sorted((base / "cells").glob("*.cbor")):
-            if stale.name not in written:
-                fileio.unlink(stale, missing_ok=True)
-        atomic_write(base / "index.cbor", cbor.dumps(index))
+        for module_hex, filed in by_module.items():
+            base = folder / "state" / "reducers" / module_hex
+            mkdir_durable(base / "cells")
+            index = {}
+            for cell in filed:
+                khash = key_hash(cell.key_cbor)
+                atomic_write(base / "cells" / f"{khash.hex()}.cbor", cell.to_bytes(key_export))
+                entry = entries[khash]
+                index[khash] = {
+                    "key": cell.key_cbor,
+                    "last_active": entry.last_active,
+                    "size": entry.size,
+                }
+            written = {f"{khash.hex()}.cbor" for khash in index}
+            for stale in sorted((base / "cells").glob("*.cbor")):
+                if stale.name not in written:
+                    fileio.unlink(stale, missing_ok=True)
+            atomic_write(base / "index.cbor", cbor.dumps(index))
     return len(cells)
 
 

@@ -103,16 +103,17 @@ def _check_host_header(params: Any, url: Url) -> None:
 
 
 def rule_matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> bool:
+    """Whether a policy rule's ``when`` (``air._model.PolicyMatch``: every field given must
+    match) matches an intent."""
     if when.effect_kind is not None and when.effect_kind != kind:
         return False
-    if getattr(when, "cap_name", None) is not None and when.cap_name != cap:
+    if when.cap_name is not None and when.cap_name != cap:
         return False
     if when.origin_kind is not None and when.origin_kind != origin["kind"]:
         return False
     if when.origin_name is not None and when.origin_name != origin["name"]:
         return False
-    glob = getattr(when, "host", None)
-    prefix = getattr(when, "path_prefix", None)
+    glob, prefix = when.host, when.path_prefix
     if glob is not None or prefix is not None:
         try:  # only an intent with a readable URL has a host and a path to match
             url = read_url(params.get("url") if isinstance(params, dict) else None)
@@ -122,7 +123,7 @@ def rule_matches(when: Any, kind: str, params: Any, cap: str, origin: dict[str, 
             return False
         if prefix is not None and not path_has_prefix(url.path, prefix):
             return False
-    method = getattr(when, "method", None)
+    method = when.method
     if method is not None:
         asked = str(params.get("method", "")).upper() if isinstance(params, dict) else ""
         if asked != method.upper():

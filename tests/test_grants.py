@@ -100,6 +100,7 @@ GRANTS = [
     _agentos("methods", [API], methods=["GET"]),
     _agentos("no_methods", [API], methods=[]),
     _agentos("open", [API]),
+    _http("unreadable_entry", ["not a host!"]),
 ]
 
 
@@ -152,6 +153,7 @@ A = f"http://{API}"
 REFUSALS = [
     # --- hosts: suffix and prefix tricks ---
     refused("suffix-host", "http://api.example.com.evil.net/api", HOST),
+    refused("grant-entry-unreadable", "http://not/", HOST, grant="unreadable_entry"),
     refused("prefixed-label", "http://evilapi.example.com/api", HOST),
     refused("extra-label", "http://x.api.example.com/api", HOST),
     refused("parent-domain", "http://example.com/api", HOST),
@@ -266,6 +268,12 @@ REFUSALS = [
     refused("host-header-userinfo", f"{A}/api", HOST_HEADER, headers={"Host": f"{API}@evil"}),
     refused("host-header-empty", f"{A}/api", HOST_HEADER, headers={"Host": ""}),
     refused(
+        "host-header-after-another",
+        f"{A}/api",
+        HOST_HEADER,
+        headers={"Accept": "*/*", "Host": "evil.example"},
+    ),
+    refused(
         "host-header-https-default-on-http",
         f"{A}/api",
         HOST_HEADER,
@@ -282,6 +290,7 @@ def test_a_hostile_url_is_refused_by_the_capability_check_with_its_code(
         effects.check_cap("http.request", params, grant)
     assert (info.value.code, info.value.reason) == (code, reason)
     assert info.value.detail
+    assert str(info.value) == f"{info.value.detail} [{code}]"
 
 
 def test_the_refusal_table_covers_every_reason_and_code() -> None:
@@ -483,6 +492,36 @@ def test_a_policy_rule_matches_the_normalised_url(
     rules = [{"when": {"effect_kind": "http.request", **when}, "decision": "allow"}]
     effects = EffectManager(_air([_http("g", ["h"])], rules))
     decision = effects.decide("http.request", params, "g", {"kind": "plan", "name": "p"})
+    assert decision == (("allow", 0) if matches else ("deny", DEFAULT_RULE))
+
+
+PLAN_P = {"kind": "plan", "name": "p"}
+FIELDS = [  # (id, when, cap, origin, params, matches): each field alone, matching and not
+    ("kind-same", {"effect_kind": "http.request"}, "g", PLAN_P, None, True),
+    ("kind-other", {"effect_kind": "timer.set"}, "g", PLAN_P, None, False),
+    ("cap-same", {"cap_name": "g"}, "g", PLAN_P, None, True),
+    ("cap-other", {"cap_name": "g"}, "h", PLAN_P, None, False),
+    ("origin-kind-same", {"origin_kind": "plan"}, "g", PLAN_P, None, True),
+    ("origin-kind-other", {"origin_kind": "reducer"}, "g", PLAN_P, None, False),
+    ("origin-name-same", {"origin_name": "p"}, "g", PLAN_P, None, True),
+    ("origin-name-other", {"origin_name": "q"}, "g", PLAN_P, None, False),
+    ("method-missing", {"method": "GET"}, "g", PLAN_P, {"url": f"{A}/"}, False),
+    ("method-not-a-record", {"method": "GET"}, "g", PLAN_P, "GET", False),
+    ("host-not-a-record", {"host": "*"}, "g", PLAN_P, f"{A}/", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("when", "cap", "origin", "params", "matches"),
+    [pytest.param(*row[1:], id=row[0]) for row in FIELDS],
+)
+def test_each_field_of_a_rule_must_match_on_its_own(
+    when: dict[str, Any], cap: str, origin: dict[str, Any], params: Any, matches: bool
+) -> None:
+    rules = [{"when": when, "decision": "allow"}]
+    effects = EffectManager(_air([_http("g", ["h"]), _http("h", ["h"])], rules))
+    asked = _params(f"{A}/") if params is None else params
+    decision = effects.decide("http.request", asked, cap, origin)
     assert decision == (("allow", 0) if matches else ("deny", DEFAULT_RULE))
 
 

@@ -21,8 +21,9 @@ to point into, put the 1-based line and column at the start of their message.
                                  grammar (``air.types.def_name_problem``: namespace/name@version,
                                  ASCII letters, digits, _ - . in the parts, a version without
                                  leading zeros, at most ``DEF_NAME_MAX`` characters); says which rule
-    air.name.duplicate           two defs share a name (a copy of a built-in ``sys/`` def is fine),
-                                 or two cap grants do
+    air.name.duplicate           two defs share a name, or two cap grants do; a built-in ``sys/``
+                                 def defined again is fine when it is the same def (its canonical
+                                 form, refs to built-in schemas expanded), else this, saying so
     air.manifest.missing         no manifest in the AIR
     air.manifest.multiple        more than one manifest
     air.hash.mismatch            a hash written in the AIR differs from the computed one
@@ -32,7 +33,8 @@ to point into, put the 1-based line and column at the start of their message.
     air.ref.unknown_schema       a name that should be a schema is not defined
     air.ref.unknown_module       ... a module
     air.ref.unknown_plan         ... a plan
-    air.ref.unknown_cap          ... a capability type
+    air.ref.unknown_cap          ... a defcap (a cap slot may instead name a cap type, as AgentOS
+                                 writes ``cap_slots``: one no defcap or defeffect has)
     air.ref.unknown_policy       ... a policy
     air.ref.unknown_effect       an effect kind that no defeffect provides (in a module, a plan's
                                  ``allowed_effects``, a policy rule)
@@ -79,8 +81,9 @@ to point into, put the 1-based line and column at the start of their message.
     air.plan.end.result_missing  the plan declares an output and an ``end`` has no result
     air.plan.end.missing         the plan declares an output and a path ends without an ``end``
     air.plan.await_event.where_required  a correlated plan awaits an event without ``where``
-    air.module.wasm_missing      the module's wasm file is absent or unreadable, or it names
-                                 neither ``wasm`` nor ``wasm_hash``
+    air.module.wasm_missing      the module's wasm file is absent or unreadable
+    air.module.wasm_unbound      (a warning) the module names neither ``wasm`` nor ``wasm_hash``,
+                                 as AgentOS's do: ``world init --module NAME=FILE.wasm`` binds it
     air.module.wasm_invalid      the wasm bytes are not a valid module
     air.module.imports           the module imports something (reducers import nothing)
     air.module.exports           the module lacks memory, alloc or step

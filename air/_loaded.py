@@ -7,6 +7,7 @@ build on these; nothing here loads or checks anything.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ __all__ = [
     "Located",
     "ReadWasm",
     "WasmInfo",
+    "is_cap_type_text",
     "resolve_relative",
 ]
 
@@ -79,13 +81,29 @@ class LoadedAir:
     warnings: list[Any] = field(default_factory=list)
     unparsed: set[str] = field(default_factory=set)
     """Names of defs whose shape was rejected: their uses are not reported as unknown too."""
+    slot_caps: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Module -> slot -> defcap name, for each cap slot written as a cap type (``"timer"``,
+    as AgentOS writes ``cap_slots``): the defcap of the grant the slot uses (its binding in
+    ``module_bindings``, else the one grant of that cap type), else the one defcap of that
+    cap type. ``modules`` gives the modules with these in place, which is what the kernel
+    reads; ``defs`` keeps them as written (and hashed)."""
 
     def of_kind(self, model_type: type) -> dict[str, Any]:
         return {n: d.model for n, d in self.defs.items() if isinstance(d.model, model_type)}
 
     @property
     def modules(self) -> dict[str, DefModule]:
-        return self.of_kind(DefModule)
+        """Every module, with its cap slots that name a cap type resolved (``slot_caps``)."""
+        modules: dict[str, DefModule] = self.of_kind(DefModule)
+        for name, resolved in self.slot_caps.items():
+            module = modules[name]
+            reducer = module.abi.reducer
+            slots = {**reducer.cap_slots, **resolved}
+            abi = module.abi.model_copy(
+                update={"reducer": reducer.model_copy(update={"cap_slots": slots})}
+            )
+            modules[name] = module.model_copy(update={"abi": abi})
+        return modules
 
     @property
     def plans(self) -> dict[str, DefPlan]:
@@ -103,6 +121,16 @@ class LoadedAir:
     @property
     def policies(self) -> dict[str, DefPolicy]:
         return self.of_kind(DefPolicy)
+
+
+_CAP_TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def is_cap_type_text(text: str) -> bool:
+    """Whether a reducer's cap slot value is written as a cap type (``timer``, ``http.out``:
+    AgentOS's ``cap_slots``) rather than a defcap name (``sys/timer@1``, which has a ``/``
+    and an ``@``)."""
+    return len(text) <= 64 and _CAP_TYPE_RE.fullmatch(text) is not None
 
 
 def resolve_relative(air_file: str, path: str) -> str:

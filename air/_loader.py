@@ -38,7 +38,7 @@ from air import _canonical as canonical
 from air import _validate as validate
 from air import jsontext
 from air._diagnostics import Diagnostics, escape_pointer
-from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm
+from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm, is_cap_type_text
 from air._model import (
     AIR_KINDS,
     AwaitEvent,
@@ -50,8 +50,21 @@ from air._model import (
     RaiseEvent,
 )
 from air._plan_old_shapes import old_step_shapes
-from air.errors import JsonError, ValueMismatch
-from air.types import TypeNode, def_name_problem, parse_type, type_refs
+from air.errors import CborError, JsonError, ValueMismatch
+from air.types import (
+    ListT,
+    MapT,
+    OptionT,
+    Record,
+    Ref,
+    SetT,
+    TypeNode,
+    Variant,
+    def_name_problem,
+    parse_type,
+    type_refs,
+    type_to_obj,
+)
 
 __all__ = ["load_air"]
 
@@ -134,8 +147,17 @@ def _register(
         previous = defs.get(name)
         if previous is None:
             defs[name] = loc
-        elif previous.builtin and loc.raw == previous.raw:
-            continue  # listing a built-in sys/ def again is allowed and harmless
+        elif previous.builtin:
+            if not _same_as_builtin(loc, previous, defs):
+                diags.add(
+                    loc.file,
+                    f"{loc.pointer}/name",
+                    "air.name.duplicate",
+                    f"{name} is a built-in def ({previous.file}:{previous.pointer or '/'}) and "
+                    "this definition differs from it; leave it out to use the built-in, or give "
+                    "yours another name",
+                )
+            # else: the same built-in written again (as AgentOS's examples do): the built-in
         else:
             where = f"{previous.file}:{previous.pointer or '/'}"
             diags.add(
@@ -145,6 +167,56 @@ def _register(
                 f"{name} is already defined at {where}",
             )
     return defs, manifests
+
+
+def _same_as_builtin(loc: Located, builtin: Located, defs: dict[str, Located]) -> bool:
+    """Whether ``loc`` defines what the built-in def ``builtin`` does: the same canonical form
+    once every ref to a built-in schema in their types is replaced by that schema's type (so
+    AgentOS's ``sys/timer@1`` with ``"schema": {"record": {}}`` is ours, whose schema is the
+    built-in ``sys/EmptyCap@1``, a ``{"record": {}}``). Anything that does not parse is not
+    the same (its own diagnostics say why)."""
+    if type(loc.model) is not type(builtin.model):
+        return False
+    try:
+        mine, theirs = (_expanded(canonical.def_canonical(d.model), defs) for d in (loc, builtin))
+    except (ValueMismatch, CborError, RecursionError):
+        return False
+    return mine == theirs
+
+
+_TYPE_FIELDS = {"defschema": ("type",), "defcap": ("schema",)}
+"""The fields holding a type in the canonical forms of the defs a built-in may be."""
+
+
+def _expanded(form: dict[str, Any], defs: dict[str, Located]) -> dict[str, Any]:
+    out = dict(form)
+    for field_name in _TYPE_FIELDS.get(str(form.get("$kind")), ()):
+        out[field_name] = type_to_obj(_expand(parse_type(form[field_name]), defs, 0))
+    return out
+
+
+def _expand(node: TypeNode, defs: dict[str, Located], depth: int) -> TypeNode:
+    """``node`` with each ref to a built-in schema replaced by its type (built-ins have no
+    cycles; ``depth`` guards anyway)."""
+    if depth > 64:
+        raise ValueMismatch("", "type.invalid", "built-in schemas nested too deep")
+    if isinstance(node, Ref):
+        target = defs.get(node.name)
+        if target is None or not target.builtin or not isinstance(target.model, DefSchema):
+            return node
+        return _expand(parse_type(target.model.type), defs, depth + 1)
+    if isinstance(node, Record | Variant):
+        parts = tuple((k, _expand(v, defs, depth + 1)) for k, v in _parts(node))
+        return Record(parts) if isinstance(node, Record) else Variant(parts)
+    if isinstance(node, ListT | SetT | OptionT):
+        return type(node)(_expand(node.item, defs, depth + 1))
+    if isinstance(node, MapT):
+        return MapT(_expand(node.key, defs, depth + 1), _expand(node.value, defs, depth + 1))
+    return node
+
+
+def _parts(node: Record | Variant) -> tuple[tuple[str, TypeNode], ...]:
+    return node.fields if isinstance(node, Record) else node.cases
 
 
 def _bad_name(name: str, file: str, pointer: str, diags: Diagnostics) -> bool:
@@ -175,7 +247,11 @@ def _references(model: object) -> list[tuple[str, str]]:
         abi = model.abi.reducer
         base = "/abi/reducer"
         refs += [(f"{base}/{f}", getattr(abi, f)) for f in ("state", "event", "annotations")]
-        refs += [(f"{base}/cap_slots/{escape_pointer(s)}", c) for s, c in abi.cap_slots.items()]
+        refs += [
+            (f"{base}/cap_slots/{escape_pointer(s)}", c)
+            for s, c in abi.cap_slots.items()
+            if not is_cap_type_text(c)  # a cap type ("timer"), not a defcap name
+        ]
     elif isinstance(model, DefPlan):
         refs += [("/input", model.input), ("/output", model.output)]
         for i, step in enumerate(model.steps):

@@ -28,6 +28,13 @@ wasm knows which names it takes, and the SDK's compiled comparisons leave no nam
 to look for). Rejected: refusing every route whose event is not the ABI event or a case of it,
 which refuses the bundled order world and the Cells seed's example.
 
+Cap slots. A slot's value is a defcap name, or a cap type (``"timer"``, ``"http.out"``), as
+AgentOS writes ``cap_slots``: the slot then holds any capability of that type (one a defcap or
+defeffect of the world has, else ``air.ref.unknown_cap``). The kernel finds a slot's cap type,
+and an unbound slot's grant, through a defcap name, so each cap-type slot is resolved to one
+(``LoadedAir.slot_caps``: the defcap of its bound grant, else of the one grant of its type,
+else the one defcap of its type); the def keeps what was written, and its hash is of that.
+
 Reducer effects. A reducer's effect names its cap slot or not; without one, the kernel uses the
 one slot of the effect's cap type, and that slot's grant is its binding in ``module_bindings``
 (or the only grant of the slot's cap). So each kind in ``effects_emitted`` needs exactly one
@@ -41,7 +48,14 @@ from typing import Any
 from air import cbor
 from air._ctx import Ctx
 from air._diagnostics import Diagnostics, escape_pointer
-from air._loaded import InspectWasm, LoadedAir, Located, ReadWasm, resolve_relative
+from air._loaded import (
+    InspectWasm,
+    LoadedAir,
+    Located,
+    ReadWasm,
+    is_cap_type_text,
+    resolve_relative,
+)
 from air._model import (
     DefCap,
     DefEffect,
@@ -107,6 +121,7 @@ def validate(
     _routing(ctx, manifest)
     _defaults(ctx, manifest)
     _reducer_effects(ctx, manifest)
+    _resolve_slots(ctx, manifest)
     correlated = {t.plan for t in manifest.model.triggers if t.correlate_by}
     for name, loc in air.defs.items():
         if isinstance(loc.model, DefPlan):
@@ -147,7 +162,12 @@ def _module(
         ctx.effect_for(kind, "reducer", loc.file, f"{base}/effects_emitted/{i}")
     for slot, cap in abi.cap_slots.items():
         at = f"{base}/cap_slots/{escape_pointer(slot)}"
-        ctx.need(cap, DefCap, loc.file, at, "air.ref.unknown_cap")
+        if not is_cap_type_text(cap):
+            ctx.need(cap, DefCap, loc.file, at, "air.ref.unknown_cap")
+        elif cap not in _cap_types(ctx):
+            known = ", ".join(sorted(_cap_types(ctx)))
+            detail = f"unknown cap {cap}: neither a defcap nor a cap type (the cap types: {known})"
+            ctx.diags.add(loc.file, at, "air.ref.unknown_cap", detail)
     _wasm(ctx, name, loc, read_wasm, inspect)
 
 
@@ -217,8 +237,10 @@ def _wasm(
         ctx.diags.add(
             loc.file,
             loc.pointer,
-            "air.module.wasm_missing",
-            f"module {name} names neither a wasm file nor a wasm_hash",
+            "air.module.wasm_unbound",
+            f"module {name} names neither a wasm file nor a wasm_hash: bind one when creating "
+            f"the world (world init --module {name}=FILE.wasm)",
+            "warning",
         )
         return
     data = read_wasm(resolve_relative(loc.file, model.wasm)) if model.wasm and read_wasm else None
@@ -467,7 +489,7 @@ def _binding(ctx: Ctx, manifest: Located, module: str, slots: dict[str, str], ba
             detail = f"no cap grant named {grant_name!r} in defaults.cap_grants"
             ctx.diags.add(manifest.file, at, "air.ref.unknown_cap_grant", detail)
         elif slot in declared:
-            want, have = ctx.cap_type(declared[slot]), ctx.cap_type(grant.cap)
+            want, have = _slot_type(ctx, declared[slot]), ctx.cap_type(grant.cap)
             if want is not None and have is not None and want != have:
                 detail = f"slot {slot!r} holds a {want} capability; grant {grant_name!r} is {have}"
                 ctx.diags.add(manifest.file, at, "air.cap.type_mismatch", detail)
@@ -490,7 +512,7 @@ def _reducer_effects(ctx: Ctx, manifest: Located) -> None:
 
 def _slot_problem(ctx: Ctx, manifest: Located, module: str, effect: DefEffect) -> str | None:
     slots = ctx.loc(module).model.abi.reducer.cap_slots
-    fits = sorted(s for s, cap in slots.items() if ctx.cap_type(cap) == effect.cap_type)
+    fits = sorted(s for s, cap in slots.items() if _slot_type(ctx, cap) == effect.cap_type)
     if len(fits) != 1:
         found = "no cap slot" if not fits else f"{len(fits)} cap slots ({', '.join(fits)})"
         return f"{module} has {found} of cap type {effect.cap_type}; it needs exactly one"
@@ -499,9 +521,54 @@ def _slot_problem(ctx: Ctx, manifest: Located, module: str, effect: DefEffect) -
     if binding is not None and slot in binding.slots:
         return None
     cap = slots[slot]
-    if sum(g.cap == cap for g in manifest.model.defaults.cap_grants) == 1:
+    if len(_slot_grants(ctx, manifest, cap)) == 1:
         return None
     return (
         f"slot {slot!r} is not bound in module_bindings, and there is not exactly one grant "
         f"of {cap} to use instead"
     )
+
+
+def _cap_types(ctx: Ctx) -> set[str]:
+    """The cap types the world knows: of its defcaps and its defeffects."""
+    return {c.cap_type for c in ctx.air.caps.values()} | {
+        e.cap_type for e in ctx.air.effects.values()
+    }
+
+
+def _slot_type(ctx: Ctx, cap: str) -> str | None:
+    """The cap type a slot holds: its defcap's, or the cap type it names (AgentOS's form)."""
+    if is_cap_type_text(cap):
+        return cap if cap in _cap_types(ctx) else None
+    return ctx.cap_type(cap)
+
+
+def _slot_grants(ctx: Ctx, manifest: Located, cap: str) -> list[Any]:
+    """The grants an unbound slot may use: those of its defcap, or of its cap type."""
+    grants = manifest.model.defaults.cap_grants
+    if is_cap_type_text(cap):
+        return [g for g in grants if ctx.cap_type(g.cap) == cap]
+    return [g for g in grants if g.cap == cap]
+
+
+def _resolve_slots(ctx: Ctx, manifest: Located) -> None:
+    """``LoadedAir.slot_caps``: the defcap each slot written as a cap type stands for (the
+    kernel finds a slot's cap type, and an unbound slot's grant, through a defcap name).
+    A slot that resolves to none is left as written: the kernel then refuses its effects
+    (``cap.slot_missing``), which validation already reports (``air.module.effect_unbound``)
+    for every effect kind the module declares."""
+    bindings = manifest.model.module_bindings
+    grants = {g.name: g for g in manifest.model.defaults.cap_grants}
+    for name, module in ctx.air.of_kind(DefModule).items():
+        for slot, cap in module.abi.reducer.cap_slots.items():
+            if not is_cap_type_text(cap):
+                continue
+            bound = bindings[name].slots.get(slot) if name in bindings else None
+            if bound in grants and ctx.cap_type(grants[bound].cap) == cap:
+                chosen = [grants[bound].cap]
+            else:
+                chosen = sorted({g.cap for g in _slot_grants(ctx, manifest, cap)})
+                if len(chosen) != 1:
+                    chosen = sorted(n for n, c in ctx.air.caps.items() if c.cap_type == cap)
+            if len(chosen) == 1:
+                ctx.air.slot_caps.setdefault(name, {})[slot] = chosen[0]

@@ -55,6 +55,14 @@ __all__ = [
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+ModuleOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--module",
+        help="NAME=FILE.wasm: the binary of module NAME, which names no wasm in the AIR "
+        "(as AgentOS's modules do); repeatable",
+    ),
+]
 
 
 class EffectsChoice(enum.Enum):
@@ -111,15 +119,30 @@ def parse_key_arg(text: str) -> Any:
 def init(
     directory: DirArg,
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
+    module: ModuleOpt = None,
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
     from world import World
 
     with handle_errors(), signals_deferred():
-        world = World.create(directory, air)
+        world = World.create(directory, air, modules=_module_bindings(module or []))
         manifest_hash = world.air.manifest_hash
         world.close()
     console.print(f"created world at {directory} (manifest {manifest_hash})")
+
+
+def _module_bindings(values: list[str]) -> dict[str, Path]:
+    """``--module NAME=FILE.wasm`` values as NAME -> FILE; each NAME at most once."""
+    bindings: dict[str, Path] = {}
+    for value in values:
+        name, sep, file = value.partition("=")
+        if not sep or not name or not file:
+            raise InvalidArgument("--module", value, "NAME=FILE.wasm, e.g. demo/Counter@1=c.wasm")
+        if name in bindings:
+            reason = f"module {name} is bound twice (to {bindings[name]} and to {file})"
+            raise InvalidArgument("--module", value, reason)
+        bindings[name] = Path(file)
+    return bindings
 
 
 def _read_jsonl(path: Path) -> list[Any]:

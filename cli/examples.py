@@ -140,6 +140,7 @@ def init(
     example: Annotated[
         str | None, typer.Option("--example", help="A bundled example world (world examples)")
     ] = None,
+    module: core.ModuleOpt = None,
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air, or from a bundled --example."""
     if (air is None) == (example is None):
@@ -150,4 +151,4 @@ def init(
         with handle_errors():
             air = example_path(example)
     assert air is not None
-    core.init(directory, air)
+    core.init(directory, air, module)

@@ -436,8 +436,13 @@ def test_the_base_world_is_valid() -> None:
     _load(Case())
 
 
+WARNING_CODES = {"air.module.wasm_unbound"}
+"""Codes that are warnings, not errors: each is tested where it is made (a warning does not
+stop a load, so ``CASES``' one-code-per-load check cannot hold it)."""
+
+
 def test_every_listed_code_has_a_case_and_every_case_a_listed_code() -> None:
-    assert sorted(CASES) == sorted(_listed_codes())
+    assert sorted(CASES) == sorted(set(_listed_codes()) - WARNING_CODES)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,9 @@ V1 = const_wasm(output({"n": 1}))
             const_wasm(output({"n": 1, "m": 2}, [(E, {"key": "x"})])), "upgrade.output", id="emits"
         ),
         pytest.param(const_wasm(output(None)), "upgrade.state", id="deletes"),
-        pytest.param(const_wasm(output({"n": "one", "m": 2})), "schema_mismatch", id="wrong-schema"),
+        pytest.param(
+            const_wasm(output({"n": "one", "m": 2})), "schema_mismatch", id="wrong-schema"
+        ),
         pytest.param(body_wasm("unreachable"), "trap", id="traps"),
     ],
 )

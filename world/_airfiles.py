@@ -1,6 +1,16 @@
 """Reading AIR from disk: one JSON file or a folder of ``*.air.json`` files, plus the built-in
 ``sys/`` defs shipped in the ``air`` package, with module binaries read relative to their file;
-and reading back the AIR sources a world stored (``<world>/air/sources.json``).
+and reading back the AIR sources a world stored (``<world>/air/sources.json``); and binding a
+module that names no wasm (AgentOS's ``defmodule``s, whose build fills in the hash) to a wasm
+file (``bind_module_wasm``, ``world init --module NAME=FILE.wasm``).
+
+A binding is written into the module's def in the sources: the document holding it is stored
+re-serialised with ``"wasm": "<absolute path>"`` added, exactly as if the author had written
+that line. So the world stores, reopens, replays, exports and copies its AIR as it does any
+other (the wasm path -> hash map of ``sources.json`` covers the bound file like any other), and
+the manifest hash is what the AIR plus that wasm give: a module's ``wasm`` path is not hashed,
+its wasm's hash is. Rejected: a separate ``modules`` map in ``sources.json``, which every reader
+of a world's sources (open, repair, migrate, upgrades, archives) would have to learn.
 
 This is the I/O half of ``air._loader.load_air``; the pure half never opens a file. Nothing read
 here raises a bare Python error: an author's file that cannot be read is a ``ManifestError``
@@ -12,12 +22,15 @@ should be is reported, never read (an author's file too, up to ``AUTHOR_FILE_BYT
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 from air import AirSource, LoadedAir, WasmInfo, jsontext, load_air
-from air.errors import Diagnostic, JsonError, ManifestError
+from air.errors import Diagnostic, InvalidArgument, JsonError, ManifestError
 from kernel.wasm import inspect_wasm_report
 from world import _fileio as fileio
 from world.errors import StorageError, StoreDamaged
@@ -26,6 +39,7 @@ __all__ = [
     "AUTHOR_FILE_BYTES_MAX",
     "WORLD_AIR_BYTES_MAX",
     "air_sources",
+    "bind_module_wasm",
     "builtin_sources",
     "inspect_wasm",
     "load_air_path",
@@ -81,6 +95,71 @@ def _text(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
+
+
+def bind_module_wasm(
+    sources: list[AirSource], bindings: Mapping[str, str | os.PathLike[str]]
+) -> list[AirSource]:
+    """``sources`` with each module of ``bindings`` (name -> wasm file) given that ``wasm``
+    (see the module docstring). ``InvalidArgument`` (argument ``module``) naming the module if
+    it is not a module of the AIR, already names its wasm or ``wasm_hash``, or its file is not
+    a file. A source that is not JSON is left as it is: the loader reports it."""
+    paths: dict[str, str] = {}
+    for name, file in bindings.items():
+        path = os.path.abspath(os.fspath(file))
+        if not os.path.isfile(path):
+            raise InvalidArgument("module", f"{name}={file}", f"no wasm file {path}")
+        paths[name] = Path(path).as_posix()
+    found: set[str] = set()
+    out = []
+    for source in sources:
+        doc = None if source.builtin or not paths else _json_or_none(source)
+        changed = False
+        for node in doc if isinstance(doc, list) else [doc]:
+            if not (isinstance(node, dict) and node.get("$kind") == "defmodule"):
+                continue
+            module = node.get("name")
+            if not isinstance(module, str) or module not in paths:
+                continue
+            if "wasm" in node or "wasm_hash" in node:
+                named = "wasm" if "wasm" in node else "wasm_hash"
+                reason = (
+                    f"module {module} already names its {named} ({node[named]!r}) in "
+                    f"{source.file}; --module binds only a module that names neither"
+                )
+                raise InvalidArgument("module", f"{module}={paths[module]}", reason)
+            node["wasm"] = paths[module]
+            found.add(module)
+            changed = True
+        if changed:
+            text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+            out.append(AirSource(source.file, text, source.builtin))
+        else:
+            out.append(source)
+    for name in paths:
+        if name not in found:
+            modules = _module_names(sources)
+            known = ", ".join(modules) if modules else "none"
+            reason = f"the AIR has no module {name} (its modules: {known})"
+            raise InvalidArgument("module", f"{name}={paths[name]}", reason)
+    return out
+
+
+def _json_or_none(source: AirSource) -> Any:
+    try:
+        return jsontext.loads(source.text, source=source.file)
+    except JsonError:
+        return None
+
+
+def _module_names(sources: list[AirSource]) -> list[str]:
+    names = set()
+    for source in sources:
+        doc = None if source.builtin else _json_or_none(source)
+        for node in doc if isinstance(doc, list) else [doc]:
+            if isinstance(node, dict) and node.get("$kind") == "defmodule":
+                names.add(str(node.get("name")))
+    return sorted(names)
 
 
 def read_file(path: str) -> bytes | None:

@@ -68,8 +68,9 @@ Failure rules (issue 7):
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -80,7 +81,7 @@ from kernel.cells import CellStore, MemoryCellStore
 from kernel.journal import MemoryJournal
 from world import _fileio as fileio
 from world import _reading
-from world._airfiles import air_sources, builtin_sources, inspect_wasm
+from world._airfiles import air_sources, bind_module_wasm, builtin_sources, inspect_wasm
 from world._airfiles import read_file as _read_file
 from world._airstore import air_loader
 from world._cas import FileCas
@@ -210,9 +211,21 @@ class World:
     # --- lifecycle --------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: Path, air_path: Path, limits: KernelLimits | None = None) -> World:
-        """Create a world at ``path`` (absent or empty) from the AIR at ``air_path``."""
+    def create(
+        cls,
+        path: Path,
+        air_path: Path,
+        limits: KernelLimits | None = None,
+        *,
+        modules: Mapping[str, str | os.PathLike[str]] | None = None,
+    ) -> World:
+        """Create a world at ``path`` (absent or empty) from the AIR at ``air_path``.
+
+        ``modules`` binds each module that names no wasm (as AgentOS's do) to a wasm file
+        (``world._airfiles.bind_module_wasm``: stored as if the AIR had named it)."""
         sources = builtin_sources() + air_sources(Path(air_path))
+        if modules:
+            sources = bind_module_wasm(sources, modules)
         return cls._create(Path(path), sources, _read_file, limits)
 
     @classmethod
@@ -226,6 +239,18 @@ class World:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise WorldExists(str(path))
         air = load_air(sources, read_wasm, inspect_wasm)
+        unbound = sorted(
+            name
+            for name, module in air.modules.items()
+            if module.wasm is None and module.wasm_hash is None
+        )
+        if unbound:
+            listed = ", ".join(unbound)
+            reason = (
+                f"module {listed} names no wasm; bind {'it' if len(unbound) == 1 else 'each'} "
+                f"to its binary with --module {unbound[0]}=FILE.wasm"
+            )
+            raise InvalidArgument("module", listed, reason)
         missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
         if missing:
             raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")

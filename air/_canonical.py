@@ -7,7 +7,9 @@ plan steps sorted by id and edges by (from, to), set-like lists sorted and dedup
 Order that carries meaning is kept: routing entries (delivery order), triggers, policy rules
 (first match wins), plan invariants. ``air_version`` is always written (``"1"`` when the author
 left it out), so the two authorings hash the same; a ``$schema`` in a record Expr is kept (it
-picks the raised event's schema).
+picks the raised event's schema). A plain-JSON literal in a step's ExprOrValue position (AgentOS's
+``"params": {"method": "GET", ...}``) arrives here already replaced by its equivalent Expr
+(``air._plan_checks``), so it hashes as that constant written as an Expr does.
 """
 
 from __future__ import annotations

@@ -71,6 +71,8 @@ to point into, put the 1-based line and column at the start of their message.
     air.plan.ref.event_outside_where  ``@event`` used outside an ``await_event.where``
     air.plan.ref.unknown_field   a typed ref's path names a field its schema does not have
     air.plan.ref.type_mismatch   a typed ref where a value of another type is needed
+    air.plan.op.type_mismatch    an op whose result (or an argument) is of another kind than the
+                                 place needs (``utf8_encode`` gives bytes where text is needed)
     air.plan.await_receipt.for   ``await_receipt.for`` is not ``{"ref": "@var:x"}`` for an ``x``
                                  that an earlier ``emit_effect`` binds with ``effect_id_as``
     air.plan.raise_event.key     a keyed reducer needs ``key``; a non-keyed one must not get one

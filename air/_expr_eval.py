@@ -19,6 +19,23 @@ Semantics decided here:
   * has(map, key) is key presence; membership in a list is contains(list, x).
   * Static check: a constant argument of the wrong kind (``add(1, "a")``) is ``expr.parse.type``,
     even where and/or would skip it at run time.
+  * ``set`` constructs dedupe their items and sort them by canonical CBOR (the canonical form of
+    a set); ``map`` constructs take int, text or bytes keys (uuid and hash keys are bytes), sort
+    entries by the key's canonical CBOR, and fail with ``expr.map.duplicate`` on a repeated key
+    rather than pick one: which entry wins would be an authoring accident.
+
+Ops that build requests (issue 22): ``utf8_encode`` (text -> bytes), ``utf8_decode`` (bytes ->
+text; bytes that are not UTF-8 are ``expr.utf8``), ``base64_encode`` (bytes -> standard padded
+base64 text), ``base64_decode`` (text -> bytes; not base64 is ``expr.base64``, more than
+``CODEC_TEXT_MAX`` characters is ``expr.too_large`` before any decoding), ``int_to_text`` (an int
+in decimal, ``-`` for negatives, no leading zeros), ``json_encode(v, "ns/S@1")`` (``v`` checked
+against schema ``S`` and printed as compact JSON with sorted keys, in the sugar lens of
+``air.values.to_sugar``; ``v`` not of ``S`` is ``expr.json.mismatch``) and ``json_decode(t,
+"ns/S@1")`` (JSON text read through ``S`` by ``air.values.normalise``: not JSON, too deep or
+longer than ``CODEC_TEXT_MAX`` is ``expr.json.syntax`` / ``expr.too_large``, not an ``S`` is
+``expr.json.mismatch``). The schema argument of the two JSON ops is a constant def name (checked
+at parse time) and is looked up in ``Env.schemas``; a name missing there is
+``expr.schema.unknown``.
 
 Invariants:
   * evaluate is pure and total: it never mutates env, and fails only with ``ExprError`` carrying a
@@ -36,16 +53,24 @@ checks (``air.expr.parse_expr``).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
+import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, assert_never
 
-from air import cbor
-from air.errors import ExprError
+from air import cbor, jsontext
+from air.errors import CborError, ExprError, JsonError, ValueMismatch
+from air.types import Ref as TypeRef
+from air.types import TypeNode
+from air.values import check as check_value
+from air.values import normalise, to_sugar
 
 __all__ = [
+    "CODEC_TEXT_MAX",
     "INT_MAX",
     "INT_MIN",
     "MISSING",
@@ -55,7 +80,9 @@ __all__ = [
     "Env",
     "Expr",
     "MakeList",
+    "MakeMap",
     "MakeRecord",
+    "MakeSet",
     "MakeVariant",
     "Op",
     "Ref",
@@ -69,6 +96,9 @@ __all__ = [
 
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**64 - 1
+CODEC_TEXT_MAX: Final = 8 * 1024 * 1024
+"""Most characters ``base64_decode`` and ``json_decode`` read: past it, ``expr.too_large``
+before any work is done, so a huge input fails cleanly and at once."""
 
 
 class _Missing(enum.Enum):
@@ -139,7 +169,24 @@ class MakeVariant:
     pointer: str = field(default="", compare=False)
 
 
-Expr: TypeAlias = Const | Ref | Op | MakeRecord | MakeList | MakeVariant
+@dataclass(frozen=True, slots=True)
+class MakeSet:
+    """``{"set": [Expr]}``: the items, deduplicated and sorted by canonical CBOR when evaluated."""
+
+    items: tuple[Expr, ...]
+    pointer: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MakeMap:
+    """``{"map": [{"key": Expr, "value": Expr}]}``: entries in authored order (sorted when
+    evaluated, by the key's canonical CBOR)."""
+
+    entries: tuple[tuple[Expr, Expr], ...]
+    pointer: str = field(default="", compare=False)
+
+
+Expr: TypeAlias = Const | Ref | Op | MakeRecord | MakeList | MakeVariant | MakeSet | MakeMap
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +197,8 @@ class Env:
     vars: Mapping[str, Any] = field(default_factory=dict)
     steps: Mapping[str, Any] = field(default_factory=dict)
     event: Any | _Missing = MISSING
+    schemas: Mapping[str, TypeNode] = field(default_factory=dict)
+    """The world's schemas, by name: what ``json_encode`` and ``json_decode`` read values by."""
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
@@ -162,6 +211,10 @@ def children(expr: Expr) -> tuple[Expr, ...]:
             return expr.items
         case MakeVariant():
             return (expr.value,)
+        case MakeSet():
+            return expr.items
+        case MakeMap():
+            return tuple(part for entry in expr.entries for part in entry)
         case _:
             return ()
 
@@ -197,8 +250,42 @@ def evaluate(expr: Expr, env: Env) -> Any:
             return [evaluate(item, env) for item in expr.items]
         case MakeVariant():
             return {"$tag": expr.tag, "$value": evaluate(expr.value, env)}
+        case MakeSet():
+            return sorted_set(expr, [evaluate(item, env) for item in expr.items])
+        case MakeMap():
+            pairs = [(evaluate(k, env), evaluate(v, env), k.pointer) for k, v in expr.entries]
+            return sorted_map(expr, pairs)
         case _:
             assert_never(expr)
+
+
+def _canonical_bytes(node: Expr, value: Any) -> bytes:
+    try:
+        return cbor.dumps(value)
+    except CborError as exc:  # env values are trusted canonical: defence only
+        raise ExprError(
+            node.pointer, "expr.type", f"a value outside the canonical model: {exc.detail}"
+        ) from exc
+
+
+def sorted_set(node: MakeSet, items: list[Any]) -> list[Any]:
+    """The canonical form of a set: items deduplicated, sorted by canonical CBOR."""
+    by_bytes = {_canonical_bytes(node, item): item for item in items}
+    return [by_bytes[key] for key in sorted(by_bytes)]
+
+
+def sorted_map(node: MakeMap, pairs: list[tuple[Any, Any, str]]) -> dict[Any, Any]:
+    """The canonical form of a map: keys of a key kind, unique, sorted by canonical CBOR."""
+    out: dict[bytes, tuple[Any, Any]] = {}
+    for key, value, at in pairs:
+        if _kind(key) not in _KEY:
+            detail = f"a map key is int, text or bytes, found {_kind(key)}"
+            raise ExprError(at, "expr.type", detail)
+        encoded = _canonical_bytes(node, key)
+        if encoded in out:
+            raise ExprError(at, "expr.map.duplicate", f"map key {key!r} is given twice")
+        out[encoded] = (key, value)
+    return {out[k][0]: out[k][1] for k in sorted(out)}
 
 
 def _ref_root(ref: Ref, env: Env) -> Any:
@@ -403,12 +490,92 @@ def _op_contains(node: Op, env: Env) -> bool:
     return bool(needle in haystack)
 
 
+def _op_utf8_encode(node: Op, env: Env) -> bytes:
+    (text,) = _strict_args(node, env)
+    try:
+        return bytes(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate: not canonical, defence only
+        raise ExprError(node.args[0].pointer, "expr.utf8", "text with no UTF-8 form") from exc
+
+
+def _op_utf8_decode(node: Op, env: Env) -> str:
+    (data,) = _strict_args(node, env)
+    try:
+        return str(data.decode("utf-8"))  # strict: surrogates and overlong forms are errors
+    except UnicodeDecodeError as exc:
+        detail = f"bytes are not UTF-8: {exc.reason} at byte {exc.start}"
+        raise ExprError(node.args[0].pointer, "expr.utf8", detail) from exc
+
+
+def _too_large(node: Op, text: str) -> None:
+    if len(text) > CODEC_TEXT_MAX:
+        detail = (
+            f"{node.name} reads at most CODEC_TEXT_MAX={CODEC_TEXT_MAX} characters, got {len(text)}"
+        )
+        raise ExprError(node.args[0].pointer, "expr.too_large", detail)
+
+
+def _op_base64_encode(node: Op, env: Env) -> str:
+    (data,) = _strict_args(node, env)
+    return base64.b64encode(data).decode("ascii")
+
+
+def _op_base64_decode(node: Op, env: Env) -> bytes:
+    (text,) = _strict_args(node, env)
+    _too_large(node, text)
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        detail = "not standard padded base64 (A-Z a-z 0-9 + /, = padding)"
+        raise ExprError(node.args[0].pointer, "expr.base64", detail) from exc
+
+
+def _op_int_to_text(node: Op, env: Env) -> str:
+    (number,) = _strict_args(node, env)
+    return str(int(number))
+
+
+def _schema(node: Op, env: Env, name: str) -> TypeNode:
+    if name not in env.schemas:
+        raise ExprError(node.args[1].pointer, "expr.schema.unknown", f"no schema {name}")
+    return TypeRef(name)
+
+
+def _op_json_encode(node: Op, env: Env) -> str:
+    value, name = _strict_args(node, env)
+    schema = _schema(node, env, name)
+    try:
+        check_value(schema, value, env.schemas)
+        sugar = to_sugar(schema, value, env.schemas)
+    except ValueMismatch as exc:
+        detail = f"value is not a {name}: {exc.detail} at {exc.pointer or '/'}"
+        raise ExprError(node.args[0].pointer, "expr.json.mismatch", detail) from exc
+    return json.dumps(sugar, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _op_json_decode(node: Op, env: Env) -> Any:
+    text, name = _strict_args(node, env)
+    schema = _schema(node, env, name)
+    _too_large(node, text)
+    try:
+        parsed = jsontext.loads(text, source=node.name)
+    except JsonError as exc:
+        detail = f"not JSON ({exc.code}): {exc.detail}"
+        raise ExprError(node.args[0].pointer, "expr.json.syntax", detail) from exc
+    try:
+        return normalise(schema, parsed, env.schemas)
+    except ValueMismatch as exc:
+        detail = f"JSON is not a {name}: {exc.detail} at {exc.pointer or '/'}"
+        raise ExprError(node.args[0].pointer, "expr.json.mismatch", detail) from exc
+
+
 @dataclass(frozen=True, slots=True)
 class _OpSpec:
     impl: _Impl
     arity: tuple[int, int | None]  # (least, most); None: variadic
     kinds: tuple[frozenset[str], ...]  # allowed kinds per arg; the last repeats
     same_kind: bool = False  # every arg must have the same kind
+    schema_arg: int | None = None  # the arg that is a constant schema name, if any
 
 
 _ANY: Final = frozenset({"bool", "int", "text", "bytes", "list", "map", "unit", "dec128"})
@@ -418,6 +585,8 @@ _KEY: Final = frozenset({"int", "text", "bytes"})  # map keys and list indexes; 
 _AFFIX: Final = frozenset({"text", "bytes"})
 _SEQ: Final = frozenset({"text", "bytes", "list"})
 _MAP: Final = frozenset({"map"})
+_TEXT: Final = frozenset({"text"})
+_BYTES: Final = frozenset({"bytes"})
 
 OPS: Final[dict[str, _OpSpec]] = {
     "len": _OpSpec(_op_len, (1, 1), (_SEQ | _MAP,)),
@@ -441,6 +610,13 @@ OPS: Final[dict[str, _OpSpec]] = {
     "starts_with": _OpSpec(_binary(_starts_with), (2, 2), (_AFFIX,), same_kind=True),
     "ends_with": _OpSpec(_binary(_ends_with), (2, 2), (_AFFIX,), same_kind=True),
     "contains": _OpSpec(_op_contains, (2, 2), (_SEQ, _ANY)),
+    "utf8_encode": _OpSpec(_op_utf8_encode, (1, 1), (_TEXT,)),
+    "utf8_decode": _OpSpec(_op_utf8_decode, (1, 1), (_BYTES,)),
+    "base64_encode": _OpSpec(_op_base64_encode, (1, 1), (_BYTES,)),
+    "base64_decode": _OpSpec(_op_base64_decode, (1, 1), (_TEXT,)),
+    "int_to_text": _OpSpec(_op_int_to_text, (1, 1), (_INT,)),
+    "json_encode": _OpSpec(_op_json_encode, (2, 2), (_ANY, _TEXT), schema_arg=1),
+    "json_decode": _OpSpec(_op_json_decode, (2, 2), (_TEXT, _TEXT), schema_arg=1),
 }
 
 

@@ -16,7 +16,16 @@ What is checked, per plan (each finding a diagnostic with a stable code, then th
   schema that is the reducer's ABI event or routed to it; ``end`` has a result when the plan
   declares an output, and every path ends at an ``end`` then.
 * Values: where an Expr's shape is known it is checked against the schema it must produce
-  (effect params, the raised event, the key, the result) by ``air._plan_types``.
+  (effect params, the raised event, the key, the result, an assign to a typed local) by
+  ``air._plan_types``, with the pointer of the offending field; the args and results of the
+  typed ops too, and the schema a ``json_encode`` / ``json_decode`` names exists.
+* ExprOrValue: ``emit_effect.params``, ``raise_event.event``, ``assign.expr`` and ``end.result``
+  may hold a plain JSON literal (AgentOS's convention), read through the schema the position
+  expects (the effect's params, the reducer's ABI event, the local's type, the plan's output;
+  none known: the plain JSON value), by the rule in ``air._plan_types.read_expr_or_value``.
+  Such a literal is the one thing this module changes: the plan def (``ctx.air.defs``) is
+  replaced by a copy whose step holds the literal's equivalent Expr (``air.expr.to_json`` of the
+  constant), so canonical hashing (``air._canonical``) and the kernel see only Exprs.
 
 Not here: running plans (``kernel._plans``), whether a guard can ever be true, or the earlier
 step shapes the loader reports (``air._plan_old_shapes``).
@@ -24,6 +33,7 @@ step shapes the loader reports (``air._plan_old_shapes``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,7 +54,7 @@ from air._model import (
     End,
     RaiseEvent,
 )
-from air._plan_types import PlanTypes, describe
+from air._plan_types import PlanTypes, describe, read_expr_or_value
 from air.errors import ExprError
 from air.types import Prim, Ref, TypeNode, type_to_obj
 
@@ -69,6 +79,9 @@ class _Plan:
     var_types: dict[str, TypeNode | None] = field(default_factory=dict)
     input_type: TypeNode | None = None
     types: PlanTypes = field(init=False)
+    local_types: dict[str, TypeNode | None] = field(default_factory=dict)
+    lifted: dict[tuple[int, str], Any] = field(default_factory=dict)
+    """(step index, field) -> the Expr JSON of a literal read there (ExprOrValue)."""
     _ancestors: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,6 +128,7 @@ def check_plan(ctx: Ctx, loc: Located, correlated: bool) -> None:
         var: ctx.type_field(loc, raw, f"/locals/{escape_pointer(var)}")
         for var, raw in model.locals.items()
     }
+    plan.local_types = local_types
     _steps_and_edges(plan)
     _bind_types(plan, local_types)
     for i, step in enumerate(model.steps):
@@ -128,6 +142,18 @@ def check_plan(ctx: Ctx, loc: Located, correlated: bool) -> None:
         _expr(plan, raw, f"/invariants/{i}", plan.visible(everything))
     _bounds(plan)
     _output_paths(plan)
+    _lift_literals(plan)
+
+
+def _lift_literals(plan: _Plan) -> None:
+    """Replace the plan def by a copy whose literal positions hold their Expr JSON."""
+    if not plan.lifted:
+        return
+    steps = list(plan.model.steps)
+    for (i, name), json_expr in plan.lifted.items():
+        steps[i] = steps[i].model_copy(update={name: json_expr})
+    model = plan.model.model_copy(update={"steps": steps})
+    plan.ctx.air.defs[model.name] = dataclasses.replace(plan.loc, model=model)
 
 
 def _steps_and_edges(plan: _Plan) -> None:
@@ -216,18 +242,47 @@ def _step(plan: _Plan, i: int, step: Any, correlated: bool) -> None:
     at = f"/steps/{i}"
     visible = plan.visible(plan.ancestors(step.id))
     if isinstance(step, EmitEffect):
-        _emit_effect(plan, at, step, _expr(plan, step.params, f"{at}/params", visible))
+        effect = plan.ctx.air.effects.get(step.kind)
+        want = None if effect is None else _schema_type(plan, effect.params_schema)
+        params = _value(plan, i, "params", step.params, visible, want)
+        _emit_effect(plan, at, step, params)
     elif isinstance(step, AwaitReceipt):
         _await_receipt(plan, at, step)
     elif isinstance(step, RaiseEvent):
         key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
-        _raise_event(plan, at, step, _expr(plan, step.event, f"{at}/event", visible), key)
+        module = plan.ctx.air.modules.get(step.reducer)
+        want = None if module is None else _schema_type(plan, module.abi.reducer.event)
+        _raise_event(plan, at, step, _value(plan, i, "event", step.event, visible, want), key)
     elif isinstance(step, AwaitEvent):
         _await_event(plan, at, step, visible, correlated)
     elif isinstance(step, Assign):
-        _expr(plan, step.expr, f"{at}/expr", visible)
+        want = plan.local_types.get(step.bind.as_)
+        node = _value(plan, i, "expr", step.expr, visible, want)
+        if node is not None and want is not None:
+            _conform(plan, node, want)
     elif isinstance(step, End):
-        _end(plan, at, step, visible)
+        _end(plan, i, step, visible)
+
+
+def _schema_type(plan: _Plan, name: str) -> TypeNode | None:
+    return Ref(name) if name in plan.ctx.air.schemas else None
+
+
+def _value(
+    plan: _Plan, i: int, name: str, raw: Any, visible: set[str], want: TypeNode | None
+) -> expr.Expr | None:
+    """An ExprOrValue position: its Expr (a literal read through ``want`` is lifted, see the
+    module docstring), with refs checked as ``_expr`` does; None (reported) if unreadable."""
+    node, findings = read_expr_or_value(
+        raw, plan.at(f"/steps/{i}/{name}"), want, plan.types.schemas
+    )
+    for pointer, code, detail in findings:
+        plan.add(pointer, code, detail)
+    if node is None:
+        return None
+    if not expr.is_expr_form(raw):
+        plan.lifted[(i, name)] = expr.to_json(node)
+    return _checked(plan, node, visible, _NO_EVENT)
 
 
 def _emit_effect(plan: _Plan, at: str, step: EmitEffect, params: expr.Expr | None) -> None:
@@ -319,16 +374,17 @@ def _await_event(
         plan.add(plan.at(at), "air.plan.await_event.where_required", detail)
 
 
-def _end(plan: _Plan, at: str, step: End, visible: set[str]) -> None:
+def _end(plan: _Plan, i: int, step: End, visible: set[str]) -> None:
     output = plan.model.output
     if step.result is None:
         if output is not None:
             detail = f"the plan declares output {output}: this end needs a result"
-            plan.add(plan.at(at), "air.plan.end.result_missing", detail)
+            plan.add(plan.at(f"/steps/{i}"), "air.plan.end.result_missing", detail)
         return
-    result = _expr(plan, step.result, f"{at}/result", visible)
-    if result is not None and output is not None and output in plan.ctx.air.schemas:
-        _conform(plan, result, Ref(output))
+    want = None if output is None else _schema_type(plan, output)
+    result = _value(plan, i, "result", step.result, visible, want)
+    if result is not None and want is not None:
+        _conform(plan, result, want)
 
 
 def _bounds(plan: _Plan) -> None:
@@ -371,13 +427,23 @@ def _expr(
     except ExprError as exc:
         plan.add(exc.pointer, f"air.{exc.code}", exc.detail)
         return None
+    return _checked(plan, node, visible, event)
+
+
+def _checked(plan: _Plan, node: expr.Expr, visible: set[str], event: TypeNode | None) -> expr.Expr:
+    """Check ``node``'s ``$schema`` and op schema names, its refs and its typed ops' args."""
     for sub in _nodes(node):
         name = expr.record_schema(sub)
         if name is not None:
             plan.ctx.need_schema(name, plan.loc.file, f"{sub.pointer}/record/$schema")
+        if isinstance(sub, expr.Op) and sub.name in ("json_encode", "json_decode"):
+            named = sub.args[1]
+            if isinstance(named, expr.Const):
+                plan.ctx.need_schema(named.value, plan.loc.file, named.pointer)
     for ref in expr.iter_refs(node):
         if _ref_known(plan, ref, visible, event):
             _ref_type(plan, ref, event, report=True)
+    plan.types.check_ops(node, lambda ref: _ref_type(plan, ref, event))
     return node
 
 

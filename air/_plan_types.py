@@ -2,9 +2,22 @@
 an Expr can be checked against the schema it must produce before the plan runs.
 
 What can be known before a run: a constant's value (normalised by the schema, as the kernel
-will), a record / variant / list construct's shape (walked field by field), and a typed ref's
-type (the checker is told how to type a ref: ``ref_type``). Ops are not typed: their results
-depend on values. Every finding goes to ``report(pointer, code, detail)``; the walk goes on.
+will), a record / variant / list / set / map construct's shape (walked field by field), a typed
+ref's type (the checker is told how to type a ref: ``ref_type``), and the result of the ops
+whose result type does not depend on values (``OP_RESULTS``: the request-building ops, whose
+args are checked too, and the comparisons). Other ops are not typed. Every finding goes to
+``report(pointer, code, detail)``; the walk goes on.
+
+ExprOrValue (``read_expr_or_value``): AgentOS lets ``emit_effect.params``, ``raise_event.event``,
+``assign.expr`` and ``end.result`` hold plain JSON read through the position's schema. The
+rule, from ``air.expr``: *an Expr form name wins* (``air.expr.is_expr_form``: ``{"op", "args"}``
+or a one-key object whose key is an Expr form), ``{"lit": X}`` forces a literal, and anything
+else is a literal. A literal is normalised by the schema (either JSON lens of ``air.values``:
+record, both variant sugars ``{"Tag": v}`` and ``{"$tag": T, "$value": v}``, maps, lists,
+options, bytes as base64...) into a constant, whose canonical Expr JSON (``air.expr.to_json``)
+is what the plan then holds; with no schema known it is the plain JSON value (``lit``). Where an
+Expr form was read but the plain reading would have fit the schema, the diagnostic says so and
+shows the ``lit`` to write.
 
 Compatibility of two types (``fits``) is deliberately lenient where the kernel checks at run
 time anyway: ``int`` and ``nat`` fit each other (the range is checked when the value exists), a
@@ -20,10 +33,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from air import expr
+from air import cbor, expr
 from air._diagnostics import escape_pointer
-from air.errors import ValueMismatch
+from air._expr_eval import children
+from air.errors import ExprError, ValueMismatch
 from air.types import (
     ListT,
     MapT,
@@ -38,9 +53,17 @@ from air.types import (
     resolve,
     type_to_obj,
 )
-from air.values import normalise
+from air.values import VALUE_DEPTH_MAX, normalise
 
-__all__ = ["FITS_DEPTH_MAX", "PlanTypes", "describe"]
+__all__ = [
+    "FITS_DEPTH_MAX",
+    "OP_RESULTS",
+    "PlanTypes",
+    "author_pointer",
+    "describe",
+    "desugar_variants",
+    "read_expr_or_value",
+]
 
 FITS_DEPTH_MAX = 32
 """How deep ``fits`` compares two types before it gives them the benefit of the doubt (types
@@ -57,6 +80,160 @@ def describe(node: TypeNode) -> str:
     if isinstance(node, Ref | Prim):
         return node.name
     return json.dumps(type_to_obj(node), separators=(",", ":"))
+
+
+_TEXT, _BYTES, _INT, _BOOL = Prim("text"), Prim("bytes"), Prim("int"), Prim("bool")
+
+OP_RESULTS: dict[str, tuple[tuple[TypeNode | None, ...], TypeNode | None]] = {
+    "utf8_encode": ((_TEXT,), _BYTES),
+    "utf8_decode": ((_BYTES,), _TEXT),
+    "base64_encode": ((_BYTES,), _TEXT),
+    "base64_decode": ((_TEXT,), _BYTES),
+    "int_to_text": ((_INT,), _TEXT),
+    "json_encode": ((None, _TEXT), _TEXT),  # arg 0 is checked against the named schema
+    "json_decode": ((_TEXT, _TEXT), None),  # the named schema: see PlanTypes.op_type
+    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"), ((), _BOOL)),
+}
+"""Op -> (the type each arg must have, None: not checked; the result type, None: see
+``op_type``). Ops not here are untyped."""
+
+_PRIM_KINDS = {"nat": "int", "time": "int", "duration": "int", "hash": "bytes", "uuid": "bytes"}
+"""Primitives whose values share another primitive's run-time kind (``air.expr``'s kinds)."""
+
+
+def read_expr_or_value(
+    raw: Any, pointer: str, want: TypeNode | None, schemas: Schemas
+) -> tuple[expr.Expr | None, list[tuple[str, str, str]]]:
+    """Read an ExprOrValue position (module docstring): (the Expr, or None when it cannot be
+    read; the findings ``(pointer, code, detail)``). A literal comes back as a constant: its
+    ``air.expr.to_json`` is the Expr the plan holds from then on."""
+    if expr.is_expr_form(raw):
+        try:
+            node = expr.parse_expr(raw, pointer)
+        except ExprError as exc:
+            detail = exc.detail + _lit_hint(raw, want, schemas)
+            return None, [(exc.pointer, f"air.{exc.code}", detail)]
+        hint = _lit_hint(raw, want, schemas) if isinstance(node, expr.Const) else ""
+        if hint and want is not None and isinstance(node, expr.Const):  # say so once, here
+            try:
+                normalise(want, node.value, schemas, pointer)
+            except ValueMismatch as exc:
+                detail = f"literal does not match {describe(want)}: {exc.detail}{hint}"
+                return None, [(pointer, "air.value.mismatch", detail)]
+        return node, []
+    forced = type(raw) is dict and set(raw) == {"lit"}
+    literal = raw["lit"] if forced else raw
+    if want is None:  # a plain JSON value, as lit reads one
+        try:
+            return expr.parse_expr({"lit": literal}, pointer), []
+        except ExprError as exc:
+            if not forced:  # the author wrote no lit: point inside what they wrote
+                exc_pointer = pointer + exc.pointer[len(pointer) + len("/lit") :]
+                return None, [(exc_pointer, f"air.{exc.code}", exc.detail)]
+            return None, [(exc.pointer, f"air.{exc.code}", exc.detail)]
+    at = f"{pointer}/lit" if forced else pointer
+    moves: list[tuple[str, str]] = []
+    try:
+        value = normalise(want, desugar_variants(want, literal, schemas, at, moves), schemas, at)
+    except ValueMismatch as exc:
+        detail = f"literal does not match {describe(want)}: {exc.detail}"
+        return None, [(author_pointer(exc.pointer, moves), "air.value.mismatch", detail)]
+    return expr.Const(cbor.dumps(value), pointer), []
+
+
+def desugar_variants(
+    node: TypeNode,
+    value: Any,
+    schemas: Schemas,
+    pointer: str = "",
+    moves: list[tuple[str, str]] | None = None,
+    depth: int = 0,
+) -> Any:
+    """``value`` with AgentOS's variant sugar ``{"Case": v}`` rewritten, wherever ``node`` puts
+    a variant, to ``{"$tag": "Case", "$value": v}``, which ``air.values.normalise`` reads (it
+    takes the other sugars and the tagged lens itself). Anything it does not recognise is left
+    for ``normalise`` to report. Each rewrite appends ``(its pointer in the result, the author's
+    pointer)`` to ``moves`` (``author_pointer`` maps a pointer back). Bounded by
+    ``VALUE_DEPTH_MAX`` levels, as ``normalise`` is."""
+    moves = [] if moves is None else moves
+    try:
+        node = resolve(node, schemas)
+    except ValueMismatch:
+        return value
+    if depth > VALUE_DEPTH_MAX or isinstance(node, Prim):
+        return value
+    deeper = depth + 1
+
+    def walk(sub: TypeNode, item: Any, at: str) -> Any:
+        return desugar_variants(sub, item, schemas, at, moves, deeper)
+
+    if isinstance(node, OptionT):
+        return None if value is None else walk(node.item, value, pointer)
+    if isinstance(node, Variant):
+        return _desugar_variant(node, value, pointer, walk, moves)
+    if isinstance(node, Record) and type(value) is dict:
+        fields = node.field_map()
+        if set(value) == {"record"} and "record" not in fields and type(value["record"]) is dict:
+            moves.append((pointer, f"{pointer}/record"))
+            return {"record": walk(node, value["record"], pointer)}
+        return {
+            k: walk(fields[k], v, f"{pointer}/{k}") if k in fields else v for k, v in value.items()
+        }
+    if isinstance(node, ListT | SetT):
+        kind = "list" if isinstance(node, ListT) else "set"
+        if type(value) is dict and set(value) == {kind} and type(value[kind]) is list:
+            moves.append((pointer, f"{pointer}/{kind}"))
+            return {kind: walk(node, value[kind], pointer)}
+        if type(value) is list:
+            return [walk(node.item, item, f"{pointer}/{i}") for i, item in enumerate(value)]
+        return value
+    if isinstance(node, MapT) and type(value) is dict:
+        return {k: walk(node.value, v, f"{pointer}/{k}") for k, v in value.items()}
+    return value  # maps written as entries: variants in their values keep to the other sugars
+
+
+def _desugar_variant(
+    node: Variant, value: Any, pointer: str, walk: Callable[..., Any], moves: list[tuple[str, str]]
+) -> Any:
+    if type(value) is not dict:
+        return value
+    cases = node.case_map()
+    if "$tag" in value:
+        tag = value["$tag"]
+        if type(tag) is str and tag in cases and "$value" in value:
+            return {**value, "$value": walk(cases[tag], value["$value"], f"{pointer}/$value")}
+        return value
+    if len(value) != 1:
+        return value
+    ((tag, inner),) = value.items()
+    if tag == "variant" or tag not in cases:
+        return value  # the tagged lens, or no case of that name: normalise says which
+    moves.append((f"{pointer}/$value", f"{pointer}/{escape_pointer(tag)}"))
+    moves.append((f"{pointer}/$tag", f"{pointer}/{escape_pointer(tag)}"))
+    return {"$tag": tag, "$value": walk(cases[tag], inner, f"{pointer}/$value")}
+
+
+def author_pointer(pointer: str, moves: list[tuple[str, str]]) -> str:
+    """A pointer into ``desugar_variants``'s result, as a pointer into what the author wrote."""
+    for moved, original in reversed(moves):  # innermost rewrites were appended last
+        if pointer == moved or pointer.startswith(moved + "/"):
+            pointer = original + pointer[len(moved) :]
+    return pointer
+
+
+def _lit_hint(raw: Any, want: TypeNode | None, schemas: Schemas) -> str:
+    """The note for an object read as an Expr form that would fit ``want`` as a literal."""
+    if want is None or "op" in raw:
+        return ""
+    try:
+        normalise(want, desugar_variants(want, raw, schemas), schemas)
+    except ValueMismatch:
+        return ""
+    key = next(iter(raw))
+    return (
+        f" (an object whose one key is the Expr form name {key!r} is read as that Expr; as a "
+        f'literal of {describe(want)} it fits: write {{"lit": {json.dumps(raw, ensure_ascii=False)[:200]}}})'
+    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +289,17 @@ class PlanTypes:
                 detail = f"{shown} is {describe(found)}; {describe(want)} is needed"
                 self.report(node.pointer, "air.plan.ref.type_mismatch", detail)
         elif isinstance(node, expr.Op):
-            return  # ops are not typed statically
+            found = self.op_type(node)
+            kinds = self.kinds(target)
+            if found is None or kinds is None:
+                return
+            if isinstance(found, Prim):
+                fits = bool((self.kinds(found) or kinds) & kinds)
+            else:
+                fits = self.fits(found, target)
+            if not fits:
+                detail = f"{node.name} gives {describe(found)}; {describe(want)} is needed"
+                self.report(node.pointer, "air.plan.op.type_mismatch", detail)
         elif isinstance(target, OptionT):
             self.conform(node, target.item, ref_type)  # "some" is the value itself
         else:
@@ -145,12 +332,72 @@ class PlanTypes:
                 self.conform(node.value, cases[node.tag], ref_type)
             else:
                 mismatch(f"{node.pointer}/variant/tag", f"unknown case {node.tag!r}")
-        elif isinstance(node, expr.MakeList) and isinstance(target, ListT | SetT):
+        elif isinstance(node, expr.MakeList | expr.MakeSet) and isinstance(target, ListT | SetT):
             for item in node.items:
                 self.conform(item, target.item, ref_type)
+        elif isinstance(node, expr.MakeMap) and isinstance(target, MapT):
+            for key, value in node.entries:
+                self.conform(key, target.key, ref_type)
+                self.conform(value, target.value, ref_type)
         else:
             kind = type(node).__name__.removeprefix("Make").lower()
             mismatch(node.pointer, f"a {kind} construct where {describe(target)} is needed")
+
+    def op_type(self, node: expr.Op) -> TypeNode | None:
+        """The type ``node`` gives, where its op's result type does not depend on values."""
+        if node.name == "json_decode":
+            name = node.args[1]
+            if isinstance(name, expr.Const) and name.value in self.schemas:
+                return Ref(name.value)
+            return None
+        spec = OP_RESULTS.get(node.name)
+        return None if spec is None else spec[1]
+
+    def check_ops(self, node: expr.Expr, ref_type: RefType) -> None:
+        """Check the args of every typed op in ``node`` (``OP_RESULTS``) whose type is known:
+        a ref's, another op's; ``json_encode``'s value against its schema."""
+        pending = [node]
+        while pending:
+            sub = pending.pop()
+            pending.extend(children(sub))
+            if not isinstance(sub, expr.Op) or sub.name not in OP_RESULTS:
+                continue
+            needs = OP_RESULTS[sub.name][0]
+            if sub.name == "json_encode":
+                name = sub.args[1]
+                if isinstance(name, expr.Const) and name.value in self.schemas:
+                    self.conform(sub.args[0], Ref(name.value), ref_type)
+            for arg, need in zip(sub.args, needs, strict=False):
+                if need is None:
+                    continue
+                found = self._arg_type(arg, ref_type)
+                have = None if found is None else self.kinds(found)
+                if found is not None and have is not None and not have & (self.kinds(need) or have):
+                    detail = f"{sub.name} takes {describe(need)}; this is {describe(found)}"
+                    self.report(arg.pointer, "air.plan.op.type_mismatch", detail)
+
+    def _arg_type(self, arg: expr.Expr, ref_type: RefType) -> TypeNode | None:
+        if isinstance(arg, expr.Ref):
+            return ref_type(arg)
+        if isinstance(arg, expr.Op):
+            return self.op_type(arg)
+        return None  # constants are kind-checked when parsed
+
+    def kinds(self, node: TypeNode) -> frozenset[str] | None:
+        """The run-time kinds (``air.expr``'s: int, text, bytes, map...) of ``node``'s values;
+        None when unknown."""
+        try:
+            node = resolve(node, self.schemas)
+        except ValueMismatch:
+            return None
+        if isinstance(node, Prim):
+            return frozenset({_PRIM_KINDS.get(node.name, node.name)})
+        if isinstance(node, OptionT):
+            inner = self.kinds(node.item)
+            return None if inner is None else inner | {"unit"}
+        if isinstance(node, ListT | SetT):
+            return frozenset({"list"})
+        return frozenset({"map"})  # records, variants and maps
 
     def is_option(self, node: TypeNode) -> bool:
         """Whether ``node`` is an option (an absent record field is then null); an unknown

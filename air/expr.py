@@ -17,11 +17,31 @@ Grammar (JSON)::
                {"bool": b} {"int": i64} {"nat": u64} {"text": s} {"bytes": "<base64>"}
                {"hash": "blake3:<64 hex>"} (raw 32 bytes) {"unit": {}} {"null": {}}
                {"lit": <any JSON>} (objects become dicts, arrays lists)
+               AgentOS's constants: {"bytes_b64": "<base64>"} (= "bytes"), {"time_ns": u63}
+               and {"duration_ns": i64} (ints: times and durations are ns), {"uuid": "<RFC
+               4122 text>"} (raw 16 bytes), {"dec128": "<DecimalString>"} (canonical dec128)
     construct  {"record": {field: Expr}}  {"list": [Expr]}  {"variant": {"tag": T, "value"?: Expr}}
                {"some": Expr} (the value itself)  {"none": {}} (null)
                {"record": {"$schema": "ns/Name@1", field: Expr}} names the record's schema
+               {"set": [Expr]} (deduplicated, sorted by canonical CBOR)
+               {"map": [{"key": Expr, "value": Expr}, ...]} (int, text or bytes keys, unique)
     reference  {"ref": "@plan.input" | "@var:<name>" | "@step:<id>" | "@event"} + ".field"...
     operator   {"op": NAME, "args": [Expr, ...]}
+
+Constants are values, as everywhere in AIR: ``{"time_ns": 5}``, ``{"int": 5}`` and ``5`` are one
+constant and print (and hash) alike, as ``{"bytes_b64": b}`` and ``{"bytes": b}`` do; what a
+constant means (a time, a uuid) is its position's schema's business. A ``set`` or ``map`` over
+constants folds to its canonical value like the other constructs: ``{"set": [2, 1, 2]}`` is the
+list ``[1, 2]``, the same value ``{"list": [1, 2]}`` builds, and so prints as that.
+
+ExprOrValue (AgentOS's plain-JSON positions: ``emit_effect.params``, ``raise_event.event``,
+``assign.expr``, ``end.result``): a JSON value there is an Expr when ``is_expr_form`` says so,
+else a literal read through the schema the position expects (``air._plan_types``). The rule for
+an object that could be both: *an Expr form name wins*. ``{"op", "args"}`` and a one-key object
+whose key is a form name below (``{"text": ...}``, ``{"ref": ...}``, ``{"variant": ...}``...) are
+Exprs, even where the schema has a variant case or a record field of that name; ``{"lit": X}``
+forces a literal (X is read through the schema); everything else (scalars, arrays, objects of
+other or several keys, such as AgentOS's variant sugar ``{"Tag": value}``) is a literal.
 
 ``$schema`` in a record construct is metadata, not a field (AIR v1's way for ``raise_event`` to
 say which event it builds): the record parses to a ``SchemaRecord``, which evaluates to the same
@@ -36,7 +56,8 @@ Error codes (``ExprError(pointer, code, detail)``; the pointer is the author's J
   parse: ``expr.parse.float`` ``expr.parse.literal`` ``expr.parse.shape`` ``expr.parse.ref``
          ``expr.parse.unknown_op`` ``expr.parse.arity`` ``expr.parse.type`` ``expr.parse.depth``
   eval:  ``expr.ref.missing`` ``expr.type`` ``expr.get.missing`` ``expr.div_zero``
-         ``expr.overflow``
+         ``expr.overflow`` ``expr.map.duplicate`` ``expr.utf8`` ``expr.base64``
+         ``expr.too_large`` ``expr.json.syntax`` ``expr.json.mismatch`` ``expr.schema.unknown``
 
 Invariants:
   * Nesting is bounded by ``EXPR_DEPTH_MAX`` at parse time, so parse, evaluate and to_json cannot
@@ -47,19 +68,21 @@ What it does not do: it knows no schemas. Whether a ref names a real step, wheth
 appears only inside ``where``, whether a path exists in a schema or an arg has the right AIR type
 is the validator's job, using ``refs``/``iter_refs``. Env values are trusted to be canonical trees;
 evaluate does not re-validate them (a non-canonical value met by an op is ``expr.type``). Build
-nodes with ``parse_expr``: hand-built nodes skip its checks. No dec128 literals yet.
+nodes with ``parse_expr``: hand-built nodes skip its checks.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never
 
 from air import cbor
 from air._expr_eval import (
+    CODEC_TEXT_MAX,
     INT_MAX,
     INT_MIN,
     MISSING,
@@ -69,7 +92,9 @@ from air._expr_eval import (
     Env,
     Expr,
     MakeList,
+    MakeMap,
     MakeRecord,
+    MakeSet,
     MakeVariant,
     Op,
     Ref,
@@ -80,10 +105,12 @@ from air._expr_eval import (
     iter_refs,
     refs,
 )
-from air.errors import CborError, ExprError
+from air._scalars import PRIM_NORMALISERS, dec128_decode
+from air.errors import CborError, ExprError, ValueMismatch
 from air.types import is_def_name
 
 __all__ = [
+    "CODEC_TEXT_MAX",
     "EXPR_DEPTH_MAX",
     "INT_MAX",
     "INT_MIN",
@@ -93,12 +120,15 @@ __all__ = [
     "Env",
     "Expr",
     "MakeList",
+    "MakeMap",
     "MakeRecord",
+    "MakeSet",
     "MakeVariant",
     "Op",
     "Ref",
     "SchemaRecord",
     "evaluate",
+    "is_expr_form",
     "iter_refs",
     "parse_expr",
     "record_schema",
@@ -250,6 +280,11 @@ def _parse_op(obj: dict[str, Any], at: str, depth: int) -> Op:
     node = Op(name, args, at)
     known = [(i, arg.value) for i, arg in enumerate(args) if type(arg) is Const]
     check_args(node, known, "expr.parse.type")
+    if spec.schema_arg is not None:
+        schema = args[spec.schema_arg]
+        if type(schema) is not Const or not is_def_name(schema.value):
+            detail = f"{name} arg {spec.schema_arg} is a constant schema name, ns/Name@version"
+            raise ExprError(schema.pointer, "expr.parse.type", detail)
     return node
 
 
@@ -259,7 +294,7 @@ def _arity_text(low: int, high: int | None) -> str:
     return str(low) if high == low else f"{low} to {high}"
 
 
-def _fold(node: MakeRecord | MakeList | MakeVariant) -> Expr:
+def _fold(node: MakeRecord | MakeList | MakeVariant | MakeSet | MakeMap) -> Expr:
     """A constructor over constants is a constant: ``{"list": [1]}`` is ``{"lit": [1]}``."""
     if all(type(child) is Const for child in children(node)):
         return _const(evaluate(node, _NO_ENV), node.pointer)
@@ -306,6 +341,28 @@ def _bool(payload: Any, at: str) -> bool:
     if type(payload) is not bool:
         raise ExprError(at, "expr.parse.literal", "expected true or false")
     return payload
+
+
+def _scalar(prim: str) -> Callable[[Any, str], Any]:
+    """AgentOS's text constants (uuid, dec128) read as the values of that primitive are."""
+
+    def decode(payload: Any, at: str) -> Any:
+        try:
+            return PRIM_NORMALISERS[prim](_text(payload, at), at)
+        except ValueMismatch as exc:
+            raise ExprError(at, "expr.parse.literal", exc.detail) from exc
+
+    return decode
+
+
+_DECIMAL_RE: Final = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+"""AgentOS's DecimalString, in ASCII digits (Python's Decimal would also take other scripts')."""
+
+
+def _dec128(payload: Any, at: str) -> Any:
+    if not _DECIMAL_RE.fullmatch(_text(payload, at)):
+        raise ExprError(at, "expr.parse.literal", "expected a decimal like 12.50 or -1e3")
+    return _scalar("dec128")(payload, at)
 
 
 def _json_value(obj: Any, at: str, depth: int) -> Any:
@@ -365,6 +422,28 @@ def _form_variant(payload: Any, at: str, node: str, depth: int) -> Expr:
     return _fold(MakeVariant(payload["tag"], value, node))
 
 
+def _form_set(payload: Any, at: str, node: str, depth: int) -> Expr:
+    if type(payload) is not list:
+        raise ExprError(at, "expr.parse.shape", "set expects an array of Exprs")
+    items = tuple(_parse(item, _child(at, i), depth + 1) for i, item in enumerate(payload))
+    return _fold(MakeSet(items, node))
+
+
+def _form_map(payload: Any, at: str, node: str, depth: int) -> Expr:
+    shape = 'map expects an array of {"key": Expr, "value": Expr}'
+    if type(payload) is not list:
+        raise ExprError(at, "expr.parse.shape", shape)
+    entries = []
+    for i, entry in enumerate(payload):
+        entry_at = _child(at, i)
+        if type(entry) is not dict or set(entry) != {"key", "value"}:
+            raise ExprError(entry_at, "expr.parse.shape", shape)
+        key = _parse(entry["key"], _child(entry_at, "key"), depth + 1)
+        value = _parse(entry["value"], _child(entry_at, "value"), depth + 1)
+        entries.append((key, value))
+    return _fold(MakeMap(tuple(entries), node))
+
+
 def _form_some(payload: Any, at: str, node: str, depth: int) -> Expr:
     return _parse(payload, at, depth + 1)
 
@@ -409,7 +488,25 @@ _FORMS: Final[dict[str, _Form]] = {
     "variant": _form_variant,
     "some": _form_some,
     "ref": _form_ref,
+    "set": _form_set,
+    "map": _form_map,
+    "bytes_b64": _literal(_bytes),
+    "time_ns": _literal(lambda p, at: _int_in(p, at, 0, _I64_MAX)),
+    "duration_ns": _literal(lambda p, at: _int_in(p, at, INT_MIN, _I64_MAX)),
+    "uuid": _literal(_scalar("uuid")),
+    "dec128": _literal(_dec128),
 }
+
+
+def is_expr_form(obj: Any) -> bool:
+    """Whether JSON in an ExprOrValue position is an Expr (see the module docstring): an object
+    of exactly ``op`` and ``args``, or a one-key object whose key is an Expr form other than
+    ``lit``. Anything else there is a literal, read through the position's schema."""
+    if type(obj) is not dict:
+        return False
+    if "op" in obj:
+        return set(obj) == {"op", "args"}
+    return len(obj) == 1 and next(iter(obj)) in _FORMS and "lit" not in obj
 
 
 # ------------------------------------------------------------------------------ canonical JSON
@@ -422,8 +519,10 @@ def to_json(expr: Expr) -> Any:
     ``{"bool": b}`` to ``b``; ``{"unit": {}}``, ``{"null": {}}``, ``{"none": {}}`` to ``null``;
     ``{"hash": h}`` to ``{"bytes": <base64>}``; ``{"some": e}`` to ``e``; ``lit`` and constructors
     whose parts are all constant to constructors over canonical constants (lists as ``list``,
-    ``{"$tag", "$value"}`` dicts as ``variant`` without ``value`` when it is null, other dicts as
-    ``record``). Record fields are emitted in sorted order, a ``SchemaRecord``'s ``$schema``
+    ``{"$tag", "$value"}`` dicts as ``variant`` without ``value`` when it is null, dicts with an
+    int or bytes key as ``map`` entries sorted by the key's canonical CBOR, other dicts as
+    ``record``, dec128 as ``{"dec128": <its Decimal text>}``); ``bytes_b64``, ``uuid`` to
+    ``{"bytes": <base64>}``; ``time_ns``, ``duration_ns`` to the int. Record fields are emitted in sorted order, a ``SchemaRecord``'s ``$schema``
     first; a *field* named ``$schema`` holding text is printed as ``{"text": s}``, so that it
     reads back as a field and not as the record's schema.
     """
@@ -443,6 +542,10 @@ def to_json(expr: Expr) -> Any:
             return {"list": [to_json(item) for item in expr.items]}
         case MakeVariant():
             return _variant_json(expr.tag, to_json(expr.value))
+        case MakeSet():
+            return {"set": [to_json(item) for item in expr.items]}
+        case MakeMap():
+            return {"map": [{"key": to_json(k), "value": to_json(v)} for k, v in expr.entries]}
         case _:
             assert_never(expr)
 
@@ -459,7 +562,13 @@ def _value_json(value: Any) -> Any:
     if type(value) is dict:
         if value.keys() == {"$tag", "$value"} and _is_tag(value["$tag"]):
             return _variant_json(value["$tag"], _value_json(value["$value"]))
+        if any(type(k) is not str for k in value):  # a map with int or bytes keys
+            entries = sorted(value.items(), key=lambda kv: cbor.dumps(kv[0]))
+            pairs = [{"key": _value_json(k), "value": _value_json(v)} for k, v in entries]
+            return {"map": pairs}
         return _record_json({k: _value_json(value[k]) for k in sorted(value)})
+    if type(value) is cbor.Tag:  # dec128, the one tag in the value model
+        return {"dec128": str(dec128_decode(value.value))}
     return value
 
 

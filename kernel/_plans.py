@@ -28,6 +28,7 @@ apply. A run's whole state is a CBOR-able list for snapshots.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -116,13 +117,15 @@ def _expr(obj: Any) -> Any:
     return parse_expr(obj)
 
 
-def env_of(run: Run, event: Any = None) -> Env:
+def env_of(run: Run, schemas: Mapping[str, Any], event: Any = None) -> Env:
+    """What a run's Exprs read: its input, vars and step results (and ``@event`` in a
+    ``where``), and the schemas its era knows (``json_encode``/``json_decode`` read by them)."""
     if event is None:
-        return Env(run.input, run.vars, run.results)
-    return Env(run.input, run.vars, run.results, event)
+        return Env(run.input, run.vars, run.results, schemas=schemas)
+    return Env(run.input, run.vars, run.results, event, schemas=schemas)
 
 
-def ready_steps(plan: Any, run: Run) -> list[Any]:
+def ready_steps(plan: Any, run: Run, schemas: Mapping[str, Any]) -> list[Any]:
     """The steps that may run now, by step id."""
     done = set(run.done)
     waiting = None if run.waiting is None else run.waiting["step"]
@@ -130,7 +133,7 @@ def ready_steps(plan: Any, run: Run) -> list[Any]:
     for edge in plan.edges:
         incoming.setdefault(edge.to, []).append(edge)
     ready = []
-    env = env_of(run)
+    env = env_of(run, schemas)
     for step in plan.steps:
         if step.id in done or step.id == waiting:
             continue
@@ -149,10 +152,10 @@ def _guard(edge: Any, env: Env) -> bool:
     return value
 
 
-def check_invariants(plan: Any, run: Run) -> None:
+def check_invariants(plan: Any, run: Run, schemas: Mapping[str, Any]) -> None:
     """Every invariant must hold after each step; one that reads a var or step result not
     bound yet (``expr.ref.missing``) is not checked until it can be."""
-    env = env_of(run)
+    env = env_of(run, schemas)
     for index, raw in enumerate(plan.invariants):
         try:
             holds = evaluate(_expr(raw), env)
@@ -200,13 +203,13 @@ class PlanEngine:
             if run.waiting is not None and schema != CONTINUE:
                 self._bind_awaited(run, schema, value, out)
             else:
-                ready = ready_steps(plan, run)
+                ready = ready_steps(plan, run, self.air.schemas)
                 if not ready:
                     return self._end(run, out, "ok", None)
                 self._execute(plan, run, ready[0], out)
             if out.ended:
                 return out
-            check_invariants(plan, run)
+            check_invariants(plan, run, self.air.schemas)
             out.again = run.waiting is None
         except RunFailed as exc:
             return self.fail(run, out, exc.code, exc.detail)
@@ -225,7 +228,7 @@ class PlanEngine:
     def matches(self, run: Run, where: Any, event: Any) -> bool:
         """``where`` over ``@event``; an Expr failure is "no match", never an error."""
         try:
-            return evaluate(where, env_of(run, event)) is True
+            return evaluate(where, env_of(run, self.air.schemas, event)) is True
         except (ExprError, ValueMismatch):
             return False
 
@@ -246,7 +249,7 @@ class PlanEngine:
         out.records.append(("plan.step", body))
 
     def _execute(self, plan: Any, run: Run, step: Any, out: RunOutcome) -> None:
-        env = env_of(run)
+        env = env_of(run, self.air.schemas)
         body: dict[str, Any] = {"run_id": run.run_id, "step": step.id, "op": step.op}
         if step.op == "end":
             result = None if step.result is None else evaluate(_expr(step.result), env)

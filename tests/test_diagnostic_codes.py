@@ -329,6 +329,10 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(_steps(_raise({"record": {"id": {"ref": "@plan.input.n"}, "n": 1}}))),
         "/3/steps/0/event/record/id",
     ),
+    "air.plan.op.type_mismatch": (
+        Case(_steps(_raise({"record": {"id": {"op": "utf8_encode", "args": ["x"]}, "n": 1}}))),
+        "/3/steps/0/event/record/id",
+    ),
     "air.plan.step.old_shape": (
         Case(_steps({"id": "a", "op": "assign", "var": "x", "value": 1})),
         "/3/steps/0",

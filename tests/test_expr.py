@@ -29,6 +29,7 @@ from air.expr import (
     refs,
     to_json,
 )
+from air.types import parse_type
 
 EVAL_CODES = {"expr.ref.missing", "expr.type", "expr.get.missing", "expr.div_zero", "expr.overflow"}
 I64_MAX = 2**63 - 1
@@ -42,6 +43,10 @@ ARITY: dict[str, tuple[int, int | None]] = {
         ["has", "eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "div", "mod"], (2, 2)
     ),
     **dict.fromkeys(["starts_with", "ends_with", "contains"], (2, 2)),
+    **dict.fromkeys(
+        ["utf8_encode", "utf8_decode", "base64_encode", "base64_decode", "int_to_text"], (1, 1)
+    ),
+    **dict.fromkeys(["json_encode", "json_decode"], (2, 2)),
 }
 
 
@@ -57,8 +62,11 @@ def b64(raw: bytes) -> dict[str, str]:
     return {"bytes": base64.b64encode(raw).decode("ascii")}
 
 
+SCHEMAS = {"t/Nats@1": parse_type({"list": "nat"})}
+
+
 def ev(expr_json: Any, env: Env | None = None) -> Any:
-    return evaluate(parse_expr(expr_json), env or Env(plan_input=None))
+    return evaluate(parse_expr(expr_json), env or Env(plan_input=None, schemas=SCHEMAS))
 
 
 def eval_error(expr_json: Any, env: Env | None = None) -> ExprError:
@@ -254,6 +262,13 @@ OP_CASES = [
     pytest.param(op("contains", b64(b"abc"), b64(b"bc")), True, id="contains-bytes"),
     pytest.param(op("contains", {"lit": [1, {"a": "b"}]}, {"lit": {"a": "b"}}), True),
     pytest.param(op("contains", {"lit": [1, 2]}, 3), False, id="contains-list-absent"),
+    pytest.param(op("utf8_encode", "h\u00e9"), "h\u00e9".encode(), id="utf8-encode"),
+    pytest.param(op("utf8_decode", b64("h\u00e9".encode())), "h\u00e9", id="utf8-decode"),
+    pytest.param(op("base64_encode", b64(b"abc")), "YWJj", id="base64-encode"),
+    pytest.param(op("base64_decode", "YWJj"), b"abc", id="base64-decode"),
+    pytest.param(op("int_to_text", -7), "-7", id="int-to-text"),
+    pytest.param(op("json_encode", {"lit": [2, 1]}, "t/Nats@1"), "[2,1]", id="json-encode"),
+    pytest.param(op("json_decode", "[2, 1]", "t/Nats@1"), [2, 1], id="json-decode"),
 ]
 
 

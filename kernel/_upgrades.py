@@ -84,26 +84,28 @@ def upgrade_batch(
     batch = UpgradeBatch(
         reducer, {"reducer": reducer, "to": now.manifest_raw, "cells": [], "failed": []}
     )
+    sources: dict[bytes, _Source | None] = {}  # per era, worked out once per batch
     for key_cbor in key_cbors:
         found = cells.get(space, key_hash(key_cbor))
         if found is None or found[0].manifest_hash == now.manifest_raw:
             continue  # gone, or current already
         entry, state = found
-        era = eras.by_manifest.get(entry.manifest_hash)
-        old_name = None if era is None else era.names.get(space)
-        if era is None or old_name is None:
+        era_raw = entry.manifest_hash
+        if era_raw not in sources:
+            sources[era_raw] = _source(eras, era_raw, space, now, reducer)
+        source = sources[era_raw]
+        if source is None:
             batch.body["failed"].append(
-                [key_cbor, entry.manifest_hash, {"code": "era.unknown", "detail": "no era"}]
+                [key_cbor, era_raw, {"code": "era.unknown", "detail": "no era"}]
             )
             continue
-        old_schema = era.air.modules[old_name].abi.reducer.state
-        if same_state_shape(era.air, old_name, now.air, reducer):
+        if source.same:
             new_state, state_hash = state, None
         else:
             entity = Entity(reducer, key_cbor if keyed else None)
             value = {
-                "from_module": era.air.wasm_hashes[old_name],
-                "from_schema": old_schema,
+                "from_module": source.module,
+                "from_schema": source.schema,
                 "state": state,
             }
             try:
@@ -119,6 +121,28 @@ def upgrade_batch(
         pinned = CellEntry(key_cbor, cbor.digest(new_state), len(new_state), seq, now.manifest_raw)
         batch.puts[key_hash(key_cbor)] = (pinned, new_state)
     return batch
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a cell of one older era is upgraded from: that era's module and state schema,
+    and whether the schema has the current one's structure (then it is a re-pin)."""
+
+    module: str
+    schema: str
+    same: bool
+
+
+def _source(eras: Eras, era_raw: bytes, space: str, now: Era, reducer: str) -> _Source | None:
+    era = eras.by_manifest.get(era_raw)
+    old_name = None if era is None else era.names.get(space)
+    if era is None or old_name is None:
+        return None
+    return _Source(
+        era.air.wasm_hashes[old_name],
+        era.air.modules[old_name].abi.reducer.state,
+        same_state_shape(era.air, old_name, now.air, reducer),
+    )
 
 
 def _step_upgrade(steps: CellSteps, entity: Entity, state: bytes, value_cbor: bytes) -> bytes:

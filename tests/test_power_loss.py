@@ -11,7 +11,10 @@ each cut the image is opened as a user would (a writable open: recovery runs), a
 - derived state is whole: no "derived state damaged" rebuild (a checkpoint is atomic: the old
   one or the new one, never a damaged one);
 - what the scenario acknowledged besides (an export, a migration, a repair, a fork) holds;
-- a batch of inputs (a send of many events, an import) is there whole or not at all.
+- a batch of inputs (a send of many events, an import) is there whole or not at all;
+- an upgrade (``apply``, ``cell_upgrade``) leaves one era or the other, never a mix: the world
+  is in the era its journal says, every cell wholly in one, and running the rest of it again
+  finishes it (``upgrade_fault_child.one_era``, ``finish``).
 
 Cut points: for a scenario of N operations, about 48 spread evenly plus every operation next
 to a rename, a truncation or a ``sync()`` (the commit points), with the worst case; and, at up
@@ -32,12 +35,23 @@ from typing import Any, Final
 
 import pytest
 from powerloss import count_operations, run_with_cut
+from upgrade_fault_child import (
+    BATCH,
+    COUNTER_2,
+    V2_AIR,
+    finish,
+    make_world,
+    one_era,
+    records_of,
+)
+from world_fault_child import NO_FLUSH, no_flush
 
 from air.errors import WorldError
 from kernel.errors import JournalCorrupt
 from world import World, archive_world, check_world, repair_world
+from world import _fileio as fileio
 from world.cellstore import FileCellStore
-from world.gov import proposal_air, proposals, propose
+from world.gov import apply, proposal_air, proposals, propose, upgrade_cells
 from world.history import fork_world, verify_world
 from world.journal import FileJournal
 from world.moves import Trust, export_all, import_path, migrate_cells, read_tree
@@ -108,6 +122,17 @@ def journal_and_checkpoint(root: Path, acked: Acked) -> None:
         world.send(EVENT, add("a", 5))
         world.run_until_idle()
         _ack(acked, "w", world)
+
+
+@pytest.fixture
+def no_real_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real ``fsync``, ``fdatasync`` and ``sync`` do nothing (as in the crash tests,
+    ``world_fault_child.no_flush``): what survives a cut is the fake's model, written from what
+    the code asked for, so a real flush changes nothing the checks see; and each one, a
+    machine-wide ``sync()`` above all, waits on the disk, which was most of a scenario's time."""
+    for name in NO_FLUSH:
+        monkeypatch.setattr(os, name, no_flush)
+    monkeypatch.setattr(fileio, "_sync_data", no_flush)
 
 
 @pytest.fixture
@@ -227,6 +252,62 @@ def check_proposal(image: Path, acked: Acked) -> None:
             assert proposal_air(world, found).manifest_hash == found.manifest_hash
         if "proposal" in acked.facts:
             assert [p.id for p in proposals(world)] == [acked.facts["proposal"]]
+
+
+def upgrade_world(root: Path, acked: Acked) -> None:
+    """The crash matrix's world (``upgrade_fault_child.make_world``: cells k0..k5 and ``big``,
+    which counter_v2 cannot carry) with counter_v2 (a state schema change) proposed."""
+    make_world(root / "w")
+    with World.open(root / "w") as world:
+        acked.facts["proposal"] = propose(world, V2_AIR)[0].id
+        acked.facts["old"] = world.air.manifest_hash
+        acked.facts["old_wasm"] = world.air.wasm_hashes[COUNTER]
+        acked.facts["new"] = proposals(world)[0].manifest_hash
+        _ack(acked, "w", world)
+
+
+def applied_world(root: Path, acked: Acked) -> None:
+    """``upgrade_world`` with the proposal applied (no cell upgraded yet)."""
+    upgrade_world(root, acked)
+    with World.open(root / "w") as world:
+        apply(world, acked.facts["proposal"])
+        _ack(acked, "w", world)
+
+
+def apply_run(root: Path, acked: Acked) -> None:
+    """An apply: one journaled record."""
+    with World.open(root / "w") as world:
+        apply(world, acked.facts["proposal"])
+        acked.facts["applied"] = True
+        _ack(acked, "w", world)
+
+
+def cell_upgrade(root: Path, acked: Acked) -> None:
+    """``upgrade_cells --all`` in 4 batches of 2, each committed alone (one with ``big``'s
+    failure line). (A checkpoint of cells in two eras is cut in ``test_upgrade_crashes``.)"""
+    with World.open(root / "w") as world:
+
+        def batch_done(_done: int, _total: int) -> None:
+            _ack(acked, "w", world)
+
+        upgrade_cells(world, COUNTER_2, batch=BATCH, progress=batch_done)
+
+
+def check_upgrade(image: Path, acked: Acked) -> None:
+    """The world opens whole with every acknowledged record (as ``check_worlds``), in one era
+    with every cell wholly in one (``upgrade_fault_child.one_era``); replay agrees; and
+    running the rest again (apply, upgrade) finishes the job."""
+    era = (acked.facts["old"], acked.facts["new"], acked.facts["old_wasm"])
+    with World.open(image / "w") as world:
+        assert [n for n in world.notices if "damaged" in n] == []
+        records = records_of(world)
+        assert records[: len(acked.records["w"])] == acked.records["w"]
+        if acked.facts.get("applied"):
+            assert any(r[2] == "gov.applied" for r in records)
+        one_era(world, records, *era)
+        assert verify_world(image / "w").ok
+        finish(world)
+        one_era(world, records_of(world), *era)
 
 
 def _damage(segment: Path) -> None:
@@ -353,6 +434,8 @@ SCENARIOS: dict[str, Scenario] = {
     "fork": Scenario(counter_world(4), fork, check_fork),
     "archive": Scenario(sealed_world, archive, check_archive),
     "proposal": Scenario(air_v2, proposal, check_proposal),
+    "apply": Scenario(upgrade_world, apply_run, check_upgrade),
+    "cell_upgrade": Scenario(applied_world, cell_upgrade, check_upgrade),
 }
 
 
@@ -392,7 +475,7 @@ def _run(base: Path, base_acked: Acked, scenario: Scenario, cut: int, seed: int 
     return image
 
 
-@pytest.mark.usefixtures("small_inline")
+@pytest.mark.usefixtures("small_inline", "no_real_flushes")
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_after_a_power_cut_at_any_durable_operation_nothing_acknowledged_is_lost(
     tmp_path: Path, name: str

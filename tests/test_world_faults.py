@@ -83,6 +83,7 @@ def _no_disk_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
     ~150 flushes per script run the suite spent most of its time waiting on the disk."""
     for name in NO_FLUSH:
         monkeypatch.setattr(os, name, no_flush)
+    monkeypatch.setattr(fileio, "_sync_data", no_flush)  # bound to os.fdatasync at import
 
 
 # --- the script's durable operations ---------------------------------------------------------

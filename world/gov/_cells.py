@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from air import cbor
+from air.errors import UnknownName
 from world._world import World
 
 __all__ = ["UPGRADE_BATCH_CELLS", "CellsUpgraded", "upgrade_cells"]
@@ -58,13 +59,16 @@ def upgrade_cells(
     kernel = world.kernel
     current = cbor.hash_to_raw(world.air.manifest_hash)
     done = CellsUpgraded()
-    if keys is None:
+    if keys is None:  # the index entries only: no state is read to find the cells
+        if reducer not in world.air.modules:
+            raise UnknownName("reducer", reducer, sorted(world.air.modules))
+        space = kernel.cell_space(reducer)
         todo = []
-        for view in world.cells(reducer):
-            if view.entry.manifest_hash == current:
+        for _khash, entry in list(world.store.iter_entries(space)):
+            if entry.manifest_hash == current:
                 done.current += 1
             else:
-                todo.append(view.entry.key_cbor)
+                todo.append(entry.key_cbor)
     else:
         todo = [world.key_cbor(reducer, key) for key in keys]
     for start in range(0, len(todo), batch):
@@ -73,9 +77,11 @@ def upgrade_cells(
         kernel.consistent = False
         try:
             made = kernel.ingest_cell_upgrade(reducer, chunk)
-        finally:
+        except BaseException:
             # An error before the append changed nothing; after it, memory is not trusted.
             kernel.consistent = world.journal.seq_next == height
+            raise
+        kernel.consistent = True
         world.commit(atomic=True)
         if made is not None:
             seq, body = made

@@ -117,11 +117,14 @@ def proposals(world: World) -> list[Proposal]:
 
 
 def proposal(world: World, proposal_id: int) -> Proposal:
-    """The proposal ``proposal_id`` (its record's seq); ``UnknownName`` if there is none."""
-    found = {p.id: p for p in proposals(world)}
-    if proposal_id not in found:
-        raise UnknownName("proposal", str(proposal_id), [str(i) for i in sorted(found)])
-    return found[proposal_id]
+    """The proposal ``proposal_id`` (its record's seq); ``UnknownName`` if there is none. Reads
+    the one record (a world of a million cells is no slower to apply to than an empty one)."""
+    if 0 <= proposal_id < world.journal.seq_next:
+        record = next(iter(world.journal.read(proposal_id)), None)
+        if record is not None and record.seq == proposal_id and record.kind == PROPOSED:
+            return _proposal(record.seq, record.body)
+    known = [str(p.id) for p in proposals(world)]  # only to say which there are
+    raise UnknownName("proposal", str(proposal_id), known)
 
 
 def proposal_air(world: World, found: Proposal) -> LoadedAir:

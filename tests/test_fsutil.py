@@ -206,3 +206,54 @@ def test_deleting_files_in_the_world_cannot_let_a_second_writer_in(tmp_path: Pat
 def test_world_locked_is_a_world_error() -> None:
     assert issubclass(WorldLocked, WorldError)
     assert WorldLocked("/w", "read").path == "/w"
+
+
+# --- a hold notices its directories replaced (the world's JournalReplaced) --------------------
+
+
+@pytest.mark.parametrize("mode", ["write", "exclusive"])
+def test_a_hold_checks_the_world_and_its_journal_and_names_what_changed(
+    tmp_path: Path, mode: fsutil.LockMode
+) -> None:
+    from world.errors import JournalReplaced
+
+    world = tmp_path / "w"
+    (world / "journal").mkdir(parents=True)
+    with lock_world(world, mode) as lock:
+        lock.check()  # nothing moved
+        (world / "journal").rename(world / "journal-moved")
+        with pytest.raises(JournalReplaced) as gone:
+            lock.check()
+        assert (gone.value.path, gone.value.how) == (str(world / "journal"), "it is gone")
+        (world / "journal").mkdir()  # a copy in its place: another inode
+        with pytest.raises(JournalReplaced) as copied:
+            lock.check()
+        assert (copied.value.path, copied.value.how) == (
+            str(world / "journal"),
+            "another directory now has its name",
+        )
+
+
+def test_a_read_hold_checks_the_world_folder_alone(tmp_path: Path) -> None:
+    from world.errors import JournalReplaced
+
+    world = tmp_path / "w"
+    (world / "journal").mkdir(parents=True)
+    lock = lock_world(world, "read")
+    (world / "journal").rename(world / "elsewhere")
+    lock.check()  # a reader holds the world folder only
+    world.rename(tmp_path / "moved")
+    with pytest.raises(JournalReplaced) as gone:
+        lock.check()
+    assert (gone.value.path, gone.value.how) == (str(world), "it is gone")
+    lock.release()
+    lock.release()  # twice is harmless: it holds nothing any more
+
+
+def test_lock_folder_holds_a_folder_alone_until_released(tmp_path: Path) -> None:
+    held = fsutil.lock_folder(tmp_path)
+    with pytest.raises(WorldLocked) as taken:
+        fsutil.lock_folder(tmp_path)
+    assert taken.value.mode == "exclusive"
+    held.release()
+    fsutil.lock_folder(tmp_path).release()

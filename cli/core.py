@@ -541,6 +541,13 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     table.add_row("effects", ", ".join(f"{n} {k}" for k, n in effects.items()))
     mode = data["effects_mode"]
     table.add_row("effects mode", f"{mode['mode']} ({mode['reason']})")
+    http = data["http"]
+    table.add_row(
+        "http (local.json)",
+        http["problem"]
+        if "problem" in http
+        else ", ".join(f"{k} {v}" for k, v in sorted(http.items())),
+    )
     for name, r in data["reducers"].items():
         table.add_row(
             f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"

@@ -43,6 +43,7 @@ from typing import Any, Final, Protocol
 from air import cbor
 from air.errors import UnknownName
 from kernel import Kernel
+from world._localconfig import read_local_config
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
 from world.effects._http import HTTP_KIND, HttpAdapter
@@ -103,7 +104,8 @@ class EffectPump:
         if adapters is None:
             clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
             blobs = BlobAdapter(world.cas, synchronous=sim)
-            adapters = [TimerAdapter(clock), blobs, HttpAdapter(world.cas)]
+            http = read_local_config(world.path).http  # this machine's settings
+            adapters = [TimerAdapter(clock), blobs, HttpAdapter(world.cas, **http.model_dump())]
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)
         self._timer = next(

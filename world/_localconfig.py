@@ -1,0 +1,111 @@
+"""A world's local settings: ``<world>/local.json``, what this machine runs it with.
+
+Not part of the world's history: nothing here is journaled, hashed, exported, archived or
+copied by a fork (a fork, an import or a restore on another machine is set up there). It says
+how the effect adapters reach the outside world on this machine:
+
+    {
+      "http": {"connect_timeout_s": 5, "read_timeout_s": 30, "attempt_deadline_s": 120,
+               "retries_max": 3, "backoff_base_s": 0.05, "backoff_max_s": 2},
+      "secrets": {"<binding_id>": {"env": "API_TOKEN"} | {"file": "/etc/acme/token"}}
+    }
+
+Every key is optional; an absent file is every default (``HTTP_DEFAULTS``, the adapter's own).
+``http``: the HTTP adapter's timeouts, retries and backoff (``world.effects._http``), shown by
+``world info``. ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
+environment variable of the process that runs the world, or a file (an absolute path, outside
+the world directory, of mode ``0600`` or stricter, owned by the user). The value is read by the
+effect adapter when it dispatches, and never written anywhere (``world.effects._secrets``).
+
+A file that is not what this says is refused with ``InvalidArgument`` naming the file and the
+field: a world never runs on settings it did not understand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from air import jsontext
+from air.errors import InvalidArgument, JsonError
+from world import _fileio as fileio
+from world.effects._adapters import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    HTTP_ATTEMPT_DEADLINE_S,
+    HTTP_CONNECT_TIMEOUT_S,
+    HTTP_READ_TIMEOUT_S,
+    RETRIES_MAX,
+)
+
+__all__ = [
+    "HTTP_DEFAULTS",
+    "LOCAL_CONFIG",
+    "LOCAL_CONFIG_BYTES_MAX",
+    "HttpSettings",
+    "LocalConfig",
+    "SecretBinding",
+    "read_local_config",
+]
+
+LOCAL_CONFIG: Final = "local.json"
+LOCAL_CONFIG_BYTES_MAX: Final = 1 << 20
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HttpSettings(_Strict):
+    """The HTTP adapter's settings (the adapter's defaults when absent)."""
+
+    connect_timeout_s: float = Field(HTTP_CONNECT_TIMEOUT_S, gt=0, le=3600)
+    read_timeout_s: float = Field(HTTP_READ_TIMEOUT_S, gt=0, le=3600)
+    attempt_deadline_s: float = Field(HTTP_ATTEMPT_DEADLINE_S, gt=0, le=86400)
+    retries_max: int = Field(RETRIES_MAX, ge=0, le=100)
+    backoff_base_s: float = Field(BACKOFF_BASE_S, ge=0, le=3600)
+    backoff_max_s: float = Field(BACKOFF_MAX_S, ge=0, le=86400)
+
+
+HTTP_DEFAULTS: Final = HttpSettings()
+
+
+class SecretBinding(_Strict):
+    """Where one binding's value comes from: exactly one of ``env`` and ``file``."""
+
+    env: str | None = Field(None, min_length=1, max_length=256)
+    file: str | None = Field(None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretBinding:
+        if (self.env is None) == (self.file is None):
+            raise ValueError('give exactly one of "env" and "file"')
+        if self.file is not None and not os.path.isabs(self.file):
+            raise ValueError("file must be an absolute path")
+        return self
+
+
+class LocalConfig(_Strict):
+    http: HttpSettings = HttpSettings()
+    secrets: dict[str, SecretBinding] = {}
+
+
+def read_local_config(world_dir: str | os.PathLike[str]) -> LocalConfig:
+    """The settings in ``<world_dir>/local.json`` (every default when there is none);
+    ``InvalidArgument`` naming the file and the field when it is not a settings file."""
+    path = Path(world_dir) / LOCAL_CONFIG
+    data = fileio.read_regular(path, LOCAL_CONFIG_BYTES_MAX, operation="read local settings")
+    if data is None:
+        return LocalConfig()
+    try:
+        doc: Any = jsontext.loads(data.decode("utf-8", errors="strict"), source=str(path))
+        return LocalConfig.model_validate(doc)
+    except (JsonError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(str(path), "(the file)", f"not JSON: {exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/" + "/".join(str(p) for p in first["loc"])
+        raise InvalidArgument(str(path), where, first["msg"]) from exc

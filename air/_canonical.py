@@ -10,6 +10,9 @@ left it out), so the two authorings hash the same; a ``$schema`` in a record Exp
 picks the raised event's schema). A plain-JSON literal in a step's ExprOrValue position (AgentOS's
 ``"params": {"method": "GET", ...}``) arrives here already replaced by its equivalent Expr
 (``air._plan_checks``), so it hashes as that constant written as an Expr does.
+A ``defsecret``'s canonical form sorts and deduplicates ``allowed_caps`` and ``allowed_plans``
+and leaves out what is absent or empty; the manifest's ``secrets`` list is written only when
+the world has a secret, so every manifest without one keeps its hash.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from typing import Any
 from air import cbor, expr
 from air._diagnostics import Diagnostics
 from air._loaded import LoadedAir, Located
-from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, Manifest
+from air._model import (
+    DefCap,
+    DefEffect,
+    DefModule,
+    DefPlan,
+    DefPolicy,
+    DefSchema,
+    DefSecret,
+    Manifest,
+)
 from air.errors import CborError, ValueMismatch
 from air.types import parse_type, type_to_obj
 from air.values import normalise
@@ -121,14 +133,27 @@ def def_canonical(model: Any, wasm_hash: str | None = None) -> dict[str, Any]:
         data = model.model_dump(by_alias=True, exclude_none=True)
         data["origins"] = sorted(set(model.origins))
         return data
+    if isinstance(model, DefSecret):
+        return _drop_none(
+            {
+                "$kind": "defsecret",
+                "name": model.name,
+                "binding_id": model.binding_id,
+                "expected_digest": model.expected_digest,
+                "allowed_caps": sorted(set(model.allowed_caps)),
+                "allowed_plans": sorted(set(model.allowed_plans)),
+            }
+        )
     assert isinstance(model, DefPolicy)
     return model.model_dump(by_alias=True, exclude_none=True)
 
 
+_LISTS = ("schemas", "modules", "plans", "caps", "policies", "effects", "secrets")
+"""The manifest's lists of defs, by kind."""
+
+
 def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
-    lists: dict[str, list[Any]] = {
-        k: [] for k in ("schemas", "modules", "plans", "caps", "policies", "effects")
-    }
+    lists: dict[str, list[Any]] = {k: [] for k in _LISTS}
     kind_list: dict[type, str] = {
         DefSchema: "schemas",
         DefModule: "modules",
@@ -136,6 +161,7 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
         DefCap: "caps",
         DefPolicy: "policies",
         DefEffect: "effects",
+        DefSecret: "secrets",  # absent when empty (``_drop_none``): other manifests keep hashes
     }
     for name in sorted(air.defs):
         entry = {"name": name, "hash": cbor.hash_to_raw(air.def_hashes[name])}
@@ -180,7 +206,7 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
 
 
 def _check_declared_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnostics) -> None:
-    for field_name in ("schemas", "modules", "plans", "caps", "policies", "effects"):
+    for field_name in _LISTS:
         for i, item in enumerate(getattr(air.manifest, field_name)):
             if isinstance(item, str) or item.hash is None or item.name not in air.def_hashes:
                 continue

@@ -38,8 +38,11 @@ to point into, put the 1-based line and column at the start of their message.
     air.ref.unknown_policy       ... a policy
     air.ref.unknown_effect       an effect kind that no defeffect provides (in a module, a plan's
                                  ``allowed_effects``, a policy rule)
+    air.ref.unknown_secret       a secret no ``defsecret`` declares (in the manifest's ``secrets``,
+                                 or a SecretRef a plan writes as a constant)
     air.ref.unknown_cap_grant    a cap grant name not in ``defaults.cap_grants`` (a binding, an
-                                 ``emit_effect.cap``, a plan's ``required_caps``)
+                                 ``emit_effect.cap``, a plan's ``required_caps``, a
+                                 ``defsecret``'s ``allowed_caps``)
     air.ref.unknown_slot         a module binding names a slot the module does not declare
     air.route.keyed_to_unkeyed   a route with ``key_field`` targets a reducer without ``key_schema``
     air.route.unkeyed_to_keyed   a route without ``key_field`` targets a keyed reducer

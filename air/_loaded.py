@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, Manifest
+from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSecret, Manifest
 from air.types import TypeNode
 
 __all__ = [
@@ -121,6 +121,15 @@ class LoadedAir:
     @property
     def policies(self) -> dict[str, DefPolicy]:
         return self.of_kind(DefPolicy)
+
+    @property
+    def secrets(self) -> dict[tuple[str, int], DefSecret]:
+        """By ``(alias, version)`` (the name ``alias@version`` read), not by def name."""
+        out = {}
+        for name, model in self.of_kind(DefSecret).items():
+            alias, _, version = name.rpartition("@")
+            out[(alias, int(version))] = model
+        return out
 
 
 _CAP_TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

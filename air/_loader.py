@@ -16,6 +16,24 @@ Choices:
 - The world is every def in the AIR plus the built-in ``sys/`` defs. The manifest's def lists
   may name defs (optionally with a ``hash`` that must match); the loader fills in every def and
   its hash, so the canonical manifest lists them all, sorted by name.
+- Built-ins come in two catalogues. ``sys.air.json`` (the caller's built-in sources): every def
+  of it is in every world. The *on-demand* one (``air.sys.ondemand``, which the loader adds
+  itself): a def of it enters the world only when the AIR refers to it, so a def added there
+  changes no existing world's manifest hash. The rule: an on-demand def enters when some string
+  value anywhere in the AIR's documents (a type's ref, a manifest list, a plan's ``input``,
+  ...) is its name, or, for a ``defeffect``, its ``effect_kind`` (a plan's ``emit_effect``, a
+  reducer's ``effects_emitted``, a policy rule's ``effect_kind``); and then, transitively, every
+  on-demand def the entered ones name. A def of the author's that provides the same effect kind
+  under another name keeps the kind to itself (the on-demand effect does not enter by kind).
+  Every string counts, a text literal equal to the name too: the def then enters and nothing
+  else changes. An author's identical definition of an on-demand def is accepted as the
+  built-in, as for the others (``_same_as_builtin``); a different one is a duplicate.
+- ``defsecret`` (AgentOS's secrets): ``name`` is ``alias@version`` (a def name: the alias is
+  ``namespace/name``, the version >= 1), ``binding_id`` names where this machine finds the
+  value (``<world>/local.json``, never the AIR), ``expected_digest`` (optional, ``sha256:<hex>``
+  as AgentOS writes it or ``blake3:<hex>``, over the value's bytes) and ``allowed_caps`` /
+  ``allowed_plans`` (grant and plan names; absent or empty: any). The manifest's ``secrets``
+  list names them like the other lists.
 - A document's text may be ``bytes``: the loader reads it as UTF-8 and reports bytes that are
   not (``air.json.encoding``, with the line and column in the message).
 - No schema may reach itself through refs (``air.schema.cycle``), directly or through record,
@@ -46,11 +64,13 @@ from air._model import (
     DefModule,
     DefPlan,
     DefSchema,
+    DefSecret,
     Manifest,
     RaiseEvent,
 )
 from air._plan_old_shapes import old_step_shapes
 from air.errors import CborError, JsonError, ValueMismatch
+from air.sys.ondemand import ONDEMAND_FILE, ONDEMAND_TEXT
 from air.types import (
     ListT,
     MapT,
@@ -130,6 +150,52 @@ def _shapes(
             if isinstance(name, str):
                 unparsed.add(name)
     return located, unparsed
+
+
+def _strings(obj: Any, out: set[str]) -> None:
+    """Add every string value inside ``obj`` (not the keys) to ``out``; iterative."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.add(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _ondemand(docs: list[tuple[AirSource, str, Any]], diags: Diagnostics) -> list[Located]:
+    """The on-demand built-ins the AIR refers to, with those they refer to (module docstring)."""
+    catalogue_docs = _parse_documents([AirSource(ONDEMAND_FILE, ONDEMAND_TEXT, True)], diags)
+    catalogue, _unparsed = _shapes(catalogue_docs, diags)
+    by_name = {loc.model.name: loc for loc in catalogue}
+    mentioned: set[str] = set()
+    taken_kinds: set[str] = set()
+    for _source, _pointer, obj in docs:
+        _strings(obj, mentioned)
+        if isinstance(obj, dict) and obj.get("$kind") == "defeffect":
+            builtin = by_name.get(str(obj.get("name")))
+            if builtin is None or not isinstance(builtin.model, DefEffect):
+                taken_kinds.add(str(obj.get("effect_kind")))
+    wanted = {
+        name
+        for name, loc in by_name.items()
+        if name in mentioned
+        or (
+            isinstance(loc.model, DefEffect)
+            and loc.model.effect_kind in mentioned
+            and loc.model.effect_kind not in taken_kinds
+        )
+    }
+    todo = sorted(wanted)
+    while todo:
+        names: set[str] = set()
+        _strings(by_name[todo.pop()].raw, names)
+        for name in sorted(names & by_name.keys() - wanted):
+            wanted.add(name)
+            todo.append(name)
+    return [loc for loc in catalogue if loc.model.name in wanted]
 
 
 def _register(
@@ -262,6 +328,8 @@ def _references(model: object) -> list[tuple[str, str]]:
     elif isinstance(model, DefEffect):
         fields = ("params_schema", "receipt_schema", "receipt_event")
         refs += [(f"/{f}", getattr(model, f)) for f in fields]
+    elif isinstance(model, DefSecret):
+        refs += [(f"/allowed_plans/{i}", p) for i, p in enumerate(model.allowed_plans)]
     elif isinstance(model, Manifest):
         refs += _manifest_references(model)
     return [(pointer, name) for pointer, name in refs if name is not None]
@@ -269,7 +337,7 @@ def _references(model: object) -> list[tuple[str, str]]:
 
 def _manifest_references(model: Manifest) -> list[tuple[str, str | None]]:
     refs: list[tuple[str, str | None]] = []
-    for list_name in ("schemas", "modules", "plans", "caps", "policies", "effects"):
+    for list_name in ("schemas", "modules", "plans", "caps", "policies", "effects", "secrets"):
         for i, item in enumerate(getattr(model, list_name)):
             refs.append((f"/{list_name}/{i}", item if isinstance(item, str) else item.name))
     for i, route in enumerate(model.routing.events):
@@ -408,6 +476,7 @@ def load_air(
     diags = Diagnostics()
     docs = _parse_documents(sources, diags)
     located, unparsed = _shapes(docs, diags)
+    located = _ondemand(docs, diags) + located  # built-ins first: an author's copy meets them
     defs, manifests = _register(located, diags)
     unparsed |= _reference_names(located, diags)
     manifest_loc = _one_manifest(manifests, diags)

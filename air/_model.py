@@ -39,6 +39,7 @@ __all__ = [
     "DefPlan",
     "DefPolicy",
     "DefSchema",
+    "DefSecret",
     "Defaults",
     "Edge",
     "EmitEffect",
@@ -213,6 +214,20 @@ class DefEffect(_Model):
     receipt_event: str | None = None
 
 
+class DefSecret(_Model):
+    """AgentOS's ``defsecret``: ``name`` is ``alias@version``; ``binding_id`` is looked up in
+    the machine's ``local.json`` (never in the AIR); ``expected_digest`` ``sha256:<hex>`` or
+    ``blake3:<hex>`` of the value's bytes; ``allowed_caps`` (grant names) and ``allowed_plans``
+    (plan names) restrict who may use it (empty: anyone). Checked by ``air._validate``."""
+
+    kind: Literal["defsecret"] = Field(alias="$kind")
+    name: str
+    binding_id: str = Field(min_length=1, max_length=256)
+    expected_digest: str | None = Field(None, pattern=r"^(sha256|blake3):[0-9a-f]{64}$")
+    allowed_caps: list[str] = []
+    allowed_plans: list[str] = []
+
+
 class NamedRef(_Model):
     name: str
     hash: str | None = None
@@ -285,6 +300,7 @@ class Manifest(_Model):
     caps: list[str | NamedRef] = []
     policies: list[str | NamedRef] = []
     effects: list[str | NamedRef] = []
+    secrets: list[str | NamedRef] = []
     routing: Routing = Routing()
     triggers: list[Trigger] = []
     defaults: Defaults = Defaults()
@@ -299,5 +315,6 @@ AIR_KINDS: dict[str, type[_Model]] = {
     "defcap": DefCap,
     "defpolicy": DefPolicy,
     "defeffect": DefEffect,
+    "defsecret": DefSecret,
     "manifest": Manifest,
 }

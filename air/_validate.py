@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from air import cbor
+from air import cbor, expr
 from air._ctx import Ctx
 from air._diagnostics import Diagnostics, escape_pointer
 from air._loaded import (
@@ -63,10 +63,12 @@ from air._model import (
     DefPlan,
     DefPolicy,
     DefSchema,
+    DefSecret,
     RaiseEvent,
 )
 from air._plan_checks import check_plan
-from air.errors import ValueMismatch
+from air.errors import ValueMismatch, WorldError
+from air.secretrefs import SECRET_REF, constant_secret_refs, parse_secret_name
 from air.types import (
     ListT,
     OptionT,
@@ -127,6 +129,7 @@ def validate(
         if isinstance(loc.model, DefPlan):
             check_plan(ctx, loc, correlated=name in correlated)
     _triggers(ctx, manifest)
+    _secrets(ctx, manifest)
 
 
 def _manifest_lists(ctx: Ctx, manifest: Located) -> None:
@@ -137,6 +140,7 @@ def _manifest_lists(ctx: Ctx, manifest: Located) -> None:
         "caps": (DefCap, "air.ref.unknown_cap"),
         "policies": (DefPolicy, "air.ref.unknown_policy"),
         "effects": (DefEffect, "air.ref.unknown_effect"),
+        "secrets": (DefSecret, "air.ref.unknown_secret"),
     }
     for field_name, (model_type, code) in lists.items():
         for i, item in enumerate(getattr(manifest.model, field_name)):
@@ -434,6 +438,62 @@ def _triggers(ctx: Ctx, manifest: Located) -> None:
                 "air.trigger.correlate_missing",
                 f"field {trigger.correlate_by!r} not in schema {trigger.event}",
             )
+
+
+_STEP_EXPR_FIELDS: dict[str, tuple[str, ...]] = {
+    "emit_effect": ("params",),
+    "raise_event": ("key", "event"),
+    "assign": ("expr",),
+    "end": ("result",),
+}
+"""The step fields whose Expr may hold a SecretRef constant (``air._canonical._STEP_EXPRS``)."""
+
+
+def _secrets(ctx: Ctx, manifest: Located) -> None:
+    """``defsecret``s: the name is ``alias@version`` (unique: it is the def's name; the digest's
+    form is the model's), ``allowed_caps`` are grants and ``allowed_plans`` plans of the world. Each SecretRef
+    a plan writes as a constant names a declared secret (one built at run time is checked by
+    the kernel when the effect is asked for, ``kernel._effects``)."""
+    grants = {g.name for g in manifest.model.defaults.cap_grants}
+    declared: set[tuple[str, int]] = set()
+    for loc in ctx.air.defs.values():
+        model = loc.model
+        if not isinstance(model, DefSecret):
+            continue
+        parsed = parse_secret_name(model.name)
+        if parsed is not None:
+            declared.add(parsed)
+        for i, grant in enumerate(model.allowed_caps):
+            if grant not in grants:
+                at = f"{loc.pointer}/allowed_caps/{i}"
+                detail = f"no cap grant named {grant!r} in manifest.defaults.cap_grants"
+                ctx.diags.add(loc.file, at, "air.ref.unknown_cap_grant", detail)
+        for i, plan in enumerate(model.allowed_plans):
+            at = f"{loc.pointer}/allowed_plans/{i}"
+            ctx.need(plan, DefPlan, loc.file, at, "air.ref.unknown_plan")
+    if SECRET_REF not in ctx.air.schemas:
+        return  # no SecretRef can be written in a world without the schema
+    for loc in ctx.air.defs.values():
+        if not isinstance(loc.model, DefPlan):
+            continue
+        for i, step in enumerate(loc.model.steps):
+            for field_name in _STEP_EXPR_FIELDS.get(step.op, ()):
+                raw = getattr(step, field_name, None)
+                if raw is None:
+                    continue
+                try:
+                    tree = expr.to_json(expr.parse_expr(raw))
+                except WorldError:
+                    continue  # reported by the plan checks
+                base = f"{loc.pointer}/steps/{i}/{field_name}"
+                for _at, alias, version in constant_secret_refs(tree, base):
+                    at = base  # the canonical Expr's pointers are not the author's
+                    if (alias, version) not in declared:
+                        detail = (
+                            f"secret {alias}@{version} is not declared: add a defsecret named "
+                            f"{alias}@{version}"
+                        )
+                        ctx.diags.add(loc.file, at, "air.ref.unknown_secret", detail)
 
 
 def _defaults(ctx: Ctx, manifest: Located) -> None:

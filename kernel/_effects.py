@@ -34,8 +34,25 @@ Enqueue, in order (the first failure wins and is the journaled reason):
    ``kernel._urls``: ``*.example.com`` never matches ``evil-example.com``; a prefix matches
    whole segments); a rule that names either matches only an intent with a URL. ``method``
    compares without case.
-3. ``allow`` queues the intent for an adapter; ``require_approval`` parks it until
+3. **Secrets** (after capability and policy, as AgentOS orders them; only for an intent the
+   policy did not deny): each ``sys/SecretRef@1`` in the params (found by the effect's params
+   schema, ``air.secretrefs``) names a declared ``defsecret`` (``secret.unknown``), one whose
+   ``allowed_caps``, if given, holds the intent's grant (``secret.cap_not_allowed``) and whose
+   ``allowed_plans``, if given, holds the plan that asks (``secret.plan_not_allowed``; a
+   reducer is never in it). A refusal is a ``CapDenied`` like a capability's: the origin fails
+   with that code and detail journaled (a plan's ``plan.ended`` error, a reducer's
+   ``step.failed``), no intent is queued, nothing is sent. The kernel sees the reference
+   only: the value is read by the adapter when it sends (``world.effects._secrets``), so the
+   intent hash, the journal and the receipts hold ``{alias, version}``, never the value.
+4. ``allow`` queues the intent for an adapter; ``require_approval`` parks it until
    ``approve``; ``deny`` fails the origin.
+
+``http.request.v2`` (``sys/HttpRequestParams@2``, an on-demand built-in: ``air.sys.ondemand``)
+is checked as ``http.request`` is: the same ``http.out`` capability and policy fields (a
+``Host`` header given as a secret is refused ``cap.host_header``: the check cannot read it),
+the same reservation and settlement. Its params may carry the body inline: a literal ``body``
+larger than ``HTTP_INLINE_BODY_BYTES_MAX`` is refused ``params.body_too_large`` and one given
+with ``body_ref`` too ``params.body_twice`` (a large body goes by ``body_ref``).
 
 Receipts (``apply_receipt``) settle budget, move the clock (``timer.set``), and return where
 the result goes. The manager's whole state is a CBOR-able object for snapshots.
@@ -91,7 +108,9 @@ import cbor2
 
 from air import LoadedAir, cbor
 from air.errors import WorldError
-from air.types import parse_type
+from air.secretrefs import SECRET_REF, secret_refs
+from air.sys.ondemand import HTTP_INLINE_BODY_BYTES_MAX, HTTP_KINDS, HTTP_SECRET_KIND
+from air.types import Ref, parse_type
 from air.values import normalise
 from kernel._grants import CapDenied, check_http, rule_matches
 from kernel._scheduler import Delivery, Entity
@@ -241,6 +260,8 @@ class EffectManager:
         ``denied`` (``reserved`` holds the bytes it reserves). Not yet added (``add``)."""
         reserved = self.check_cap(kind, params, cap)
         decision, rule = self.decide(kind, params, cap, origin)
+        if decision != "deny":
+            self.check_secrets(kind, params, cap, origin)
         params_cbor = cbor.dumps(params)
         status = {"allow": "queued", "require_approval": "parked"}.get(decision, "denied")
         return Intent(
@@ -352,9 +373,39 @@ class EffectManager:
             raise CapDenied(
                 "cap.expired", f"grant {cap} expired at {grant.expiry_ns} (now {self.now_ns})"
             )
+        if kind == HTTP_SECRET_KIND:
+            _check_inline_body(params)
         if cap_type == "http.out":
-            check_http(cap, self._grant_params(grant, defcap), params)
+            check_http(cap, self._grant_params(grant, defcap), _http_view(kind, params))
         return self._reserve(cap, grant, kind, params)
+
+    def check_secrets(self, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> None:
+        """Raise ``CapDenied`` unless every secret the params reference is declared and may
+        be used by grant ``cap`` and the origin (module docstring, 3)."""
+        if SECRET_REF not in self.air.schemas:
+            return  # no world without the schema can hold a reference
+        effect = self.air.effects.get(kind)
+        if effect is None:
+            return
+        secrets = self.air.secrets
+        for alias, version in secret_refs(Ref(effect.params_schema), params, self.air.schemas):
+            name = f"{alias}@{version}"
+            secret = secrets.get((alias, version))
+            if secret is None:
+                raise CapDenied("secret.unknown", f"secret {name} is not declared (no defsecret)")
+            if secret.allowed_caps and cap not in secret.allowed_caps:
+                raise CapDenied(
+                    "secret.cap_not_allowed", f"secret {name} may not be used under grant {cap}"
+                )
+            if secret.allowed_plans and not (
+                origin.get("kind") == "plan" and origin.get("name") in secret.allowed_plans
+            ):
+                who = f"{origin.get('kind')} {origin.get('name')}"
+                raise CapDenied(
+                    "secret.plan_not_allowed",
+                    f"secret {name} may not be used by {who} (allowed_plans: "
+                    f"{', '.join(sorted(secret.allowed_plans))})",
+                )
 
     def _grant_params(self, grant: Any, defcap: Any) -> Any:
         """A grant's params read through its cap's schema (sugar or tagged, as AgentOS writes
@@ -373,7 +424,7 @@ class EffectManager:
         left = int(limit) - self.spent.get(cap, 0)
         if left <= 0:
             raise CapDenied("cap.budget_exhausted", f"grant {cap} has 0 of {limit} bytes left")
-        if kind == "http.request":  # what it may move at most, bounded by what is left
+        if kind in HTTP_KINDS:  # what it may move at most, bounded by what is left
             return min(HTTP_RESERVE_BYTES_MAX, left)
         cost = len(params["data"]) if kind == "blob.put" and isinstance(params, dict) else 0
         if cost > left:
@@ -540,6 +591,41 @@ class EffectManager:
 
 _LIVE: Final = frozenset(("queued", "parked"))
 
+_SECRET_HEADER: Final = "\x00secret"
+"""What a header given as a secret reads as to the capability check: no authority is it."""
+
+
+def _http_view(kind: str, params: Any) -> Any:
+    """``http.request.v2`` params as the capability check reads ``http.request``'s: each
+    header value a text (a literal's text; a secret as ``_SECRET_HEADER``)."""
+    if kind != HTTP_SECRET_KIND or not isinstance(params, dict):
+        return params
+    headers = params.get("headers")
+    if not isinstance(headers, dict):
+        return params
+    plain = {}
+    for name, value in headers.items():
+        literal = isinstance(value, dict) and value.get("$tag") == "literal"
+        plain[name] = value.get("$value") if literal else _SECRET_HEADER
+    return {**params, "headers": plain}
+
+
+def _check_inline_body(params: Any) -> None:
+    """An inline body of at most ``HTTP_INLINE_BODY_BYTES_MAX`` bytes, never with a
+    ``body_ref`` too."""
+    if not isinstance(params, dict) or params.get("body") is None:
+        return
+    if params.get("body_ref") is not None:
+        raise CapDenied("params.body_twice", "give the body inline (body) or by body_ref, not both")
+    body = params["body"]
+    data = body.get("$value") if isinstance(body, dict) and body.get("$tag") == "literal" else b""
+    if isinstance(data, bytes) and len(data) > HTTP_INLINE_BODY_BYTES_MAX:
+        raise CapDenied(
+            "params.body_too_large",
+            f"inline body of {len(data)} bytes exceeds HTTP_INLINE_BODY_BYTES_MAX="
+            f"{HTTP_INLINE_BODY_BYTES_MAX}; put it in a blob (blob.put) and send it by body_ref",
+        )
+
 
 def _bytes_used(kind: str, status: str, payload: Any, reserved: int) -> int:
     """What a receipt settles a reservation to: a stored ``blob.put`` its ``size``; an
@@ -551,7 +637,7 @@ def _bytes_used(kind: str, status: str, payload: Any, reserved: int) -> int:
     if kind == "blob.put":
         size = payload.get("size")
         return size if status == "ok" and type(size) is int and size >= 0 else 0
-    if kind == "http.request":
+    if kind in HTTP_KINDS:
         headers = payload.get("headers")
         text = headers.get(HTTP_BODY_BYTES_HEADER) if isinstance(headers, dict) else None
         if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 20:

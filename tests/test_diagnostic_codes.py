@@ -329,6 +329,7 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(_steps(_raise({"record": {"id": {"ref": "@plan.input.n"}, "n": 1}}))),
         "/3/steps/0/event/record/id",
     ),
+    "air.ref.unknown_secret": (Case(_set(_manifest, secrets=["t/nosecret@1"])), "/4/secrets/0"),
     "air.plan.op.type_mismatch": (
         Case(_steps(_raise({"record": {"id": {"op": "utf8_encode", "args": ["x"]}, "n": 1}}))),
         "/3/steps/0/event/record/id",

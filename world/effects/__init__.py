@@ -20,8 +20,9 @@ Invariants:
 - Close is bounded (``ADAPTER_CLOSE_WAIT_S``) and adapter threads are daemons.
 
 Parts: ``_adapters`` (``Intent``, ``Receipt``, the ``Adapter`` protocol, ``Dispatcher``, the
-named limits), ``_timer``, ``_blob`` and ``_http`` (the adapters), ``_workers`` (their threads
-and receipt delivery), ``_receipts`` (the world's receipt key, signing and verifying; checking
+named limits), ``_timer``, ``_blob`` and ``_http`` (the adapters), ``_secrets`` (secret
+values, read by the HTTP adapter at dispatch from ``local.json``'s bindings, never stored),
+``_workers`` (their threads and receipt delivery), ``_receipts`` (the world's receipt key, signing and verifying; checking
 a journal's receipts), ``_modes`` (effects that are not live: the world's mode file, the
 choice of a run's mode, ``NotLive``), ``_pump`` (``EffectPump``: intents out, receipts in; approvals of
 parked intents).

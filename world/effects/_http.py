@@ -1,7 +1,21 @@
-"""``http.request``: one HTTP exchange per intent, with retries, timeouts and size limits.
+"""``http.request`` and ``http.request.v2``: one HTTP exchange per intent, with retries,
+timeouts and size limits.
 
 Params ``{method, url, headers: map<text,text>, body_ref: hash|None}``; receipt ``{status: int,
 headers: map<text,text>, body_ref: hash|None, body_preview: text}`` (SPEC §6).
+
+``http.request.v2`` (``sys/HttpRequestParams@2``, ``air.sys.ondemand``) is the same exchange and
+receipt; its header values are ``sys/TextOrSecretRef@1`` and it may carry its body inline
+(``body``: ``sys/BytesOrSecretRef@1``; the kernel refused one over
+``HTTP_INLINE_BODY_BYTES_MAX`` or given with ``body_ref``). A secret is resolved here, as the
+request is built, by ``world.effects._secrets.SecretResolver`` (the adapter's ``secrets``):
+never before, never stored. A secret that cannot be had (unbound, unset, a file too open, an
+``expected_digest`` mismatch) or that is no valid header value is an ``error`` receipt at once
+and nothing is sent. What comes back is scrubbed of every value sent (``_Scrub``): response
+header values, the body (before it is previewed or put in the blob store: a server that
+echoes the token gets ``REDACTED`` in its place) and every failure message, so neither the
+receipt nor the blob store ever holds one. The byte count (``:body-bytes``) counts the bytes
+as they moved.
 
 Byte count. Every receipt of an exchange that moved bytes counts them in its ``headers``
 under ``kernel.HTTP_BODY_BYTES_HEADER`` (``:body-bytes``, decimal text): the request body sent
@@ -71,6 +85,7 @@ import httpx
 
 from air import cbor
 from air.errors import WorldError
+from air.sys.ondemand import HTTP_KINDS, HTTP_SECRET_KIND
 from kernel import HTTP_BODY_BYTES_HEADER, UrlRefused, read_url
 from world.effects._adapters import (
     BACKOFF_BASE_S,
@@ -90,11 +105,21 @@ from world.effects._adapters import (
     backoff_s,
 )
 from world.effects._blob import BlobStore
+from world.effects._secrets import SecretResolver, SecretUnavailable
 from world.effects._workers import Outbox, WorkerPool
 
-__all__ = ["HTTP_KIND", "HTTP_USER_AGENT", "HttpAdapter"]
+__all__ = [
+    "HTTP_KIND",
+    "HTTP_KINDS",
+    "HTTP_SECRET_KIND",
+    "HTTP_USER_AGENT",
+    "REDACTED",
+    "HttpAdapter",
+]
 
 HTTP_KIND: Final = "http.request"
+REDACTED: Final = "[redacted secret]"
+"""What stands in a receipt (and a stored response body) where a secret's value was."""
 HTTP_USER_AGENT: Final = "world-kernel"
 """Sent as ``user-agent`` unless the intent's headers name one."""
 
@@ -114,6 +139,27 @@ class _Failed(Exception):
         self.body_bytes = body_bytes
 
 
+class _Scrub:
+    """Replaces every secret value an exchange sent, in what comes back."""
+
+    def __init__(self, values: list[bytes]) -> None:
+        self.values = sorted({v for v in values if v}, key=len, reverse=True)
+        self.texts = [v.decode("utf-8", "replace") for v in self.values]
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def data(self, body: bytes) -> bytes:
+        for value in self.values:
+            body = body.replace(value, REDACTED.encode())
+        return body
+
+    def text(self, text: str) -> str:
+        for value in self.texts:
+            text = text.replace(value, REDACTED)
+        return text
+
+
 @dataclass(frozen=True)
 class _Request:
     method: str
@@ -121,6 +167,7 @@ class _Request:
     headers: dict[str, str]
     body: bytes | None
     response_bytes_max: int
+    scrub: _Scrub
 
     @property
     def body_bytes(self) -> int:
@@ -151,7 +198,7 @@ def _response_headers(response: httpx.Response, body_bytes: int) -> dict[str, st
 
 class HttpAdapter:
     adapter_id: str = "http"
-    kinds: frozenset[str] = frozenset({HTTP_KIND})
+    kinds: frozenset[str] = HTTP_KINDS
 
     def __init__(
         self,
@@ -168,8 +215,10 @@ class HttpAdapter:
         body_preview_chars: int = HTTP_BODY_PREVIEW_CHARS,
         workers: int = HTTP_WORKERS,
         transport: httpx.BaseTransport | None = None,
+        secrets: SecretResolver | None = None,
     ) -> None:
         self.blobs = blobs
+        self.secrets = secrets
         self.attempt_deadline_s = attempt_deadline_s
         self.retries_max = retries_max
         self.backoff_base_s = backoff_base_s
@@ -203,8 +252,10 @@ class HttpAdapter:
 
     def _answer(self, intent: Intent) -> Receipt | None:
         """The receipt for ``intent``, or None when the adapter closed while waiting to retry."""
+        scrub = _Scrub([])
         try:
-            request = self._request(intent.params, intent.bytes_max)
+            request = self._request(intent.params, intent.bytes_max, intent.kind)
+            scrub = request.scrub
             failed: _Failed | None = None
             for retry in range(self.retries_max + 1):
                 if retry:
@@ -212,7 +263,7 @@ class HttpAdapter:
                     if self._pool.closing.wait(wait_s):
                         return None
                 try:
-                    payload = self._attempt(request)
+                    payload = self._scrubbed(self._attempt(request), scrub)
                 except _Failed as exc:
                     failed = exc
                     if exc.retry:
@@ -232,20 +283,31 @@ class HttpAdapter:
             failed = exc
         except Exception as exc:  # a bug or an input nothing above foresaw: still one receipt
             failed = _Failed("error", _describe(exc), retry=False)
-        return self._failure(intent, failed)
+        return self._failure(intent, failed, scrub)
 
-    def _failure(self, intent: Intent, failed: _Failed) -> Receipt:
+    @staticmethod
+    def _scrubbed(payload: dict[str, Any], scrub: _Scrub) -> dict[str, Any]:
+        """``payload`` with no secret value in its header values or preview."""
+        if not scrub:
+            return payload
+        headers = {
+            name: value if name == HTTP_BODY_BYTES_HEADER else scrub.text(value)
+            for name, value in payload["headers"].items()
+        }
+        return {**payload, "headers": headers, "body_preview": scrub.text(payload["body_preview"])}
+
+    def _failure(self, intent: Intent, failed: _Failed, scrub: _Scrub) -> Receipt:
         payload = {
             "status": 0,
             "headers": {HTTP_BODY_BYTES_HEADER: str(failed.body_bytes)}
             if failed.body_bytes
             else {},
             "body_ref": None,
-            "body_preview": failed.detail[: self.body_preview_chars],
+            "body_preview": scrub.text(failed.detail)[: self.body_preview_chars],
         }
         return Receipt(intent.intent_hash, self.adapter_id, failed.status, payload)
 
-    def _request(self, params: Any, bytes_max: int | None) -> _Request:
+    def _request(self, params: Any, bytes_max: int | None, kind: str = HTTP_KIND) -> _Request:
         if not isinstance(params, dict):
             raise _Failed("error", "params are not a record", retry=False)
         method, url, headers = params.get("method"), params.get("url"), params.get("headers") or {}
@@ -257,6 +319,16 @@ class HttpAdapter:
             raise _Failed(
                 "error", f"url refused ({exc.reason}): {exc.detail}", retry=False
             ) from exc
+        sent_secrets: list[bytes] = []
+        inline: bytes | None = None
+        if kind == HTTP_SECRET_KIND:
+            headers = {
+                name: self._header_value(name, value, sent_secrets)
+                for name, value in headers.items()
+                if str(name).strip().lower() != "host"
+            }
+            if params.get("body") is not None:
+                inline = self._value_of(params["body"], "body", sent_secrets)
         headers = {
             str(name).lower(): str(value)
             for name, value in headers.items()
@@ -264,7 +336,9 @@ class HttpAdapter:
         }
         headers.setdefault("user-agent", HTTP_USER_AGENT)
         body_ref = params.get("body_ref")
-        body = None
+        body = inline
+        if body_ref is not None and inline is not None:
+            raise _Failed("error", "params give both body and body_ref", retry=False)
         if body_ref is not None:
             try:
                 body = self.blobs.get(cbor.raw_to_hash(body_ref))
@@ -278,7 +352,39 @@ class HttpAdapter:
         limit = self.response_bytes_max
         if bytes_max is not None:
             limit = min(limit, bytes_max - sent)
-        return _Request(method, url, headers, body, limit)
+        return _Request(method, url, headers, body, limit, _Scrub(sent_secrets))
+
+    def _value_of(self, value: Any, where: str, sent: list[bytes]) -> bytes:
+        """A ``TextOrSecretRef``/``BytesOrSecretRef`` as bytes: a literal's (text as UTF-8),
+        or the secret's value, resolved now (and remembered in ``sent``, to scrub)."""
+        tag = value.get("$tag") if isinstance(value, dict) else None
+        inner = value.get("$value") if isinstance(value, dict) else None
+        if tag == "literal" and isinstance(inner, str | bytes):
+            return inner.encode("utf-8") if isinstance(inner, str) else inner
+        if tag != "secret" or not isinstance(inner, dict):
+            raise _Failed("error", f"{where} is neither a literal nor a secret", retry=False)
+        alias, version = inner.get("alias"), inner.get("version")
+        if self.secrets is None:
+            raise _Failed(
+                "error", f"{where}: no secrets are available to this adapter", retry=False
+            )
+        try:
+            data = self.secrets.resolve(str(alias), int(version))  # type: ignore[arg-type]
+        except SecretUnavailable as exc:
+            raise _Failed("error", f"{where}: {exc}", retry=False) from None
+        sent.append(data)
+        return data
+
+    def _header_value(self, name: str, value: Any, sent: list[bytes]) -> str:
+        data = self._value_of(value, f"header {name!r}", sent)
+        if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data) or not data.isascii():
+            what = "secret" if data in sent else "value"
+            raise _Failed(
+                "error",
+                f"header {name!r}: its {what} is not a valid header value (visible ASCII only)",
+                retry=False,
+            )
+        return data.decode("ascii")
 
     def _attempt(self, request: _Request) -> dict[str, Any]:
         """One exchange: the receipt payload, or ``_Failed``."""
@@ -304,7 +410,7 @@ class HttpAdapter:
             raise _Failed("error", _describe(exc), retry=True) from exc
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
             raise _Failed("error", _describe(exc), retry=False) from exc
-        return self._payload(response, body, request.body_bytes)
+        return self._payload(response, body, request.body_bytes, request.scrub)
 
     def _read_body(self, response: httpx.Response, started: float, request: _Request) -> bytes:
         """The response body, read up to the request's limit (``response_bytes_max``, less
@@ -330,7 +436,12 @@ class HttpAdapter:
                 raise _Failed("timeout", detail, retry=True, body_bytes=sent + len(body))
         return bytes(body)
 
-    def _payload(self, response: httpx.Response, body: bytes, sent: int) -> dict[str, Any]:
+    def _payload(
+        self, response: httpx.Response, body: bytes, sent: int, scrub: _Scrub
+    ) -> dict[str, Any]:
+        moved = sent + len(body)
+        if scrub:
+            body = scrub.data(body)  # before it is previewed or stored
         preview = _preview(body, self.body_preview_chars)
         body_ref: bytes | None = None
         # The preview encodes back to the body exactly when the body is valid UTF-8 and whole.
@@ -339,7 +450,7 @@ class HttpAdapter:
             body_ref = cbor.hash_to_raw(self.blobs.put(body))
         return {
             "status": response.status_code,
-            "headers": _response_headers(response, sent + len(body)),
+            "headers": _response_headers(response, moved),
             "body_ref": body_ref,
             "body_preview": preview,
         }

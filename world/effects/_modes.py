@@ -68,7 +68,7 @@ from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world.effects._adapters import Intent, Receipt, ReceiptStatus
 from world.effects._blob import BLOB_GET_KIND, BLOB_PUT_KIND
-from world.effects._http import HTTP_KIND
+from world.effects._http import HTTP_KINDS
 from world.effects._timer import TIMER_KIND
 
 __all__ = [
@@ -331,6 +331,6 @@ class NotLive:
 
 def failed_payload(kind: str, says: str) -> dict[str, Any]:
     """A payload of ``kind``'s receipt schema for an effect that did not happen."""
-    if kind == HTTP_KIND:
+    if kind in HTTP_KINDS:
         return {"status": 0, "headers": {}, "body_ref": None, "body_preview": says}
     return {"error": says, "kind": kind}  # no schema known here: the dispatcher's own shape

@@ -28,6 +28,11 @@ to their adapters): in any mode but ``live`` they never reach an adapter; ``NotL
 each inside ``dispatch`` and the answer goes through ``_signed`` like an adapter's, so it is
 signed, verified and journaled by the same path, and taken in the same cycle.
 
+Secrets. The default HTTP adapter resolves ``defsecret`` references at dispatch
+(``world.effects._secrets``) from ``local.json``'s bindings; a pump with live effects refuses
+to start (``UsageError`` naming each secret and how to bind it) while a declared secret has no
+usable binding on this machine. Effects that are not live need none.
+
 Intents still in flight when the pump closes are dispatched again by the next pump (at least
 once; adapters see the same intent hash).
 """
@@ -41,14 +46,15 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from air import cbor
-from air.errors import UnknownName
+from air.errors import UnknownName, UsageError
 from kernel import Kernel
 from world._localconfig import read_local_config
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
-from world.effects._http import HTTP_KIND, HttpAdapter
+from world.effects._http import HTTP_KINDS, HttpAdapter
 from world.effects._modes import EffectsMode, JournaledReceipts, NotLive
 from world.effects._receipts import ReceiptKey
+from world.effects._secrets import SecretResolver
 from world.effects._timer import SimClock, TimerAdapter
 from world.errors import ReceiptRefused
 
@@ -104,8 +110,16 @@ class EffectPump:
         if adapters is None:
             clock = SimClock(start_ns=world.kernel.effects.now_ns) if sim else None
             blobs = BlobAdapter(world.cas, synchronous=sim)
-            http = read_local_config(world.path).http  # this machine's settings
-            adapters = [TimerAdapter(clock), blobs, HttpAdapter(world.cas, **http.model_dump())]
+            local = read_local_config(world.path)  # this machine's settings
+            secrets = SecretResolver(
+                lambda: world.kernel.effects.air.secrets, local.secrets, world.path
+            )
+            if effects == "live":
+                unbound = secrets.unbound()
+                if unbound:
+                    raise UsageError("cannot run with live effects: " + "; ".join(unbound))
+            http = HttpAdapter(world.cas, secrets=secrets, **local.http.model_dump())
+            adapters = [TimerAdapter(clock), blobs, http]
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)
         self._timer = next(
@@ -138,7 +152,7 @@ class EffectPump:
             self._sent.add(intent.intent_hash)
             params = cbor.loads(intent.params_cbor)
             origin = str(intent.origin.get("name", ""))
-            bytes_max = intent.reserved if intent.kind == HTTP_KIND and intent.reserved else None
+            bytes_max = intent.reserved if intent.kind in HTTP_KINDS and intent.reserved else None
             outgoing = Intent(intent.intent_hash, intent.kind, params, origin, bytes_max)
             if self.not_live.covers(intent.kind):
                 self._signed(self.not_live.answer(outgoing))

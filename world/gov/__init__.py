@@ -44,14 +44,16 @@ if TYPE_CHECKING:
     from world.gov._cells import UPGRADE_BATCH_CELLS, CellsUpgraded, upgrade_cells
     from world.gov._proposals import (
         PROPOSED,
+        SHADOWED,
         Proposal,
         proposal,
         proposal_air,
         proposal_cells,
         proposals,
         propose,
+        shadows,
     )
-    from world.gov._shadow import SHADOWED, Shadowed, field_diff, shadow, shadows
+    from world.gov._shadow import Shadowed, field_diff, shadow
 
 __all__ = [
     "APPLIED",
@@ -81,7 +83,7 @@ __all__ = [
 
 _APPLY = ("APPLIED", "APPROVED", "Applied", "applied", "apply", "approvals", "approve", "listing")
 _CELLS = ("UPGRADE_BATCH_CELLS", "CellsUpgraded", "upgrade_cells")
-_SHADOW = ("SHADOWED", "Shadowed", "field_diff", "shadow", "shadows")
+_SHADOW = ("Shadowed", "field_diff", "shadow")
 _WHERE: dict[str, str] = {
     name: "world.gov._apply"
     if name in _APPLY

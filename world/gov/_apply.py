@@ -124,8 +124,7 @@ def listing(world: World) -> dict[str, Any]:
     """What ``world upgrade ls`` shows: every proposal (``Proposal.as_json``) with its
     approvals' and shadow runs' counts and the seq it was applied at (None), and the current
     manifest hash."""
-    from world.gov._proposals import proposals
-    from world.gov._shadow import shadows
+    from world.gov._proposals import proposals, shadows
 
     counts = approvals(world)
     shadowed = shadows(world)
@@ -147,7 +146,7 @@ def listing(world: World) -> dict[str, Any]:
 def _required(world: World, found: Proposal) -> None:
     """Refuse (``UpgradeRefused``) an apply that the world's AIR says needs an approval or a
     shadow run of the proposal first (``manifest.governance.apply_requires``)."""
-    from world.gov._shadow import shadows
+    from world.gov._proposals import shadows
 
     governance = world.air.manifest.governance
     needs = set() if governance is None else set(governance.apply_requires)

@@ -28,15 +28,20 @@ from world.errors import UpgradeRefused
 
 __all__ = [
     "PROPOSED",
+    "SHADOWED",
+    "SHADOWED_SUBJECT",
     "Proposal",
     "proposal",
     "proposal_air",
     "proposal_cells",
     "proposals",
     "propose",
+    "shadows",
 ]
 
 PROPOSED: Final = "gov.proposed"
+SHADOWED: Final = "gov.shadowed"
+SHADOWED_SUBJECT: Final = make_subject("world", "gov", "shadowed")
 _SUBJECT: Final = make_subject("world", "gov", "proposed")
 
 
@@ -154,3 +159,20 @@ def _proposal(seq: int, body: dict[str, Any]) -> Proposal:
         body.get("note"),
         body["diff"],
     )
+
+
+def shadows(world: World) -> dict[int, list[dict[str, Any]]]:
+    """Proposal id -> its shadow runs (``{seq, report, from, head, summary}``), oldest first."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for record in world.journal.read(0, SHADOWED_SUBJECT):
+        if record.kind == SHADOWED:
+            body = record.body
+            line = {
+                "seq": record.seq,
+                "report": cbor.raw_to_hash(body["report"]),
+                "from": body["from"],
+                "head": body["head"],
+                "summary": body["summary"],
+            }
+            found.setdefault(body["proposal"], []).append(line)
+    return found

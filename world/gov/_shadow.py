@@ -53,22 +53,25 @@ from air.values import to_sugar
 from kernel import TICK_KINDS, Kernel
 from kernel.cells import CellEntry
 from kernel.journal import JournalRecord
-from kernel.subjects import make_subject
 from world._world import World
 from world.effects import STUB_ADAPTER_ID, STUB_STATUS, failed_payload
 from world.gov._apply import APPLIED, APPLIED_SUBJECT, applied_body, not_stale
 from world.gov._cells import UPGRADE_BATCH_CELLS
-from world.gov._proposals import Proposal, journal_gov, proposal
+from world.gov._proposals import (
+    SHADOWED,
+    SHADOWED_SUBJECT,
+    Proposal,
+    journal_gov,
+    proposal,
+)
 from world.history import through
 
-__all__ = ["SHADOWED", "SHADOW_INPUTS", "SHADOW_SHOWN_MAX", "Shadowed", "shadow", "shadows"]
+__all__ = ["SHADOW_INPUTS", "SHADOW_SHOWN_MAX", "Shadowed", "field_diff", "shadow"]
 
-SHADOWED: Final = "gov.shadowed"
 SHADOW_INPUTS: Final = 10_000
 """Outside events a shadow re-feeds by default (the newest ones)."""
 SHADOW_SHOWN_MAX: Final = 100
 """Cells, failures and effects listed one by one in a report (all are counted)."""
-_SUBJECT: Final = make_subject("world", "gov", "shadowed")
 _STUB_SAYS: Final = "shadow: not sent; a shadow run calls no adapter"
 
 
@@ -113,25 +116,8 @@ def shadow(
         "head": head,
         "summary": _summary(report),
     }
-    seq = journal_gov(world, (SHADOWED, _SUBJECT, body))
+    seq = journal_gov(world, (SHADOWED, SHADOWED_SUBJECT, body))
     return Shadowed(seq, address, report)
-
-
-def shadows(world: World) -> dict[int, list[dict[str, Any]]]:
-    """Proposal id -> its shadow runs (``{seq, report, from, head, summary}``), oldest first."""
-    found: dict[int, list[dict[str, Any]]] = {}
-    for record in world.journal.read(0, _SUBJECT):
-        if record.kind == SHADOWED:
-            body = record.body
-            line = {
-                "seq": record.seq,
-                "report": cbor.raw_to_hash(body["report"]),
-                "from": body["from"],
-                "head": body["head"],
-                "summary": body["summary"],
-            }
-            found.setdefault(body["proposal"], []).append(line)
-    return found
 
 
 def _start(world: World, wanted: int, by_default: bool) -> int:

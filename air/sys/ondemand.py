@@ -1,0 +1,75 @@
+"""The on-demand built-in ``sys/`` defs: a second catalogue beside ``sys.air.json``.
+
+The defs of ``sys.air.json`` are in every world. These are not: one enters a world's AIR (and so
+its manifest and its hash) only when that AIR refers to it, directly or through another
+on-demand def it pulled in (``air._loader``'s docstring has the rule). So adding a def here
+changes no existing world's manifest hash, which adding one to ``sys.air.json`` would.
+
+Python text rather than a ``.air.json`` file beside ``sys.air.json``: ``air/`` reads no files
+(``tests/test_purity.py``), and the loader takes this catalogue itself (a world's stored sources
+do not carry it). So an on-demand def, once released, is never changed: a change is a new
+``@version``, or worlds that use it would load to another hash.
+
+What is here (issue 22, secrets, as AgentOS's ``spec/17-secrets.md`` lays them out):
+
+* ``sys/SecretRef@1`` ``{alias: text, version: nat}``: names a ``defsecret`` (``alias@version``);
+  canonically ``{"$tag": "secret", "$value": {"alias": ..., "version": ...}}`` inside the two
+  variants below.
+* ``sys/TextOrSecretRef@1`` and ``sys/BytesOrSecretRef@1``: ``literal`` (text / bytes) or
+  ``secret`` (a ``sys/SecretRef@1``).
+* ``sys/HttpRequestParams@2`` and the effect ``sys/http.request@2`` of kind
+  ``HTTP_SECRET_KIND`` (``http.request.v2``): an HTTP request whose header values may be secret
+  references and whose body may be given inline (``body``, at most
+  ``HTTP_INLINE_BODY_BYTES_MAX`` bytes, literal or a secret) or by ``body_ref`` (a blob:
+  any size), not both. Its receipt is ``sys/HttpRequestReceipt@1``, as ``http.request``'s, under
+  the same ``http.out`` capability. ``sys/HttpRequestParams@1`` stays as it is: AgentOS's is the
+  same, and AgentOS AIR redefines it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "HTTP_INLINE_BODY_BYTES_MAX",
+    "HTTP_KINDS",
+    "HTTP_SECRET_KIND",
+    "ONDEMAND_FILE",
+    "ONDEMAND_TEXT",
+    "SECRET_REF",
+]
+
+ONDEMAND_FILE: Final = "<builtin>/sys_ondemand.air.json"
+"""The file name diagnostics give these defs."""
+
+SECRET_REF: Final = "sys/SecretRef@1"
+HTTP_SECRET_KIND: Final = "http.request.v2"
+
+ONDEMAND_TEXT: Final = """[
+  {"$kind": "defschema", "name": "sys/SecretRef@1",
+   "type": {"record": {"alias": "text", "version": "nat"}}},
+  {"$kind": "defschema", "name": "sys/TextOrSecretRef@1",
+   "type": {"variant": {"literal": "text", "secret": "sys/SecretRef@1"}}},
+  {"$kind": "defschema", "name": "sys/BytesOrSecretRef@1",
+   "type": {"variant": {"literal": "bytes", "secret": "sys/SecretRef@1"}}},
+  {"$kind": "defschema", "name": "sys/HttpRequestParams@2",
+   "type": {"record": {
+     "method": "text",
+     "url": "text",
+     "headers": {"map": {"key": "text", "value": "sys/TextOrSecretRef@1"}},
+     "body": {"option": "sys/BytesOrSecretRef@1"},
+     "body_ref": {"option": "hash"}}}},
+  {"$kind": "defeffect", "name": "sys/http.request@2", "effect_kind": "http.request.v2",
+   "params_schema": "sys/HttpRequestParams@2", "receipt_schema": "sys/HttpRequestReceipt@1",
+   "cap_type": "http.out", "origins": ["plan"]}
+]
+"""
+
+HTTP_KINDS: Final = frozenset({"http.request", HTTP_SECRET_KIND})
+"""The effect kinds the HTTP adapter serves, charged alike under a ``bytes`` budget."""
+
+HTTP_INLINE_BODY_BYTES_MAX: Final = 64 * 1024
+"""The largest inline ``body`` of an ``http.request.v2`` (literal bytes): the kernel refuses a
+larger one (``params.body_too_large``), since the params are journaled with the intent. A
+larger body goes to the blob store first (``blob.put``) and is sent by ``body_ref``. A body
+that is a secret is not counted here: its value is read by the adapter only."""

@@ -1,0 +1,491 @@
+"""Secrets (issue 22, item 4; AgentOS's ``spec/17-secrets.md``): ``defsecret``, the on-demand
+built-ins that carry references (``sys/SecretRef@1``, ``sys/TextOrSecretRef@1``,
+``sys/BytesOrSecretRef@1``, ``sys/HttpRequestParams@2``, ``http.request.v2``), the per-secret
+ACL in the effect manager, and resolution in the HTTP adapter only.
+
+End to end: a plan POSTs a JSON body built from its input with an ``Authorization`` header from
+a secret bound to an environment variable; a loopback server sees both; then no byte of the
+world directory, an export, a fork or ``world journal tail`` holds the token. A plan outside
+``allowed_plans`` is refused with a journaled reason and sends nothing; an ``expected_digest``
+mismatch refuses the dispatch; an unbound secret stops ``world run`` naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plans_kit import (
+    Answer,
+    Loopback,
+    _Handler,
+    _Server,
+    await_receipt,
+    chain,
+    end,
+    ended,
+    of_kind,
+    plan,
+    plan_world,
+    records,
+)
+from typer.testing import CliRunner
+
+from air import AirSource, cbor, load_air
+from air.errors import ManifestError, UsageError
+from cli.main import app
+from world import Engine, LoopReport, World
+from world._airfiles import builtin_sources
+from world.history import fork_world
+
+runner = CliRunner()
+
+TOKEN = "tok-5f3a9c1e-SECRET-value-77"
+BEARER = f"Bearer {TOKEN}"
+ENV = "WORLD_TEST_ACME_TOKEN"
+ORDER = "t/Order@1"
+OTHER = "t/Other@1"
+ORDER_TYPE = {"record": {"id": "text", "amount": "nat"}}
+
+
+# --- a loopback server that records what it is sent --------------------------------------------
+
+
+class _Recording(_Handler):
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.loopback.seen.append((self.path, dict(self.headers.items()), body))  # type: ignore[attr-defined]
+        super()._answer()
+
+
+class RecordingLoopback(Loopback):
+    seen: list[tuple[str, dict[str, str], bytes]]
+
+    def start(self) -> RecordingLoopback:
+        import threading
+
+        self.seen = []
+        server = _Server(("127.0.0.1", 0), _Recording)
+        server.loopback = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+
+@pytest.fixture
+def server() -> Iterator[RecordingLoopback]:
+    loopback = RecordingLoopback().start()
+    try:
+        yield loopback
+    finally:
+        loopback.close()
+
+
+# --- the world -------------------------------------------------------------------------------
+
+
+def secret_ref(alias: str = "acme/token", version: int = 1) -> dict[str, Any]:
+    record = {"record": {"alias": {"text": alias}, "version": {"nat": version}}}
+    return {"variant": {"tag": "secret", "value": record}}
+
+
+def literal(expr: Any) -> dict[str, Any]:
+    return {"variant": {"tag": "literal", "value": expr}}
+
+
+def post_json(step_id: str, url: str, bind: str, auth: Any | None = None) -> dict[str, Any]:
+    """An ``http.request.v2`` POST of the plan's input as JSON, with ``auth`` as its
+    ``authorization`` header (a secret reference by default)."""
+    body = {
+        "op": "utf8_encode",
+        "args": [{"op": "json_encode", "args": [{"ref": "@plan.input"}, ORDER]}],
+    }
+    headers = [
+        {"key": "authorization", "value": secret_ref() if auth is None else auth},
+        {"key": "content-type", "value": literal("application/json")},
+    ]
+    return {
+        "id": step_id,
+        "op": "emit_effect",
+        "kind": "http.request.v2",
+        "params": {
+            "record": {
+                "method": {"text": "POST"},
+                "url": {"text": url},
+                "headers": {"map": headers},
+                "body": {"some": literal(body)},
+                "body_ref": {"none": {}},
+            }
+        },
+        "cap": "http",
+        "bind": {"effect_id_as": bind},
+    }
+
+
+def posting_plan(name: str, input_schema: str, url: str) -> dict[str, Any]:
+    steps = [post_json("post", url, "req"), await_receipt("wait", "req", "rcpt"), end()]
+    return plan(name, input_schema, steps, chain("post", "wait", "end"))
+
+
+def secret_world(
+    folder: Path,
+    server: Loopback,
+    *,
+    secret: dict[str, Any] | None = None,
+    path: str = "/orders",
+) -> Path:
+    url = server.url(path)
+    air = plan_world(
+        folder,
+        schemas={ORDER: ORDER_TYPE, OTHER: ORDER_TYPE},
+        plans=[posting_plan("t/post@1", ORDER, url), posting_plan("t/other@1", OTHER, url)],
+        triggers=[{"event": ORDER, "plan": "t/post@1"}, {"event": OTHER, "plan": "t/other@1"}],
+        grants=[
+            {
+                "name": "http",
+                "cap": "sys/http.out@1",
+                "params": {"hosts": ["127.0.0.1"], "verbs": ["POST"]},
+            }
+        ],
+    )
+    doc = {
+        "$kind": "defsecret",
+        "name": "acme/token@1",
+        "binding_id": "acme-token",
+        "allowed_plans": ["t/post@1"],
+        **(secret or {}),
+    }
+    (air / "secret.air.json").write_text(json.dumps(doc))
+    return air
+
+
+def bind_env(world_dir: Path) -> None:
+    local = {"secrets": {"acme-token": {"env": ENV}}}
+    (world_dir / "local.json").write_text(json.dumps(local))
+
+
+def drive(world: World) -> LoopReport:
+    with Engine(world) as loop:
+        return loop.run()
+
+
+def every_byte(folder: Path) -> Iterator[tuple[Path, bytes]]:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            yield path, path.read_bytes()
+
+
+def assert_nowhere(folder: Path, needle: str = TOKEN) -> None:
+    for path, data in every_byte(folder):
+        for form in (needle.encode(), needle.encode("utf-16-le")):
+            assert form not in data, f"{form!r} found in {path}"
+
+
+# --- 1. end to end ---------------------------------------------------------------------------
+
+
+def test_a_plan_posts_json_with_a_secret_header_and_the_token_is_nowhere_after(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, BEARER)
+    server.routes["/orders"] = Answer(200, b"accepted")
+    w = tmp_path / "w"
+    air = secret_world(tmp_path / "air", server)
+    with World.create(w, air) as world:
+        bind_env(w)
+        world.send(ORDER, {"id": "o-1", "amount": 42})
+        report = drive(world)
+        manifest = world.kernel.effects.air
+    assert report.receipts == 1
+    assert len(server.seen) == 1
+    path, headers, body = server.seen[0]
+    lowered = {k.lower(): v for k, v in headers.items()}
+    assert path == "/orders"
+    assert lowered["authorization"] == BEARER
+    assert lowered["content-type"] == "application/json"
+    assert json.loads(body) == {"amount": 42, "id": "o-1"}
+    recs = records(w)
+    assert [e["status"] for e in ended(recs).values()] == ["ok"]
+    queued = of_kind(recs, "effect.queued")
+    params = cbor.loads(queued[0].body["params"])
+    assert params["headers"]["authorization"] == {
+        "$tag": "secret",
+        "$value": {"alias": "acme/token", "version": 1},
+    }
+    assert "sys/HttpRequestParams@2" in manifest.defs
+    assert ("acme/token", 1) in manifest.secrets
+
+    # nowhere: the world, an export, a fork, the journal as the CLI prints it
+    assert_nowhere(w)
+    out = tmp_path / "export.cells"
+    done = runner.invoke(app, ["cells", "export", str(w), "t/Sink@1", "--all", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    exported = [out] if out.is_file() else [f for f in out.rglob("*") if f.is_file()]
+    assert exported
+    for file in exported:
+        assert TOKEN.encode() not in file.read_bytes()
+    with World.open(w, readonly=True) as world:
+        last = world.journal.seq_next - 1
+    fork_world(w, last, tmp_path / "fork")
+    assert_nowhere(tmp_path / "fork")
+    tail = runner.invoke(app, ["journal", "tail", str(w), "--from", "0"])
+    assert tail.exit_code == 0, tail.output
+    assert "acme/token" in tail.stdout  # the reference is journaled ...
+    assert TOKEN not in tail.stdout  # ... the value is not
+    raw_tail = runner.invoke(app, ["journal", "tail", str(w), "--from", "0", "--raw"])
+    assert TOKEN.encode().hex() not in raw_tail.stdout
+
+
+def test_a_server_echoing_the_token_leaves_no_trace_in_the_receipt_or_blobs(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, BEARER)
+    echo = f"you sent {BEARER} ".encode() * 100  # large: goes to the blob store
+    server.routes["/orders"] = Answer(200, echo)
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        bind_env(w)
+        world.send(ORDER, {"id": "o-1", "amount": 1})
+        drive(world)
+    receipts = of_kind(records(w), "receipt")
+    assert len(receipts) == 1
+    payload = cbor.loads(receipts[0].body["payload"])
+    assert "[redacted secret]" in payload["body_preview"]
+    assert payload["body_ref"] is not None
+    assert_nowhere(w)
+
+
+# --- 2. the ACL, the digest, the binding -------------------------------------------------------
+
+
+def test_a_plan_outside_allowed_plans_is_refused_journaled_and_sends_nothing(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, BEARER)
+    server.routes["/orders"] = Answer(200)
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        bind_env(w)
+        world.send(OTHER, {"id": "o-2", "amount": 1})
+        drive(world)
+    assert server.seen == []
+    recs = records(w)
+    assert of_kind(recs, "effect.queued") == []
+    (only,) = ended(recs).values()
+    assert only["status"] == "error"
+    assert only["error"]["code"] == "secret.plan_not_allowed"
+    assert "acme/token@1" in only["error"]["detail"]
+    assert "t/other@1" in only["error"]["detail"]
+
+
+def test_an_expected_digest_mismatch_refuses_the_dispatch_with_a_clear_reason(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, BEARER)
+    server.routes["/orders"] = Answer(200)
+    wrong = "sha256:" + hashlib.sha256(b"another value").hexdigest()
+    w = tmp_path / "w"
+    with World.create(
+        w, secret_world(tmp_path / "air", server, secret={"expected_digest": wrong})
+    ) as world:
+        bind_env(w)
+        world.send(ORDER, {"id": "o-3", "amount": 1})
+        drive(world)
+    assert server.seen == []
+    (receipt,) = of_kind(records(w), "receipt")
+    assert receipt.body["status"] == "error"
+    preview = cbor.loads(receipt.body["payload"])["body_preview"]
+    assert "acme/token@1" in preview
+    assert "expected_digest" in preview
+    assert_nowhere(w)
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "blake3"])
+def test_a_matching_expected_digest_sends(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch, algorithm: str
+) -> None:
+    import blake3
+
+    monkeypatch.setenv(ENV, BEARER)
+    server.routes["/orders"] = Answer(200)
+    digest = (
+        hashlib.sha256(BEARER.encode()).hexdigest()
+        if algorithm == "sha256"
+        else blake3.blake3(BEARER.encode()).hexdigest()
+    )
+    secret = {"expected_digest": f"{algorithm}:{digest}"}
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server, secret=secret)) as world:
+        bind_env(w)
+        world.send(ORDER, {"id": "o-4", "amount": 1})
+        drive(world)
+    assert len(server.seen) == 1
+
+
+def test_an_unbound_secret_stops_world_run_naming_it_and_local_json(
+    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        world.send(ORDER, {"id": "o-5", "amount": 1})
+        with pytest.raises(UsageError) as info:
+            Engine(world)
+    text = str(info.value)
+    assert "acme/token@1" in text
+    assert "acme-token" in text
+    assert "local.json" in text
+    result = runner.invoke(app, ["run", str(w)])
+    assert result.exit_code != 0
+    assert "acme/token@1" in result.output
+    assert "local.json" in result.output
+    bind_env(w)  # bound, but the variable is not set
+    result = runner.invoke(app, ["run", str(w)])
+    assert result.exit_code != 0
+    assert ENV in result.output
+    assert "not set" in result.output
+    assert server.seen == []
+
+
+def test_a_secret_file_must_be_private_and_outside_the_world(
+    tmp_path: Path, server: RecordingLoopback
+) -> None:
+    server.routes["/orders"] = Answer(200)
+    token_file = tmp_path / "token"
+    token_file.write_text(BEARER + "\n")
+    os.chmod(token_file, 0o644)
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        (w / "local.json").write_text(
+            json.dumps({"secrets": {"acme-token": {"file": str(token_file)}}})
+        )
+        with pytest.raises(UsageError, match="0600"):
+            Engine(world)
+        os.chmod(token_file, 0o600)
+        world.send(ORDER, {"id": "o-6", "amount": 1})
+        drive(world)
+    assert [{k.lower(): v for k, v in h.items()}["authorization"] for _p, h, _b in server.seen] == [
+        BEARER
+    ]
+    assert_nowhere(w)
+
+
+# --- 3. AIR: on-demand built-ins, defsecret validation, hashes ----------------------------------
+
+
+def _load(docs: list[dict[str, Any]]) -> Any:
+    return load_air([*builtin_sources(), AirSource("w.air.json", json.dumps(docs))])
+
+
+MANIFEST: dict[str, Any] = {"$kind": "manifest"}
+
+
+def test_on_demand_built_ins_enter_only_when_referred_to() -> None:
+    plain = _load([MANIFEST])
+    assert not any(n.startswith("sys/") and "Secret" in n for n in plain.defs)
+    assert "sys/HttpRequestParams@2" not in plain.defs
+    one = _load(
+        [{"$kind": "defschema", "name": "t/A@1", "type": "sys/TextOrSecretRef@1"}, MANIFEST]
+    )
+    assert {"sys/TextOrSecretRef@1", "sys/SecretRef@1"} <= one.defs.keys()
+    assert "sys/HttpRequestParams@2" not in one.defs
+    assert one.manifest_hash != plain.manifest_hash
+
+
+def test_an_effect_kind_brings_its_effect_and_schemas() -> None:
+    rule = {"when": {"effect_kind": "http.request.v2"}, "decision": "allow"}
+    air = _load([{"$kind": "defpolicy", "name": "t/p@1", "rules": [rule]}, MANIFEST])
+    assert {
+        "sys/http.request@2",
+        "sys/HttpRequestParams@2",
+        "sys/TextOrSecretRef@1",
+        "sys/BytesOrSecretRef@1",
+        "sys/SecretRef@1",
+    } <= air.defs.keys()
+    assert air.effects["http.request.v2"].params_schema == "sys/HttpRequestParams@2"
+
+
+def test_an_identical_redefinition_of_an_on_demand_built_in_is_accepted_a_different_one_not() -> (
+    None
+):
+    same = {
+        "$kind": "defschema",
+        "name": "sys/SecretRef@1",
+        "type": {"record": {"alias": {"text": {}}, "version": {"nat": {}}}},
+    }
+    base = _load([{"$kind": "defschema", "name": "t/A@1", "type": "sys/SecretRef@1"}, MANIFEST])
+    again = _load(
+        [same, {"$kind": "defschema", "name": "t/A@1", "type": "sys/SecretRef@1"}, MANIFEST]
+    )
+    assert again.manifest_hash == base.manifest_hash
+    other = {**same, "type": {"record": {"alias": "text"}}}
+    with pytest.raises(ManifestError) as info:
+        _load([other, MANIFEST])
+    assert [d.code for d in info.value.diagnostics] == ["air.name.duplicate"]
+
+
+def _secret_docs(secret: dict[str, Any], **manifest: Any) -> list[dict[str, Any]]:
+    return [{"$kind": "defsecret", "binding_id": "b", **secret}, {**MANIFEST, **manifest}]
+
+
+def test_defsecret_validation() -> None:
+    ok = _load(_secret_docs({"name": "acme/token@1"}, secrets=["acme/token@1"]))
+    assert ("acme/token", 1) in ok.secrets
+    hashed = _load(_secret_docs({"name": "acme/token@1"}))
+    assert hashed.manifest_hash == ok.manifest_hash  # the list is filled in either way
+    cases = {
+        "air.name.invalid": ({"name": "token@0"}, "/0/name"),
+        "air.shape": ({"name": "a/t@1", "expected_digest": "md5:00"}, "/0/expected_digest"),
+        "air.ref.unknown_cap_grant": (
+            {"name": "a/t@1", "allowed_caps": ["nope"]},
+            "/0/allowed_caps/0",
+        ),
+        "air.ref.unknown_plan": (
+            {"name": "a/t@1", "allowed_plans": ["t/nope@1"]},
+            "/0/allowed_plans/0",
+        ),
+    }
+    for code, (secret, pointer) in cases.items():
+        with pytest.raises(ManifestError) as info:
+            _load(_secret_docs(secret))
+        assert [(d.code, d.pointer) for d in info.value.diagnostics] == [(code, pointer)], code
+    with pytest.raises(ManifestError) as info:
+        _load(_secret_docs({"name": "a/t@1"}, secrets=["a/other@1"]))
+    assert [(d.code, d.pointer) for d in info.value.diagnostics] == [
+        ("air.ref.unknown_secret", "/1/secrets/0")
+    ]
+
+
+def test_a_constant_secret_ref_in_a_plan_must_be_declared(tmp_path: Path) -> None:
+    step = post_json("post", "http://127.0.0.1:1/x", "req", auth=secret_ref("acme/missing", 2))
+    the_plan = plan("t/p@1", ORDER, [step, end()], chain("post", "end"))
+    docs = [
+        {"$kind": "defschema", "name": ORDER, "type": ORDER_TYPE},
+        the_plan,
+        {
+            **MANIFEST,
+            "defaults": {
+                "cap_grants": [
+                    {
+                        "name": "http",
+                        "cap": "sys/http.out@1",
+                        "params": {"hosts": ["127.0.0.1"], "verbs": ["POST"]},
+                    }
+                ]
+            },
+        },
+    ]
+    with pytest.raises(ManifestError) as info:
+        _load(docs)
+    found = [(d.code, d.pointer) for d in info.value.diagnostics]
+    assert found == [("air.ref.unknown_secret", "/1/steps/0/params")]
+    assert "acme/missing@2" in info.value.diagnostics[0].message

@@ -30,6 +30,12 @@ one JSON line per run):
   ``sys/StateUpgrade@1``); then N ordinary steps again, in the new era. The ratio is the
   upgrade's time over the steps' (both with their checkpoint).
 
+* ``shadow`` (``--shadow-inputs N``): a counter world sent N ``Add 1`` events over
+  ``min(N, 1000)`` keys (run, checkpointed, closed). Reopened, the "fixed" AIR is proposed and
+  ``world upgrade shadow`` (``world.gov.shadow``, default ``--from``: the newest 10,000 inputs)
+  is timed against ``replay --verify`` of the same world (``world.history.verify_world``:
+  every record re-executed from genesis), the replay the shadow is measured against.
+
 ``--profile FILE`` writes a cProfile of the upgrade phase (pstats format; ``--profile-top K``
 prints the top K by cumulative time to stderr). The process runs the collector as the
 ``world`` CLI does (``cli.main.COLLECTOR_THRESHOLDS``).
@@ -245,24 +251,67 @@ def run_hook(cells: int, args: argparse.Namespace, folder: Path) -> dict[str, An
     return out
 
 
+def run_shadow(inputs: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    from world import World
+    from world.gov import propose, shadow
+    from world.history import verify_world
+
+    path = folder / f"shadow-{inputs}"
+    keys = min(inputs, 1000)
+    t0 = time.perf_counter()
+    with World.create(
+        path, counter_air(folder / f"air-shadow-{inputs}", COUNTER_WASM.read_bytes())
+    ) as world:
+        for i in range(0, inputs, args.batch):
+            world.send_many(
+                (EVENT, {"key": f"k{n % keys}", "op": {"$tag": "Add", "$value": 1}})
+                for n in range(i, min(inputs, i + args.batch))
+            )
+            world.run_until_idle()
+        world.snapshot()
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = verify_world(path)
+    replay_s = time.perf_counter() - t0
+    assert report.ok, report
+    with World.open(path) as world:
+        made, _ = propose(world, counter_air(folder / f"air-fix-{inputs}", fixed_wasm(1)))
+        t0 = time.perf_counter()
+        done = profiled(args.profile, args.profile_top, lambda: shadow(world, made.id))
+        shadow_s = time.perf_counter() - t0
+    return {
+        "workload": "shadow",
+        "inputs": inputs,
+        "inputs_refed": done.report["inputs"],
+        "cells_differ": done.report["cells"]["differ"],
+        "build_s": build_s,
+        "replay_s": replay_s,
+        "shadow_s": shadow_s,
+        "ratio_shadow_to_replay": shadow_s / replay_s,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--hook-cells", type=int, nargs="*", default=[])
+    parser.add_argument("--shadow-inputs", type=int, nargs="*", default=[])
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--applies", type=int, default=3, help="proposals applied in a row")
     parser.add_argument("--cli", action="store_true", help="upgrade with the `world` command")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile the upgrade here")
     parser.add_argument("--profile-top", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="parent folder (default: temp)")
-    parser.add_argument("--one", choices=("same", "hook"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=("same", "hook", "shadow"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-upgrades-", dir=args.dir))
     try:
         if args.one:
             gc.set_threshold(*COLLECTOR_THRESHOLDS)
-            (cells,) = args.cells if args.one == "same" else args.hook_cells
-            run = run_same if args.one == "same" else run_hook
+            sizes = {"same": args.cells, "hook": args.hook_cells, "shadow": args.shadow_inputs}
+            (cells,) = sizes[args.one]
+            run = {"same": run_same, "hook": run_hook, "shadow": run_shadow}[args.one]
             result = run(cells, args, folder)
             print(
                 json.dumps(
@@ -271,8 +320,10 @@ def main() -> None:
             )
             return
         runs = [("same", n) for n in args.cells] + [("hook", n) for n in args.hook_cells]
+        runs += [("shadow", n) for n in args.shadow_inputs]
+        flags = {"same": "--cells", "hook": "--hook-cells", "shadow": "--shadow-inputs"}
         for kind, cells in runs:
-            flag = "--cells" if kind == "same" else "--hook-cells"
+            flag = flags[kind]
             command = [sys.executable, __file__, "--one", kind, flag, str(cells)]
             command += ["--batch", str(args.batch), "--applies", str(args.applies)]
             command += ["--dir", str(folder)] + (["--cli"] if args.cli else [])

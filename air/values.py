@@ -193,6 +193,10 @@ def _norm_variant(
     cases = node.case_map()
     if isinstance(value, str):
         value = {"$tag": value, "$value": None}
+    elif isinstance(value, dict) and len(value) == 1 and "$tag" not in value:
+        ((tag, inner),) = value.items()
+        if isinstance(tag, str) and tag in cases:  # AgentOS's sugar: {"Case": value}
+            value = {"$tag": tag, "$value": inner}
     if not isinstance(value, dict) or "$tag" not in value or not set(value) <= {"$tag", "$value"}:
         raise mismatch(pointer, "type", 'expected a variant {"$tag": T, "$value": V}')
     tag = value["$tag"]

@@ -516,6 +516,7 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         else:
             with opened(directory, readonly=True) as world:
                 data = world.info()
+    data["http"] = _http(directory)
     if json_output:
         emit_json(data)
         return
@@ -557,6 +558,17 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         console.print(
             f"[yellow]dead letter[/yellow] seq {letter['seq']} {letter['reducer']} {letter['schema']}: {letter['code']}"
         )
+
+
+def _http(directory: Path) -> dict[str, Any]:
+    """The HTTP adapter's settings on this machine (``local.json`` over the defaults), or the
+    problem with the file (a world runs on no settings it did not understand)."""
+    from world.effects import http_settings
+
+    try:
+        return dict(http_settings(directory))
+    except InvalidArgument as exc:
+        return {"problem": str(exc)}
 
 
 def snapshot(directory: DirArg, json_output: JsonOpt = False) -> None:

@@ -106,7 +106,7 @@ def show(
         console.print(shown, markup=False, highlight=False, soft_wrap=True)
     else:
         console.print_json(json.dumps(shown))
-    if out.get("era") not in (None, out.get("current_era")):
+    if "current_era" in out and out["era"] not in (None, out["current_era"]):
         console.print(
             f"era {out['era']} (the world runs {out['current_era']}: `world cells upgrade` "
             "moves it)",
@@ -182,8 +182,8 @@ def _tail_here(
     """The cell's history read from the journal files (no server holds the world): only the
     journal, which a writer only appends to, so its checkpoints never stop it, and ``--follow``
     goes on from the seq after the last record it read."""
-    from cli.journal import current_air, stored_air
-    from world import RecordView, World, load_world_air
+    from cli.journal import stored_air
+    from world import RecordView, World, current_air, load_world_air
     from world.history import CellHistory, cell_key
     from world.journal import FileJournal
 

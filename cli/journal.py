@@ -164,33 +164,11 @@ def tail(
             reader.close()
 
 
-def current_air(directory: Path) -> Any:
-    """The AIR the world at ``directory`` runs now, read without opening it: the genesis AIR,
-    or the last applied upgrade's (``world.gov``)."""
-    from air import cbor
-    from world import load_world_air
-    from world.journal import FileJournal
-
-    reader = FileJournal(directory / "journal", readonly=True)
-    try:
-        last = None
-        for record in reader.read(0, "/world/gov/applied"):
-            if record.kind == "gov.applied":
-                last = record.body["air"]
-    finally:
-        reader.close()
-    if last is None:
-        return load_world_air(directory)
-    return stored_air(directory)(cbor.raw_to_hash(last))
-
-
 def stored_air(directory: Path) -> Any:
     """The loader of an era's AIR from the world's CAS (read-only)."""
-    from world._airstore import load_stored_air
-    from world._cas import FileCas
+    from world import stored_air_reader
 
-    cas = FileCas(directory, readonly=True)
-    return lambda address: load_stored_air(cas, address)
+    return stored_air_reader(directory)
 
 
 def _tail_served(

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from air.errors import InvalidArgument
 from cli.main import app
 from world import Engine, World
-from world._localconfig import HTTP_DEFAULTS, read_local_config
+from world._localconfig import read_local_config
+from world.effects import http_settings
 
 runner = CliRunner()
 
@@ -51,9 +52,10 @@ def test_the_http_retries_come_from_local_json(tmp_path: Path, server: Loopback)
 def test_no_file_is_every_default_and_info_shows_them(tmp_path: Path) -> None:
     with World.create(tmp_path / "w", ORDER_AIR):
         pass
-    assert read_local_config(tmp_path / "w").http == HTTP_DEFAULTS
+    assert read_local_config(tmp_path / "w").http.given() == {}
     shown = json.loads(runner.invoke(app, ["info", str(tmp_path / "w"), "--json"]).stdout)
-    assert shown["http"] == HTTP_DEFAULTS.model_dump()
+    assert shown["http"] == http_settings(tmp_path / "w")
+    assert shown["http"]["retries_max"] == 3
     (tmp_path / "w" / "local.json").write_text('{"http": {"retries_max": 7}}')
     text = runner.invoke(app, ["info", str(tmp_path / "w")]).output
     assert "retries_max 7" in text

@@ -402,6 +402,7 @@ def test_replies_keep_request_order_behind_a_deferred_one(server: Served) -> Non
         "state_cbor": first["state_cbor"],
         "at": 4,
         "through": 4,
+        "era": first["era"],
     }
     assert second["journal_seq_next"] == 17
     assert [r["seq"] for r in third["records"]] == [16]

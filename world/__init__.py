@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from world._airfiles import load_air_path
+    from world._airstore import current_air, stored_air_reader
     from world._archive import ArchiveReport, archive_world, remembered_archive
     from world._directory import load_world_air
     from world._engine import TICKS_PER_CYCLE_MAX, Engine, LoopReport, Rejected
@@ -131,11 +132,13 @@ __all__ = [
     "archive_world",
     "cells_page",
     "check_world",
+    "current_air",
     "load_air_path",
     "load_world_air",
     "native_requested",
     "remembered_archive",
     "repair_world",
+    "stored_air_reader",
 ]
 
 _WHERE: dict[str, str] = {
@@ -179,6 +182,7 @@ _WHERE: dict[str, str] = {
         ),
         ("world._airfiles", ("load_air_path",)),
         ("world._directory", ("load_world_air",)),
+        ("world._airstore", ("current_air", "stored_air_reader")),
         ("world._runner", ("native_requested",)),
         (
             "world.errors",

@@ -16,6 +16,7 @@ address, since every object is content-addressed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from air import AirSource, LoadedAir, cbor, load_air, resolve_relative
@@ -24,7 +25,14 @@ from world._airfiles import inspect_wasm
 from world._cas import FileCas
 from world.errors import StoreDamaged
 
-__all__ = ["AIR_DOCUMENT_FORMAT", "air_loader", "load_stored_air", "store_air"]
+__all__ = [
+    "AIR_DOCUMENT_FORMAT",
+    "air_loader",
+    "current_air",
+    "load_stored_air",
+    "store_air",
+    "stored_air_reader",
+]
 
 AIR_DOCUMENT_FORMAT: Final = 1
 
@@ -58,6 +66,32 @@ def load_stored_air(cas: FileCas, address: str) -> LoadedAir:
         raise StoreDamaged(str(cas.path_of(address)), f"not an AIR document: {exc}") from exc
     read: Callable[[str], bytes | None] = wasm.get
     return load_air(sources, read, inspect_wasm)
+
+
+def stored_air_reader(world_dir: Path) -> Callable[[str], LoadedAir]:
+    """Address -> the AIR stored there, in the world at ``world_dir`` (read-only: a reader
+    that does not open the world, as ``journal tail`` does)."""
+    cas = FileCas(world_dir, readonly=True)
+    return lambda address: load_stored_air(cas, address)
+
+
+def current_air(world_dir: Path) -> LoadedAir:
+    """The AIR the world at ``world_dir`` runs now, read without opening it: the genesis AIR,
+    or the last applied upgrade's (``world.gov``)."""
+    from world._directory import load_world_air
+    from world.journal import FileJournal
+
+    reader = FileJournal(world_dir / "journal", readonly=True)
+    try:
+        last = None
+        for record in reader.read(0, "/world/gov/applied"):
+            if record.kind == "gov.applied":
+                last = record.body["air"]
+    finally:
+        reader.close()
+    if last is None:
+        return load_world_air(world_dir)
+    return stored_air_reader(world_dir)(cbor.raw_to_hash(last))
 
 
 def air_loader(cas: FileCas) -> Callable[[bytes], LoadedAir]:

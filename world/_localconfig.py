@@ -10,7 +10,7 @@ how the effect adapters reach the outside world on this machine:
       "secrets": {"<binding_id>": {"env": "API_TOKEN"} | {"file": "/etc/acme/token"}}
     }
 
-Every key is optional; an absent file is every default (``HTTP_DEFAULTS``, the adapter's own).
+Every key is optional; an absent file is every default (the adapter's own).
 ``http``: the HTTP adapter's timeouts, retries and backoff (``world.effects._http``), shown by
 ``world info``. ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
 environment variable of the process that runs the world, or a file (an absolute path, outside
@@ -32,17 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from air import jsontext
 from air.errors import InvalidArgument, JsonError
 from world import _fileio as fileio
-from world.effects._adapters import (
-    BACKOFF_BASE_S,
-    BACKOFF_MAX_S,
-    HTTP_ATTEMPT_DEADLINE_S,
-    HTTP_CONNECT_TIMEOUT_S,
-    HTTP_READ_TIMEOUT_S,
-    RETRIES_MAX,
-)
 
 __all__ = [
-    "HTTP_DEFAULTS",
     "LOCAL_CONFIG",
     "LOCAL_CONFIG_BYTES_MAX",
     "HttpSettings",
@@ -60,17 +51,19 @@ class _Strict(BaseModel):
 
 
 class HttpSettings(_Strict):
-    """The HTTP adapter's settings (the adapter's defaults when absent)."""
+    """The HTTP adapter's settings; None (absent) is the adapter's default
+    (``world.effects.http_settings`` gives them filled in)."""
 
-    connect_timeout_s: float = Field(HTTP_CONNECT_TIMEOUT_S, gt=0, le=3600)
-    read_timeout_s: float = Field(HTTP_READ_TIMEOUT_S, gt=0, le=3600)
-    attempt_deadline_s: float = Field(HTTP_ATTEMPT_DEADLINE_S, gt=0, le=86400)
-    retries_max: int = Field(RETRIES_MAX, ge=0, le=100)
-    backoff_base_s: float = Field(BACKOFF_BASE_S, ge=0, le=3600)
-    backoff_max_s: float = Field(BACKOFF_MAX_S, ge=0, le=86400)
+    connect_timeout_s: float | None = Field(None, gt=0, le=3600)
+    read_timeout_s: float | None = Field(None, gt=0, le=3600)
+    attempt_deadline_s: float | None = Field(None, gt=0, le=86400)
+    retries_max: int | None = Field(None, ge=0, le=100)
+    backoff_base_s: float | None = Field(None, ge=0, le=3600)
+    backoff_max_s: float | None = Field(None, ge=0, le=86400)
 
-
-HTTP_DEFAULTS: Final = HttpSettings()
+    def given(self) -> dict[str, float | int]:
+        """The settings the file gives (the adapter's keyword arguments)."""
+        return self.model_dump(exclude_none=True)
 
 
 class SecretBinding(_Strict):

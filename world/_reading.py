@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from air import LoadedAir, cbor
-from air.errors import InvalidArgument, KeyMismatch, UnknownName
+from air.errors import KeyMismatch, UnknownName
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import Kernel
@@ -233,21 +233,9 @@ def _info(source: Source) -> dict[str, Any]:
         "runs_started": kernel.plans.started,
         "effects": kernel.effects.counts(),
         "effects_mode": _effects_mode(source.path),
-        "http": _http_settings(source.path),
         "logical_now_ns": kernel.effects.now_ns,
         "notices": list(source.notices),
     }
-
-
-def _http_settings(path: Path) -> dict[str, Any]:
-    """The HTTP adapter's settings on this machine (``world._localconfig``), or the problem
-    with the settings file (a world runs on no settings it did not understand)."""
-    from world._localconfig import read_local_config
-
-    try:
-        return read_local_config(path).http.model_dump()
-    except InvalidArgument as exc:
-        return {"problem": str(exc)}
 
 
 def _effects_mode(path: Path) -> dict[str, Any]:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         backoff_s,
     )
     from world.effects._blob import BlobAdapter
-    from world.effects._http import HttpAdapter
+    from world.effects._http import HttpAdapter, http_settings
     from world.effects._modes import (
         EFFECTS_MODES,
         MODE_FILE,
@@ -138,6 +138,7 @@ __all__ = [
     "decide_parked",
     "failed_payload",
     "fork_mode",
+    "http_settings",
     "read_mode_file",
     "write_mode_file",
 ]
@@ -179,7 +180,7 @@ _WHERE: dict[str, str] = {
             ),
         ),
         ("world.effects._blob", ("BlobAdapter",)),
-        ("world.effects._http", ("HttpAdapter",)),
+        ("world.effects._http", ("HttpAdapter", "http_settings")),
         (
             "world.effects._modes",
             (

@@ -118,7 +118,7 @@ class EffectPump:
                 unbound = secrets.unbound()
                 if unbound:
                     raise UsageError("cannot run with live effects: " + "; ".join(unbound))
-            http = HttpAdapter(world.cas, secrets=secrets, **local.http.model_dump())
+            http = HttpAdapter(world.cas, secrets=secrets, **local.http.given())
             adapters = [TimerAdapter(clock), blobs, http]
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)

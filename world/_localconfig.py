@@ -61,7 +61,7 @@ class HttpSettings(_Strict):
     backoff_base_s: float | None = Field(None, ge=0, le=3600)
     backoff_max_s: float | None = Field(None, ge=0, le=86400)
 
-    def given(self) -> dict[str, float | int]:
+    def given(self) -> dict[str, Any]:
         """The settings the file gives (the adapter's keyword arguments)."""
         return self.model_dump(exclude_none=True)
 

@@ -210,6 +210,16 @@ def _check_declared_hashes(air: LoadedAir, manifest_loc: Located, diags: Diagnos
         for i, item in enumerate(getattr(air.manifest, field_name)):
             if isinstance(item, str) or item.hash is None or item.name not in air.def_hashes:
                 continue
+            if not item.hash.startswith("blake3:"):  # AgentOS's sha256 of its own CBOR
+                diags.add(
+                    manifest_loc.file,
+                    f"{manifest_loc.pointer}/{field_name}/{i}/hash",
+                    "air.hash.foreign",
+                    f"{item.name}'s hash {item.hash[:16]}… is not a blake3 hash of this build's "
+                    "canonical form: not checked",
+                    "warning",
+                )
+                continue
             if item.hash != air.def_hashes[item.name]:
                 diags.add(
                     manifest_loc.file,

@@ -27,6 +27,8 @@ to point into, put the 1-based line and column at the start of their message.
     air.manifest.missing         no manifest in the AIR
     air.manifest.multiple        more than one manifest
     air.hash.mismatch            a hash written in the AIR differs from the computed one
+    air.hash.foreign             (a warning) a def's hash in the manifest is not ``blake3:`` (as
+                                 AgentOS writes ``sha256:``): not checked
     air.type.invalid             a type expression is malformed (or nested too deep)
     air.schema.cycle             schemas reach themselves through refs (AIR v1 has no recursive
                                  types); once per cycle, at its least-named schema

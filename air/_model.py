@@ -178,6 +178,10 @@ class DefCap(_Model):
     name: str
     cap_type: str
     schema_: Any = Field(alias="schema")
+    enforcer: Any = None
+    """AgentOS's enforcer module (``{"module": "sys/CapAllowAll@1"}``): accepted and not used
+    (this build's capability checks are its own, ``kernel._grants``), and not part of the def's
+    canonical form or hash."""
 
 
 class PolicyMatch(_Model):

@@ -278,3 +278,28 @@ def test_a_timer_world_whose_slot_names_the_cap_type_runs_and_replays(tmp_path: 
         assert world.state("demo/Timer@1", "t")["last_fired_ns"] == 1_000
     assert verify_world(w).ok
     shutil.rmtree(w)
+
+
+# --- AgentOS's sha256 refs and defcap enforcers -------------------------------------------------
+
+
+def test_a_sha256_ref_in_the_manifest_is_a_warning_and_a_blake3_one_is_still_checked() -> None:
+    schema = {"$kind": "defschema", "name": "t/S@1", "type": {"record": {"n": "int"}}}
+    foreign = "sha256:" + "ab" * 32
+    manifest = {"$kind": "manifest", "schemas": [{"name": "t/S@1", "hash": foreign}]}
+    loaded = _load([schema, manifest])
+    found = [(d.code, d.pointer, d.severity) for d in loaded.warnings]
+    assert found == [("air.hash.foreign", "/1/schemas/0/hash", "warning")]
+    same = _load([schema, {"$kind": "manifest"}])
+    assert loaded.manifest_hash == same.manifest_hash  # the foreign hash changes nothing
+    wrong = {**manifest, "schemas": [{"name": "t/S@1", "hash": "blake3:" + "00" * 32}]}
+    assert [code for code, _, _ in _errors([schema, wrong])] == ["air.hash.mismatch"]
+
+
+def test_a_defcap_with_agentos_enforcer_loads_and_hashes_as_without() -> None:
+    cap = {"$kind": "defcap", "name": "t/cap@1", "cap_type": "t.cap", "schema": {"record": {}}}
+    enforced = {**cap, "enforcer": {"module": "sys/CapAllowAll@1"}}
+    manifest = {"$kind": "manifest"}
+    plain, with_enforcer = _load([cap, manifest]), _load([enforced, manifest])
+    assert with_enforcer.def_hashes["t/cap@1"] == plain.def_hashes["t/cap@1"]
+    assert with_enforcer.manifest_hash == plain.manifest_hash

@@ -40,6 +40,7 @@ __all__ = [
     "effects_mode",
     "info",
     "init",
+    "module_bindings",
     "opened",
     "parse_json_arg",
     "parse_key_arg",
@@ -125,13 +126,13 @@ def init(
     from world import World
 
     with handle_errors(), signals_deferred():
-        world = World.create(directory, air, modules=_module_bindings(module or []))
+        world = World.create(directory, air, modules=module_bindings(module or []))
         manifest_hash = world.air.manifest_hash
         world.close()
     console.print(f"created world at {directory} (manifest {manifest_hash})")
 
 
-def _module_bindings(values: list[str]) -> dict[str, Path]:
+def module_bindings(values: list[str]) -> dict[str, Path]:
     """``--module NAME=FILE.wasm`` values as NAME -> FILE; each NAME at most once."""
     bindings: dict[str, Path] = {}
     for value in values:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.common import console, emit_json, handle_errors
-from cli.core import opened, via_server
+from cli.core import ModuleOpt, module_bindings, opened, via_server
 
 if TYPE_CHECKING:
     from air.errors import ManifestError
@@ -35,10 +35,12 @@ def propose(
     directory: DirArg,
     air: Annotated[Path, typer.Option("--air", help="The new AIR: a folder or one file")],
     note: Annotated[str | None, typer.Option("--note", help="Why: kept with it")] = None,
+    module: ModuleOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Validate the AIR at --air against the world and journal it as a proposal with its diff
-    (defs, routes, triggers, grants, policy; per reducer: wasm, state and key schema)."""
+    (defs, routes, triggers, grants, policy; per reducer: wasm, state and key schema).
+    --module NAME=FILE.wasm binds a module that names no wasm, as for `world init`."""
     from world.gov import proposal_cells
     from world.gov import propose as propose_air
 
@@ -51,10 +53,15 @@ def propose(
             _print_diagnostics(exc.diagnostics)
 
     with handle_errors(json_output, on_manifest):
-        reply = via_server(directory, "upgrade_propose", air=str(air.absolute()), note=note)
+        bindings = {
+            name: str(Path(file).absolute()) for name, file in module_bindings(module or []).items()
+        }
+        reply = via_server(
+            directory, "upgrade_propose", air=str(air.absolute()), note=note, modules=bindings
+        )
         if reply is None:
             with opened(directory) as world:
-                made, _diff = propose_air(world, air, note)
+                made, _diff = propose_air(world, air, note, modules=bindings)
                 reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
     _print_proposal(reply, json_output)
 

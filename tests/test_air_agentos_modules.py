@@ -14,7 +14,7 @@ import pytest
 
 from air import AirSource, load_air
 from air.errors import InvalidArgument, ManifestError
-from cli.core import _module_bindings
+from cli.core import module_bindings
 from world import Engine, World
 from world._airfiles import air_sources, bind_module_wasm, builtin_sources, inspect_wasm, read_file
 from world.history import verify_world
@@ -146,10 +146,10 @@ def test_binding_a_module_that_names_its_wasm_is_refused() -> None:
 
 def test_a_module_bound_twice_or_a_malformed_option_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="bound twice"):
-        _module_bindings([f"{COUNTER}=a.wasm", f"{COUNTER}=b.wasm"])
+        module_bindings([f"{COUNTER}=a.wasm", f"{COUNTER}=b.wasm"])
     with pytest.raises(InvalidArgument, match=r"NAME=FILE\.wasm"):
-        _module_bindings([COUNTER])
-    assert _module_bindings([f"{COUNTER}=a.wasm"]) == {COUNTER: Path("a.wasm")}
+        module_bindings([COUNTER])
+    assert module_bindings([f"{COUNTER}=a.wasm"]) == {COUNTER: Path("a.wasm")}
 
 
 def test_binding_leaves_other_sources_byte_for_byte(tmp_path: Path) -> None:
@@ -303,3 +303,43 @@ def test_a_defcap_with_agentos_enforcer_loads_and_hashes_as_without() -> None:
     plain, with_enforcer = _load([cap, manifest]), _load([enforced, manifest])
     assert with_enforcer.def_hashes["t/cap@1"] == plain.def_hashes["t/cap@1"]
     assert with_enforcer.manifest_hash == plain.manifest_hash
+
+
+def test_a_proposal_binds_its_unbound_modules_with_module(tmp_path: Path) -> None:
+    """``world upgrade propose --module``: an AIR whose module names no wasm is proposed and
+    applied as ``world init --module`` would take it."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    w = tmp_path / "w"
+    with World.create(w, COUNTER_AIR):
+        pass
+    air = _without_wasm(COUNTER_AIR, tmp_path / "v2")
+    fixed = tmp_path / "fixed.wasm"
+    payload = b"\x03fix"
+    fixed.write_bytes(COUNTER_WASM.read_bytes() + bytes([0, len(payload)]) + payload)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["upgrade", "propose", str(w), "--air", str(air)])
+    assert refused.exit_code == 1
+    made = runner.invoke(
+        app,
+        [
+            "upgrade",
+            "propose",
+            str(w),
+            "--air",
+            str(air),
+            "--module",
+            f"{COUNTER}={fixed}",
+            "--json",
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    proposal = json.loads(made.stdout)
+    assert proposal["diff"]["reducers"][0]["wasm_same"] is False
+    applied = runner.invoke(app, ["upgrade", "apply", str(w), str(proposal["id"])])
+    assert applied.exit_code == 0, applied.output
+    with World.open(w) as world:
+        assert world.air.wasm_hashes[COUNTER] == world.cas.put(fixed.read_bytes())
+    assert verify_world(w).ok

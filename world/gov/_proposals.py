@@ -14,6 +14,8 @@ leaves either no proposal or a whole one (an object no record names is only garb
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -21,7 +23,13 @@ from typing import Any, Final
 from air import AirDiff, LoadedAir, cbor, diff_air, load_air
 from air.errors import InvalidArgument, UnknownName
 from kernel.subjects import make_subject
-from world._airfiles import air_sources, builtin_sources, inspect_wasm, read_file
+from world._airfiles import (
+    air_sources,
+    bind_module_wasm,
+    builtin_sources,
+    inspect_wasm,
+    read_file,
+)
 from world._airstore import load_stored_air, store_air
 from world._world import World
 from world.errors import UpgradeRefused
@@ -67,14 +75,23 @@ class Proposal:
         }
 
 
-def propose(world: World, air_path: Path, note: str | None = None) -> tuple[Proposal, AirDiff]:
+def propose(
+    world: World,
+    air_path: Path,
+    note: str | None = None,
+    *,
+    modules: Mapping[str, str | os.PathLike[str]] | None = None,
+) -> tuple[Proposal, AirDiff]:
     """Check the AIR at ``air_path`` against ``world`` and journal it as a proposal (see the
     module docstring); ``ManifestError`` if it does not validate, ``UpgradeRefused`` (nothing
-    stored) if it changes nothing or what it changes cannot carry the cells over."""
+    stored) if it changes nothing or what it changes cannot carry the cells over. ``modules``
+    binds modules that name no wasm, as ``world init --module`` does."""
     world._writable()
     if note is not None and not isinstance(note, str):
         raise InvalidArgument("note", note, "a note is text")
     sources = builtin_sources() + air_sources(Path(air_path))
+    if modules:
+        sources = bind_module_wasm(sources, modules)
     new = load_air(sources, read_file, inspect_wasm)
     missing = sorted(name for name in new.modules if name not in new.wasm_bytes)
     if missing:

@@ -9,7 +9,7 @@
     cells_show    reducer, key, at?                           {state, state_cbor, at?, through?}
     cells_export  reducer, out, all, key?                     {cells, notices}
     cells_import  path, trust?, trust_keys?                   {cells}
-    upgrade_propose  air, note?                               Proposal.as_json() + {cells}
+    upgrade_propose  air, note?, modules?                     Proposal.as_json() + {cells}
     upgrade_ls    -                                           {proposals, current}
     upgrade_show  id                                          Proposal.as_json() + {cells}
     upgrade_approve id, note?                                 {seq}
@@ -257,8 +257,14 @@ class Ops:
         note = args.get("note")
         if note is not None and not isinstance(note, str):
             raise InvalidArgument("note", repr(note), "must be str or nil")
+        modules = args.get("modules") or {}
+        if not isinstance(modules, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and Path(v).is_absolute()
+            for k, v in modules.items()
+        ):
+            raise InvalidArgument("modules", repr(modules)[:80], "must map names to absolute paths")
         self.catch_up()
-        made, _diff = propose(self.world, air, note)
+        made, _diff = propose(self.world, air, note, modules=modules)
         return {**made.as_json(), "cells": proposal_cells(self.world, made.diff)}
 
     def upgrade_ls(self, args: dict[str, Any]) -> Any:

@@ -257,3 +257,29 @@ def test_lock_folder_holds_a_folder_alone_until_released(tmp_path: Path) -> None
     assert taken.value.mode == "exclusive"
     held.release()
     fsutil.lock_folder(tmp_path).release()
+
+
+def test_a_temp_file_is_named_as_leftover_cleanups_and_archives_know_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed write leaves its temp file: ``.<name>.<random>.tmp`` beside the target (or in
+    ``tmp_dir``), the shape the cell store's cleanup and ``world archive`` pass over."""
+    seen: list[str] = []
+
+    def stop(source: str, _target: object) -> None:
+        seen.append(source)
+        raise KeyboardInterrupt  # as a kill between the write and the rename
+
+    monkeypatch.setattr(fileio, "replace", stop)
+    for where in (None, tmp_path / "scratch"):
+        if where is not None:
+            where.mkdir()
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(tmp_path / "state.cbor", b"new", tmp_dir=where)
+    for name, folder in zip(seen, (tmp_path, tmp_path / "scratch"), strict=True):
+        path = Path(name)
+        assert path.parent == folder
+        assert path.name.startswith(".state.cbor.")
+        assert path.name.endswith(fsutil.TMP_SUFFIX)
+        assert not path.exists()  # removed on the way out
+    assert not (tmp_path / "state.cbor").exists()

@@ -14,6 +14,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     ├── LimitExceeded(limit, value)                   a named limit was hit
     ├── UsageError(detail)                            bad input from a user of the API or CLI
     │   ├── UnknownName(kind, name, known)            an unknown schema, reducer, route, backend
+    │   ├── AmbiguousName(kind, name, candidates)      a prefix that more than one name starts with
     │   ├── InvalidArgument(name, value, reason)      an argument outside its domain
     │   ├── WrongMode(operation, mode)                e.g. a write to a read-only handle
     │   ├── KeyMismatch(reducer, keyed)               a key for a non-keyed reducer, or none for a keyed one
@@ -72,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "AmbiguousName",
     "CborError",
     "Diagnostic",
     "ExprError",
@@ -190,6 +192,21 @@ class UnknownName(UsageError):
         self.known = list(known or [])
         hint = f"; known: {', '.join(self.known[:20])}" if self.known else ""
         super().__init__(f"unknown {kind} {name}{hint}")
+
+
+class AmbiguousName(UsageError):
+    """``name``, given as a prefix of a ``kind`` (an intent hash, a run id), starts more than one
+    of them: ``candidates`` (the first 20 are named, in full)."""
+
+    def __init__(self, kind: str, name: str, candidates: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.candidates = list(candidates)
+        more = f" and {len(self.candidates) - 20} more" if len(self.candidates) > 20 else ""
+        super().__init__(
+            f"{kind} {name} is ambiguous: it starts {len(self.candidates)} of them: "
+            f"{', '.join(self.candidates[:20])}{more}; give more of it"
+        )
 
 
 class InvalidArgument(UsageError):

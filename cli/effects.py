@@ -4,7 +4,7 @@ approver's ``approve`` / ``deny`` for intents a policy parked with ``require_app
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
@@ -19,6 +19,41 @@ __all__ = ["app"]
 app = typer.Typer(help="Inspect and decide effects.", no_args_is_help=True)
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
+IntentArg = Annotated[
+    str,
+    typer.Argument(help="The intent hash, or a unique prefix of it (from `world effects ls`)"),
+]
+
+WHAT_MAX: Final = 60
+"""How much of an intent's request ``effects ls`` shows in its table (``--json``: all of it)."""
+HASH_SHOWN: Final = 16
+"""How many hex digits of a hash the table shows: enough to approve by (a unique prefix)."""
+
+
+def _what(params_cbor: bytes | None) -> str:
+    """What an intent asks for, in a few words: an HTTP request's method and URL, else its
+    params' scalar fields (``key=value``), cut at ``WHAT_MAX`` characters."""
+    import cbor2
+
+    if params_cbor is None:
+        return ""
+    params = cbor2.loads(params_cbor)  # the kernel's own canonical encoding of checked params
+    if not isinstance(params, dict):
+        return repr(params)[:WHAT_MAX]
+    if "method" in params and "url" in params:
+        text = f"{params['method']} {params['url']}"
+    else:
+        text = " ".join(
+            f"{k}={v}" for k, v in params.items() if isinstance(v, str | int | float | bool)
+        )
+    return text if len(text) <= WHAT_MAX else text[: WHAT_MAX - 1] + "…"
+
+
+def _origin(origin: dict[str, Any]) -> str:
+    if origin.get("kind") == "plan":
+        return f"plan {origin.get('name')} run {origin.get('run_id')} step {origin.get('step')}"
+    key = origin.get("key")
+    return f"cell {origin.get('name')}" + (f" key {key}" if key is not None else "")
 
 
 def _row(intent: Intent | Settled) -> dict[str, Any]:
@@ -30,9 +65,13 @@ def _row(intent: Intent | Settled) -> dict[str, Any]:
         for k, v in intent.origin.items()
         if k not in ("rule_index", "decision")
     }
+    if origin.get("kind") == "reducer" and isinstance(intent.origin.get("key"), bytes):
+        origin["key"] = cbor.loads(intent.origin["key"])
+    params_cbor = None if isinstance(intent, Settled) else intent.params_cbor
     row: dict[str, Any] = {
         "intent_hash": cbor.raw_to_hash(intent.intent_hash),
         "kind": intent.kind,
+        "what": _what(params_cbor),
         "cap": intent.cap,
         "status": intent.status,
         "origin": origin,
@@ -59,15 +98,16 @@ def ls(
     from rich.table import Table
 
     table = Table(title=f"effects: {len(rows)} intent(s), {dead} dead")
-    for column in ("intent", "kind", "status", "origin", "decision"):
-        table.add_column(column)
+    for column in ("intent", "kind", "what", "cap", "origin", "status", "decision"):
+        table.add_column(column, overflow="fold")
     for row in rows:
-        origin = row["origin"]
         table.add_row(
-            row["intent_hash"],
+            row["intent_hash"].removeprefix("blake3:")[:HASH_SHOWN],
             row["kind"],
+            row["what"],
+            row["cap"],
+            _origin(row["origin"]),
             row["status"] + (f" ({row['receipt_status']})" if "receipt_status" in row else ""),
-            f"{origin.get('kind')} {origin.get('name')}",
             f"{row['decision']} (rule {row['rule_index']})",
         )
     console.print(table)
@@ -88,7 +128,7 @@ def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> 
 @app.command("approve")
 def approve(
     directory: DirArg,
-    intent: Annotated[str, typer.Argument(help="The intent hash (from `world effects ls`)")],
+    intent: IntentArg,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Approve a parked intent: it is sent at the next `world run`."""
@@ -98,7 +138,7 @@ def approve(
 @app.command("deny")
 def deny(
     directory: DirArg,
-    intent: Annotated[str, typer.Argument(help="The intent hash (from `world effects ls`)")],
+    intent: IntentArg,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Deny a parked intent: the run that asked for it ends with an error."""

@@ -149,11 +149,20 @@ def import_cells(
             "exporting world); may be repeated",
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace cells whose state is newer than the file's, or of another world",
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Import exported cells (verified first, their signature included; journaled so replay
     reproduces them). Only files signed by this world are taken unless --trust or
-    --trust-key says otherwise; a signature that does not verify is never taken."""
+    --trust-key says otherwise; a signature that does not verify is never taken. A cell that
+    stepped since the export, or that another world's file would replace, is refused (the
+    message names both) unless --force."""
     from world.moves import Trust, import_path
 
     keys_hex = list(trust_key or [])
@@ -162,11 +171,16 @@ def import_cells(
         client = served_client(directory)
         if client is not None:
             with client:
-                args = {"path": str(path.absolute()), "trust": trust, "trust_keys": keys_hex}
+                args = {
+                    "path": str(path.absolute()),
+                    "trust": trust,
+                    "trust_keys": keys_hex,
+                    "force": force,
+                }
                 count = int(client.call("cells_import", **args)["cells"])
         else:
             with opened(directory) as world:
-                count = import_path(world, path, trusted)
+                count = import_path(world, path, trusted, force=force)
     if json_output:
         emit_json({"ok": True, "cells": count})
     else:

@@ -74,6 +74,9 @@ COVERED: dict[str, str] = {
     "effects ls": "test_effects_ls_approve_and_deny",
     "effects approve": "test_effects_ls_approve_and_deny",
     "effects deny": "test_effects_ls_approve_and_deny",
+    "runs ls": "test_runs_ls_show_and_cancel",
+    "runs show": "test_runs_ls_show_and_cancel",
+    "runs cancel": "test_runs_ls_show_and_cancel",
     "migrate cells": "test_migrate_cells_dry_run_then_for_real",
     "examples": "test_examples_lists_and_copies_a_bundled_world",
     "examples copy": "test_examples_lists_and_copies_a_bundled_world",
@@ -533,11 +536,34 @@ def test_effects_ls_approve_and_deny(tmp_path: Path) -> None:
     assert [(i["status"], i["decision"], i["kind"]) for i in listed["intents"]] == [
         ("parked", "require_approval", "http.request")
     ] * 2
-    first, second = (i["intent_hash"] for i in listed["intents"])
-    assert world_json("effects", "approve", w, first)["decision"] == "approved"
+    by_what = {i["what"]: i for i in listed["intents"]}
+    assert sorted(by_what) == ["GET http://127.0.0.1:9/a", "GET http://127.0.0.1:9/b"]
+    first, second = (by_what[f"GET http://127.0.0.1:9/{p}"]["intent_hash"] for p in "ab")
+    assert {(i["origin"]["kind"], i["origin"]["name"], i["cap"]) for i in by_what.values()} == {
+        ("plan", "t/go@1", "http")
+    }
+    table = world("effects", "ls", w).stdout  # what is approved, where from, and a usable prefix
+    for intent in (first, second):
+        assert intent.removeprefix("blake3:")[:16] in table
+    assert "GET http://127.0.0.1:9/a" in table
+    assert "plan t/go@1 run 0 step fetch" in table
+    # An 8-character prefix (git-style) names the intent; the answer and the journal say which.
+    assert world_json("effects", "approve", w, first[7:15])["decision"] == "approved"
     assert world_json("effects", "deny", w, second)["decision"] == "denied"
     status = {i["intent_hash"]: i["status"] for i in world_json("effects", "ls", w)["intents"]}
     assert status == {first: "queued", second: "denied"}
+
+
+def test_runs_ls_show_and_cancel(tmp_path: Path) -> None:
+    w = approval_world(tmp_path)
+    rows = world_json("runs", "ls", w)["runs"]
+    assert [(r["run_id"], r["status"], r["waiting"]["for"]) for r in rows] == [
+        (0, "waiting", "approval"),
+        (1, "waiting", "approval"),
+    ]
+    assert world_json("runs", "show", w, "1")["effects"][0]["status"] == "parked"
+    assert world_json("runs", "cancel", w, "1")["run_id"] == 1
+    assert [r["status"] for r in world_json("runs", "ls", w)["runs"]] == ["waiting", "cancelled"]
 
 
 def test_serve_takes_cli_commands_through_its_socket_and_stops(built: Built) -> None:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from world._archive import ArchiveReport, archive_world, remembered_archive
     from world._directory import load_world_air
     from world._engine import TICKS_PER_CYCLE_MAX, Engine, LoopReport, Rejected
+    from world._prefixes import PREFIX_MIN, by_prefix
     from world._reading import CellView
     from world._repair import WorldCheck, WorldRepair, check_world, repair_world
     from world._runner import native_requested
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "PREFIX_MIN",
     "SNAPSHOT_DIRTY_MAX",
     "SNAPSHOT_RECORDS_MAX",
     "TICKS_PER_CYCLE_MAX",
@@ -130,6 +132,7 @@ __all__ = [
     "WorldStale",
     "WorldUnavailable",
     "archive_world",
+    "by_prefix",
     "cells_page",
     "check_world",
     "current_air",
@@ -184,6 +187,7 @@ _WHERE: dict[str, str] = {
         ("world._directory", ("load_world_air",)),
         ("world._airstore", ("current_air", "stored_air_reader")),
         ("world._runner", ("native_requested",)),
+        ("world._prefixes", ("PREFIX_MIN", "by_prefix")),
         (
             "world.errors",
             (

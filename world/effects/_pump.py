@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from air import cbor
-from air.errors import UnknownName, UsageError
+from air.errors import UsageError
 from kernel import Kernel
 from world._localconfig import read_local_config
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
@@ -245,16 +245,13 @@ def accept_receipt(world: World, key: ReceiptKey, receipt: Receipt, sig: bytes) 
     return True
 
 
-def decide_parked(world: World, intent_hex: str, approved: bool) -> int:
-    """Approve or deny a parked intent (``world effects approve|deny``); durable on return."""
-    try:
-        raw = bytes.fromhex(intent_hex.removeprefix("blake3:"))
-    except ValueError:
-        raw = b""
-    intent = world.kernel.effects.intents.get(raw)
-    if intent is None or intent.status != "parked":
-        parked = [i.intent_hash.hex() for i in world.kernel.effects.parked()]
-        raise UnknownName("parked intent", intent_hex, parked)
-    seq = world.kernel.ingest_approval(raw, approved)
+def decide_parked(world: World, intent: str, approved: bool) -> int:
+    """Approve or deny a parked intent (``world effects approve|deny``), named by its hash or a
+    unique prefix of it (``world.by_prefix``); durable on return."""
+    from world._prefixes import by_prefix
+
+    parked = {i.intent_hash.hex(): i for i in world.kernel.effects.parked()}
+    chosen = parked[by_prefix("parked intent", intent, parked)]
+    seq = world.kernel.ingest_approval(chosen.intent_hash, approved)
     world.commit()
     return seq

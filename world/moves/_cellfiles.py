@@ -439,16 +439,54 @@ def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]
     return seqs
 
 
-def import_path(world: World, path: Path, trust: Trust | None = None) -> int:
+def _check_no_rollback(
+    world: World, path: Path, cell: CellFile, key: bytes | None, own: bytes | None
+) -> None:
+    """Refuse a file that would replace a cell whose state the file does not know: the
+    world's cell stepped after the export (``last_active`` later than the file's
+    ``journal_seq``, the file being this world's own), or the file comes from another world
+    (another signer, or none) and the cell holds a state of its own. A cell the world lacks,
+    or whose state is the file's, is taken. ``CellFileRefused`` names both sides."""
+    found = world.kernel.cell_of(cell.reducer, key)
+    if found is None or found[1] == cell.state_cbor:
+        return
+    entry = found[0]
+    shown = cell.reducer if key is None else f"{cell.reducer} key {cbor.loads(key)!r}"
+    if cell.signer is None or cell.signer != own:
+        source = "an unsigned file" if cell.signer is None else f"world {cell.signer.hex()[:16]}"
+        raise CellFileRefused(
+            str(path),
+            f"would replace {shown}, which has a state of its own (last active at seq "
+            f"{entry.last_active}), with one of another lineage ({source}, exported at seq "
+            f"{cell.journal_seq}); --force replaces it",
+        )
+    if entry.last_active > cell.journal_seq:
+        raise CellFileRefused(
+            str(path),
+            f"would roll {shown} back: the world's state is newer (last active at seq "
+            f"{entry.last_active}) than the file's (exported at seq {cell.journal_seq}); "
+            "--force replaces it",
+        )
+
+
+def import_path(
+    world: World, path: Path, trust: Trust | None = None, *, force: bool = False
+) -> int:
     """Import one exported file or a tree into ``world``; return how many cells were imported.
     Everything is verified first, every file's signer included (``Trust``; by default only
-    ``world``'s own signature is taken): one refused file refuses the whole import. Then all
-    cells are journaled in one commit."""
+    ``world``'s own signature is taken), and, unless ``force``, that no cell is rolled back or
+    replaced by another lineage's (``_check_no_rollback``): one refused file refuses the whole
+    import. Then all cells are journaled in one commit."""
     trust = Trust() if trust is None else trust
     found = read_tree(path) if path.is_dir() else [(path, read_cell_file(path))]
     own = world_signer(world.path)
     for p, cell in found:
         trust.check(p, cell.signer, own)
-    cells = [(cell.reducer, _target_key(world, p, cell), cell.state_cbor) for p, cell in found]
+    cells = []
+    for p, cell in found:
+        key = _target_key(world, p, cell)
+        if not force:
+            _check_no_rollback(world, p, cell, key, own)
+        cells.append((cell.reducer, key, cell.state_cbor))
     journal_cells(world, cells)
     return len(cells)

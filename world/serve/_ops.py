@@ -243,7 +243,8 @@ class Ops:
         if not path.is_absolute():
             raise InvalidArgument("path", str(path), "must be an absolute path")
         self.catch_up()
-        return {"cells": import_path(self.world, path, trust)}
+        force = args.get("force") is True
+        return {"cells": import_path(self.world, path, trust, force=force)}
 
     # --- proposals (world.gov) -------------------------------------------------------------
 

@@ -15,16 +15,17 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from air.errors import ManifestError, WorldError
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "PIPED_WIDTH",
     "SignalGate",
     "console",
     "emit_json",
@@ -32,16 +33,65 @@ __all__ = [
     "error_fields",
     "fail",
     "handle_errors",
+    "set_quiet",
     "signals_deferred",
+    "stdout_is_terminal",
 ]
 
 EXIT_INTERRUPTED = 130
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+PIPED_WIDTH: Final = 1_000_000
+"""The width of the consoles when they do not write to a terminal (a pipe, a file): no line a
+script reads is wrapped (a hash split over two lines), whatever width a terminal beside it has."""
+
+
+class _Console(Console):
+    """A rich console that wraps only on a terminal: written to a pipe or a file, its lines
+    are as long as they are (whatever ``COLUMNS`` says), and ``quiet`` (``world --quiet``)
+    silences it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if kwargs.get("width") is None:
+            self._width = None  # not COLUMNS's, fixed at start: ``size`` reads it if a terminal
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        found = super().size
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(PIPED_WIDTH, found.height)
+        return found
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console(highlight=False)
+"""Informational output on stdout (what ``--quiet`` silences; never JSON, never errors)."""
+err_console = _Console(stderr=True, highlight=False)
+"""Errors and notices on stderr (never silenced)."""
+
+
+def set_quiet(quiet: bool) -> None:
+    """``world --quiet``: the shared stdout console prints nothing (errors, on stderr, and
+    ``--json`` answers, written past it, still show)."""
+    console.quiet = quiet
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (else line-oriented output is written plainly, buffered)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # closed, or a stand-in without isatty
+        return False
 
 
 def emit_json(obj: Any) -> None:
+    """The ``--json`` answer: one object, sorted keys. An object without ``ok`` is a success
+    (errors say ``"ok": false`` themselves), so every answer carries it."""
+    if isinstance(obj, dict) and "ok" not in obj:
+        obj = {"ok": True, **obj}
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 

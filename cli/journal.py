@@ -1,5 +1,13 @@
 """``world journal ...``: verify (and, only when asked, repair) and tail the journal.
 
+``tail`` writes to a terminal through the rich console, line by line, as it always did; to a
+pipe or a file (or with ``--json``, or ``world --quiet``) it writes plain buffered text, ~10x
+faster (400,000 records in a few seconds: ``tools/bench/bench_journal_tail.py``), each line
+put together by ``world.JournalView`` from the remembered texts of the values a
+journal repeats. ``-n N`` is the last N records (of those ``--subject`` and ``--from`` take),
+``--until SEQ`` stops after SEQ (also with ``--follow``). Imported cells (``cell.imported``)
+show their key and state through the reducer's schemas, as other values.
+
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
 records per request (``journal_tail`` in ``world.serve._ops``): the same lines as a direct
 read, and what the server ran just before is in them. A direct ``tail`` reads the journal
@@ -16,17 +24,32 @@ so a routine verify reads the new segments only; ``--full`` reads them all."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import sys
 import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
+from air.errors import InvalidArgument
+from cli.common import (
+    EXIT_INTERRUPTED,
+    console,
+    emit_json,
+    fail,
+    handle_errors,
+    stdout_is_terminal,
+)
 from cli.core import served_client
 
 if TYPE_CHECKING:
+    from world.journal import FileJournal
     from world.serve import Client
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
@@ -118,50 +141,167 @@ def tail(
         str | None, typer.Option("--subject", help="Subject pattern: * one segment, ** the rest")
     ] = None,
     from_seq: Annotated[int, typer.Option("--from", help="Start at this sequence number")] = 0,
+    until_seq: Annotated[
+        int | None,
+        typer.Option("--until", help="Stop after this sequence number (also with --follow)"),
+    ] = None,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "-n", "--last", help="Only the last N records (of those --subject and --from take)"
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", help="Keep reading as records arrive")
     ] = False,
     raw: Annotated[
         bool, typer.Option("--raw", help="Show values and keys as canonical CBOR hex")
     ] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per line, written plainly (as to a pipe); errors as a JSON "
+            "object",
+        ),
+    ] = False,
 ) -> None:
     """Print journal records as JSON lines, values and keys read through their schemas.
 
     Read-only: works while another process runs the world. ``--from`` is the global sequence
-    cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``."""
+    cursor: a consumer that stopped after seq N resumes exactly with ``--from N+1``. Written
+    to a pipe or a file (or with --json), each line is written as it is, buffered."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world import RecordView, World, load_world_air
+    from world import JournalView, World, load_world_air
     from world.journal import FileJournal
 
-    with handle_errors():
+    with (
+        handle_errors(json_output),
+        _Lines(plain=json_output or console.quiet or not stdout_is_terminal()) as out,
+    ):
+        if last is not None and last < 0:
+            raise InvalidArgument("-n", last, "a count, 0 or more")
+        if until_seq is not None and until_seq < 0:
+            raise InvalidArgument("--until", until_seq, "a journal position, 0 or more")
+        stop = SEQ_MAX if until_seq is None else min(until_seq + 1, SEQ_MAX)
         client = served_client(directory)
         if client is not None:  # the same checks first, so errors read the same
             check_read_args(from_seq, subject or None)
             with client:
-                _tail_served(client, subject or None, min(from_seq, SEQ_MAX), follow, raw)
+                _tail_served(
+                    client, out, subject or None, min(from_seq, SEQ_MAX), stop, last, follow, raw
+                )
             return
         World.check_directory(directory)
         pattern = SubjectPattern.compile(subject) if subject else None
-        view = RecordView(load_world_air(directory), stored_air(directory))
+        view = JournalView(load_world_air(directory), stored_air(directory))
         reader = FileJournal(directory / "journal", readonly=True)
         seq = from_seq
-        if from_seq:  # the eras applied before the first record shown
-            view.learn(r for r in reader.read(0, "/world/gov/applied") if r.seq < from_seq)
         try:
-            while True:
-                for record in reader.read(seq):
-                    seq = record.seq + 1
-                    if pattern is None or pattern.matches(record.subject):
-                        _print_line(view.render(record, raw=raw))
-                if not follow:
-                    return
-                time.sleep(FOLLOW_POLL_S)
-                reader.refresh()
+            if last is not None:
+                seq = _skip_to_last(reader, subject or None, from_seq, stop, last)
+            if seq:  # the eras applied before the first record shown
+                view.learn(r for r in reader.read(0, "/world/gov/applied") if r.seq < seq)
+            render, line = view.render_line, out.text
+            with _gc_paused():
+                while True:
+                    for record in reader.read(seq):
+                        if record.seq >= stop:
+                            return
+                        seq = record.seq + 1
+                        if pattern is None or pattern.matches(record.subject):
+                            line(render(record, raw=raw))
+                    if not follow or seq >= stop:
+                        return
+                    out.flush()
+                    time.sleep(FOLLOW_POLL_S)
+                    reader.refresh()
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             reader.close()
+
+
+def _skip_to_last(
+    reader: FileJournal, subject: str | None, from_seq: int, stop: int, last: int
+) -> int:
+    """Where ``-n LAST`` starts: the seq of the LAST-th last record from ``from_seq`` below
+    ``stop`` that the pattern ``subject`` takes (without a pattern, counted back from the end)."""
+    end = min(reader.seq_next, stop)
+    if subject is None:
+        return max(from_seq, end - last)
+    if last == 0:
+        return end
+    kept: deque[int] = deque(maxlen=last)
+    for record in reader.read(from_seq, subject):
+        if record.seq >= end:
+            break
+        kept.append(record.seq)
+    return kept[0] if kept else end
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Rendering allocates many small objects that all live one line: the cyclic collector
+    finds nothing in them, and running it every few hundred records costs a fifth of a tail."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class _Lines:
+    """Where ``tail`` writes its lines: to a terminal through the console, as before; to a pipe
+    or a file (or with ``--json``) as plain buffered text, flushed at the end and before each
+    ``--follow`` wait (so a consumer sees what is there), which is ~10x faster."""
+
+    def __init__(self, *, plain: bool) -> None:
+        self.plain = plain
+        self._parts: list[str] = []
+        self._size = 0
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        try:
+            self.flush()
+        except BrokenPipeError:
+            exc_type = BrokenPipeError
+        if exc_type is not None and issubclass(exc_type, BrokenPipeError):
+            # The reader went away (`| head`): quietly, as before, and without Python's own
+            # complaint when it flushes stdout at exit.
+            with suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1)
+
+    def line(self, shown: dict[str, Any]) -> None:
+        self.text(_dumps(shown))
+
+    def text(self, text: str) -> None:
+        if not self.plain:
+            console.print(text, soft_wrap=True, highlight=False, markup=False)
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= _FLUSH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._parts:
+            self._parts.append("")
+            data, self._parts, self._size = "\n".join(self._parts), [], 0
+            sys.stdout.write(data)
+        sys.stdout.flush()
+
+
+_FLUSH_CHARS: Final = 1 << 18
+"""Plain lines are written in chunks of about this many characters."""
+_dumps = json.JSONEncoder().encode  # json.dumps(shown), without its per-call checks
 
 
 def stored_air(directory: Path) -> Any:
@@ -172,23 +312,71 @@ def stored_air(directory: Path) -> Any:
 
 
 def _tail_served(
-    client: Client, subject: str | None, from_seq: int, follow: bool, raw: bool
+    client: Client,
+    out: _Lines,
+    subject: str | None,
+    from_seq: int,
+    stop: int,
+    last: int | None,
+    follow: bool,
+    raw: bool,
 ) -> None:
     """``journal tail`` through a served world: page after page, each record as the server
-    rendered it (the same rendering as above); ``--follow`` asks again every poll."""
+    rendered it (the same rendering as above); ``--follow`` asks again every poll. ``-n``
+    without a pattern asks where the journal ends first; with one, it keeps the last N of a
+    pass; ``--until`` ends a pass early."""
     seq = from_seq
     try:
-        while True:
-            for page in client.pages("journal_tail", from_seq=seq, subject=subject, raw=raw):
-                for shown in page["records"]:
-                    _print_line(shown)
-                seq = page["next"]
-            if not follow:
+        if last is not None and subject is None:
+            seq = max(seq, min(_served_end(client, raw), stop) - last)
+        elif last is not None:  # the last N of one pass, then on from its end
+            first = _ServedPass(client, seq, stop, subject, raw)
+            for shown in deque(first, maxlen=last):
+                out.line(shown)
+            seq = first.next
+            if not follow or seq >= stop:
                 return
+            out.flush()
+            time.sleep(FOLLOW_POLL_S)
+        while True:
+            pass_ = _ServedPass(client, seq, stop, subject, raw)
+            for shown in pass_:
+                out.line(shown)
+            seq = pass_.next
+            if not follow or seq >= stop:
+                return
+            out.flush()
             time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _print_line(shown: dict[str, Any]) -> None:
-    console.print(json.dumps(shown), soft_wrap=True, highlight=False, markup=False)
+def _served_end(client: Client, raw: bool) -> int:
+    """Where the served journal ends now (after the server ran what was ready)."""
+    reply = client.call("journal_tail", from_seq=SEQ_MAX, until_seq=None, subject=None, raw=raw)
+    return int(reply["end"])
+
+
+class _ServedPass:
+    """One pass over a served journal from ``from_seq``, records below ``stop`` (``--until``);
+    ``next`` is where the next pass goes on."""
+
+    def __init__(
+        self, client: Client, from_seq: int, stop: int, subject: str | None, raw: bool
+    ) -> None:
+        self.client, self.stop, self.subject, self.raw = client, stop, subject, raw
+        self.next = from_seq
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for page in self.client.pages(
+            "journal_tail", from_seq=self.next, subject=self.subject, raw=self.raw
+        ):
+            for shown in page["records"]:
+                if shown["seq"] >= self.stop:
+                    self.next = self.stop
+                    return
+                yield shown
+            self.next = page["next"]
+            if self.next >= self.stop:
+                self.next = self.stop
+                return

@@ -11,13 +11,15 @@ is shown raw. ``raw=True`` shows every byte field as canonical CBOR hex, as stor
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from air import LoadedAir, cbor
 from air.errors import InvalidArgument, UnknownName, WorldError
 from air.types import Ref, TypeNode
 from air.values import to_sugar
+from kernel import CELL_IMPORTED
 from kernel.journal import JournalRecord
 from world._reading import cell_state
 from world.errors import StoreDamaged
@@ -25,7 +27,14 @@ from world.errors import StoreDamaged
 if TYPE_CHECKING:
     from world._world import World
 
-__all__ = ["RecordView", "cells_page", "plain"]
+__all__ = [
+    "MEMO_ITEMS_MAX",
+    "MEMO_VALUE_BYTES_MAX",
+    "JournalView",
+    "RecordView",
+    "cells_page",
+    "plain",
+]
 
 
 def plain(obj: Any) -> Any:
@@ -190,3 +199,172 @@ def cells_page(world: World, reducer: str, after: Any, limit: int) -> dict[str, 
     if len(entries) > limit:
         page["next_after"] = cells[-1]["key"]
     return page
+
+
+MEMO_ITEMS_MAX: Final = 16_384
+"""Rendered values (and texts, hashes) ``JournalView`` remembers of each sort (then it starts
+over): a few MiB at most, in a server that lives long too."""
+MEMO_VALUE_BYTES_MAX: Final = 256
+"""Only values this small are remembered: a journal repeats its small keys and events."""
+
+
+_dumps: Final = json.JSONEncoder().encode
+"""``json.dumps`` with its defaults, without its per-call checks."""
+
+
+class JournalView(RecordView):
+    """``world journal tail``'s view (direct and served alike): ``RecordView``, and the key and
+    state a ``cell.imported`` record moves in read through the reducer's key and state
+    schemas, as every other value (not hex). Small values it rendered before are remembered
+    (per era), not decoded again: a journal's keys and events repeat, and reading 400,000
+    records is mostly this."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._memo: dict[tuple[int, TypeNode, bytes], Any] = {}
+        self._hashes: dict[bytes, str] = {}
+        self._texts: dict[str, str] = {}  # strings as JSON text
+        self._hash_texts: dict[bytes, str] = {}  # 32-byte hashes as JSON text
+        self._memo_text: dict[tuple[int, TypeNode, bytes], str] = {}
+
+    def render(self, record: JournalRecord, *, raw: bool = False) -> dict[str, Any]:
+        """``RecordView.render``, with the two kinds most of a journal is (an ``event.in``, a
+        ``step`` that emitted nothing) rendered without its general walk: the same object."""
+        body, kind = record.body, record.kind
+        if raw or type(body) is not dict or (kind != "event.in" and kind != "step"):
+            return super().render(record, raw=raw)
+        if kind == "step" and ("events" in body or "effects" in body):
+            return super().render(record, raw=raw)
+        self._era(record)
+        since, air = self._eras[-1]
+        self.air = air if since <= record.seq else self._air_at(record.seq)
+        out = self._plain_body(body)
+        if kind == "event.in":
+            out["value"] = self._sugar(self._schema(body.get("schema")), body.get("value"))
+        else:
+            out["key"] = self._key(body.get("reducer"), body.get("key"))
+        return {"seq": record.seq, "subject": record.subject, "kind": kind, "body": out}
+
+    def render_line(self, record: JournalRecord, *, raw: bool = False) -> str:
+        """``json.dumps(self.render(record, raw=raw))``: the same text, the common kinds'
+        (as ``render``) put together from the remembered texts of their values."""
+        body, kind = record.body, record.kind
+        if raw or type(body) is not dict:
+            return _dumps(self.render(record, raw=raw))
+        if kind == "event.in":
+            field, schema_of = "value", body.get("schema")
+        elif kind == "step" and "events" not in body and "effects" not in body:
+            field, schema_of = "key", body.get("reducer")
+        else:
+            return _dumps(self.render(record, raw=raw))
+        if field not in body:
+            return _dumps(self.render(record, raw=raw))
+        self._era(record)
+        since, air = self._eras[-1]
+        self.air = air if since <= record.seq else self._air_at(record.seq)
+        texts, hashes, remember = self._texts, self._hash_texts, self._remember_text
+        parts = []
+        for name, value in body.items():
+            kind_of = type(value)
+            if name == field:
+                if kind == "event.in":
+                    text = self._sugar_text(self._schema(schema_of), value)
+                elif value is None:
+                    text = "null"
+                else:
+                    key_type = self.air.key_types.get(schema_of) if type(schema_of) is str else None
+                    text = self._sugar_text(key_type, value)
+            elif kind_of is int:
+                text = int.__repr__(value)
+            elif kind_of is str:
+                text = texts.get(value) or remember(value)
+            elif kind_of is bytes and len(value) == 32:
+                text = hashes.get(value) or self._remember_hash(value)
+            else:
+                text = self._value_text(value)
+            # a name that is not text is never found: the memo's keys are all text
+            parts.append(f"{texts.get(name) or remember(str(name))}: {text}")
+        return (
+            f'{{"seq": {record.seq}, "subject": {texts.get(record.subject) or remember(record.subject)}, '
+            f'"kind": {texts.get(kind) or remember(kind)}, "body": {{{", ".join(parts)}}}}}'
+        )
+
+    def _remember_hash(self, value: bytes) -> str:
+        if len(self._hash_texts) >= MEMO_ITEMS_MAX:
+            self._hash_texts.clear()
+        shown = self._hash_texts[value] = _dumps(cbor.raw_to_hash(value))
+        return shown
+
+    def _remember_text(self, text: str) -> str:
+        if len(self._texts) >= MEMO_ITEMS_MAX:
+            self._texts.clear()
+        shown = self._texts[text] = _dumps(text)
+        return shown
+
+    def _value_text(self, value: Any) -> str:
+        kind = type(value)
+        if kind is int:
+            return int.__repr__(value)
+        if kind is str:
+            return self._texts.get(value) or self._remember_text(value)
+        if value is None:
+            return "null"
+        if kind is bool:
+            return "true" if value else "false"
+        if kind is bytes and len(value) == 32:
+            return self._hash_texts.get(value) or self._remember_hash(value)
+        return _dumps(plain(value))
+
+    def _sugar_text(self, node: TypeNode | None, data: Any) -> str:
+        if node is None or type(data) is not bytes or len(data) > MEMO_VALUE_BYTES_MAX:
+            return _dumps(self._sugar(node, data))
+        memo_key = (id(self.air), node, data)
+        found = self._memo_text.get(memo_key)
+        if found is None:
+            if len(self._memo_text) >= MEMO_ITEMS_MAX:
+                self._memo_text.clear()
+            found = self._memo_text[memo_key] = _dumps(super()._sugar(node, data))
+        return found
+
+    def _air_at(self, seq: int) -> Any:
+        return next(air for since, air in reversed(self._eras) if since <= seq)
+
+    def _plain_body(self, body: dict[Any, Any]) -> dict[str, Any]:
+        """``plain(body)`` for a record's body, its hashes remembered."""
+        out: dict[str, Any] = {}
+        hashes = self._hashes
+        for name, value in body.items():
+            kind = type(value)
+            if kind is str or kind is int or value is None or kind is bool:
+                out[str(name)] = value
+            elif kind is bytes and len(value) == 32:
+                shown = hashes.get(value)
+                if shown is None:
+                    if len(hashes) >= MEMO_ITEMS_MAX:
+                        hashes.clear()
+                    shown = hashes[value] = cbor.raw_to_hash(value)
+                out[str(name)] = shown
+            else:
+                out[str(name)] = plain(value)
+        return out
+
+    def _sugar(self, node: TypeNode | None, data: Any) -> Any:
+        if node is None or type(data) is not bytes or len(data) > MEMO_VALUE_BYTES_MAX:
+            return super()._sugar(node, data)
+        memo_key = (id(self.air), node, data)
+        found = self._memo.get(memo_key, self)
+        if found is self:
+            if len(self._memo) >= MEMO_ITEMS_MAX:
+                self._memo.clear()
+            found = self._memo[memo_key] = super()._sugar(node, data)
+        return found
+
+    def _body(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        out = super()._body(kind, body)
+        if kind == CELL_IMPORTED:
+            reducer = body.get("reducer")
+            module = self.air.modules.get(reducer) if isinstance(reducer, str) else None
+            state = None if module is None else self._schema(module.abi.reducer.state)
+            out["key"] = self._key(reducer, body.get("key"))
+            out["state"] = self._sugar(state, body.get("state"))
+        return out

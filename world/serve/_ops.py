@@ -72,7 +72,7 @@ from air.errors import InvalidArgument, LimitExceeded
 from kernel.journal import JournalRecord
 from kernel.subjects import SubjectPattern
 from world._airstore import load_stored_air
-from world._views import RecordView, cells_page
+from world._views import JournalView, cells_page
 from world._world import World
 from world.serve._protocol import encode
 
@@ -118,7 +118,7 @@ class Ops:
     def __init__(self, world: World, catch_up: Callable[[], None]) -> None:
         self.world = world
         self.catch_up = catch_up
-        self.view = RecordView(world.genesis_air, lambda a: load_stored_air(world.cas, a))
+        self.view = JournalView(world.genesis_air, lambda a: load_stored_air(world.cas, a))
         # batch token -> (schema, values, ids)
         self._staged: dict[int, tuple[str, list[Any], list[str | None]]] = {}
         self._tokens = 0

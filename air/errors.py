@@ -27,6 +27,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   │   └── MemoryLimitExceeded(memory_bytes_max)  code "memory_limit"
     │   └── OutputTooLarge(output_bytes, output_bytes_max)
     ├── StepRejected(module, code, pointer, detail)   kernel.errors: output failed decoding or validation
+    │   └── StepRefused(module, reason)               the reducer refused its event, saying why
     ├── CellRefused(code, detail)                     kernel.errors: no module of the cell's era takes it
     ├── WasmFormatError(offset, detail)               kernel.errors: bytes are not a wasm module
     ├── JournalCorrupt(segment, offset, seq, reason, detail)  kernel.errors: a bad record in the journal
@@ -51,6 +52,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   ├── NotAWorld(path)                           no world there
     │   ├── WorldExists(path)                         a new world needs an empty folder
     │   ├── WorldLocked(path, mode)                   a lock that conflicts is held
+    │   │   └── WorldServed(path)                     held by `world serve`, not asked through it
     │   ├── JournalReplaced(path, how)                a writer's locked directory was swapped
     │   ├── WorldStale(reason)                        this handle stopped after an error; reopen
     │   └── GenesisMismatch(expected, actual)         the journal was started by another manifest

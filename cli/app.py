@@ -35,7 +35,7 @@ from cli import (
     upgrade,
     validate,
 )
-from cli.common import EXIT_INTERRUPTED, console, err_console
+from cli.common import EXIT_INTERRUPTED, console, err_console, set_quiet
 
 __all__ = ["INTERRUPTED_LINE", "app", "run"]
 
@@ -102,13 +102,19 @@ def _interrupt_said() -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+"""``-h`` is ``--help`` everywhere: click passes ``help_option_names`` down from the root's
+context to every sub-command's, and ``run`` gives them to each sub-typer too
+(``_give_help_options``), whatever context settings it was made with."""
+
 app = typer.Typer(
     cls=_OneLineErrors,
     name="world",
     help="Drive a deterministic, event-sourced world of WASM reducers.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 app.command("validate")(validate.validate)
 app.command("init")(examples.init)  # core.init, plus --example NAME
@@ -131,6 +137,19 @@ app.add_typer(examples.app, name="examples")
 app.add_typer(reducer.app, name="reducer")
 app.add_typer(reducer.sdk_app, name="sdk")
 app.add_typer(upgrade.upgrade_app, name="upgrade")
+app.add_typer(__import__("cli.deadletters", fromlist=["app"]).app, name="dead-letters")
+app.add_typer(__import__("cli.runs", fromlist=["app"]).app, name="runs")  # `world runs`
+
+
+def _give_help_options(typer_app: typer.Typer) -> None:
+    """``-h`` for ``typer_app``'s groups and commands, and theirs, however they were made."""
+    for info in typer_app.registered_groups:
+        if info.typer_instance is not None:
+            info.typer_instance.info.context_settings = {
+                **(info.typer_instance.info.context_settings or {}),
+                **CONTEXT_SETTINGS,
+            }
+            _give_help_options(info.typer_instance)
 
 
 def _print_version(value: bool) -> None:
@@ -157,8 +176,17 @@ def _root(
             "--version", is_eager=True, callback=_print_version, help="Print the version and exit"
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print no informational lines (errors, on stderr, and --json answers still)",
+        ),
+    ] = False,
 ) -> None:
     """Drive a deterministic, event-sourced world of WASM reducers."""
+    set_quiet(quiet)
 
 
 SigintHandler = Callable[[int, FrameType | None], Any] | int | None
@@ -173,6 +201,7 @@ def run(sigint_handler: SigintHandler = None) -> None:
     try:
         if sigint_handler is not None:
             signal.signal(signal.SIGINT, sigint_handler)
+        _give_help_options(app)  # sub-typers added since this module was loaded too
         app()
     except KeyboardInterrupt:
         err_console.print(INTERRUPTED_LINE)

@@ -148,10 +148,12 @@ def module_bindings(values: list[str]) -> dict[str, Path]:
 
 def _read_jsonl(path: Path) -> list[Any]:
     """One JSON value per non-blank line; each error names the file and its line."""
+    import sys
+
     from air import jsontext
 
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         raise InputFileError(str(path), f"cannot read: {exc.strerror or exc}") from exc
     values = []
@@ -171,10 +173,18 @@ def _read_jsonl(path: Path) -> list[Any]:
 def opened(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[World]:
-    """The world at ``directory``, closed at the end; its notices go to stderr once."""
-    from world import World
+    """The world at ``directory``, closed at the end; its notices go to stderr once. A writer's
+    open of a world ``world serve`` holds is ``WorldServed``, saying what to do (commands with
+    a server path ask ``served_client`` first and never come here for a served world)."""
+    from world import World, WorldLocked, WorldServed
+    from world.serve import served
 
-    world = World.open(directory, readonly=readonly)
+    try:
+        world = World.open(directory, readonly=readonly)
+    except WorldLocked as exc:
+        if not readonly and served(directory):
+            raise WorldServed(str(directory)) from exc
+        raise
     if gate is not None:
         gate.target = world
     try:
@@ -232,7 +242,7 @@ def send(
         typer.Option(
             "--file",
             help="JSON Lines: one value per line, one durable batch (all or nothing); an "
-            "object's \"$id\" is that event's idempotency key",
+            "object's \"$id\" is that event's idempotency key; - reads standard input",
         ),
     ] = None,
     event_id: Annotated[
@@ -371,19 +381,28 @@ def step(
     ticks: Annotated[int, typer.Option("--ticks", min=1, help="How many ticks to run")] = 1,
     json_output: JsonOpt = False,
 ) -> None:
-    """Run ticks: each runs one step of one ready cell or reducer."""
+    """Run ticks: each runs one step of one ready cell or reducer; say what runs started,
+    ended and failed, and what the world waits for."""
+    from cli._runtext import failed_text, runs_line, waiting_text
+    from world.operate import run_mark, run_summary
+
     with (
         handle_errors(json_output),
         signals_deferred() as gate,
         opened(directory, gate=gate) as world,
         _steps_shown(world, "stepping", ticks, json_output),
     ):
+        since = run_mark(world.kernel)
         ran = world.step(ticks)
         pending = world.kernel.scheduler.pending
+        done = run_summary(world.kernel, since)
     if json_output:
-        emit_json({"ok": True, "steps": ran, "pending": pending})
-    else:
-        console.print(f"ran {ran} step(s); {pending} deliveries pending")
+        emit_json({"ok": True, "steps": ran, "pending": pending, **done})
+        return
+    console.print(f"ran {ran} step(s){failed_text(done)}; {pending} deliveries pending")
+    for line in (runs_line(done), waiting_text(done)):
+        if line is not None:
+            console.print(line, soft_wrap=True, markup=False)
 
 
 def run(
@@ -411,7 +430,12 @@ def run(
     otherwise) until it is idle."""
     from rich.markup import escape
 
+    from cli._runtext import due_text, failed_text, runs_line, waiting_text
     from world import Engine
+    from world.operate import run_mark, run_summary, run_telling
+
+    def tell(due_ns: int) -> None:  # before blocking on a far timer: one line, on stderr
+        err_console.print(f"waiting for a timer due {due_text(due_ns)}", soft_wrap=True)
 
     with (
         handle_errors(json_output),
@@ -420,11 +444,13 @@ def run(
         background(directory, archive_to, verify_every),
     ):
         chosen = chosen_effects(directory, effects, sim=sim)
+        since = run_mark(world.kernel)
         with (
             Engine(world, sim=sim, effects=chosen.mode) as engine,
             _steps_shown(world, "running", None, json_output),
         ):
-            report = engine.run(until_idle=until_idle, max_steps=max_steps)
+            report = run_telling(engine, until_idle=until_idle, max_steps=max_steps, tell=tell)
+        done = run_summary(world.kernel, since)
     mode = chosen.mode
     if chosen.by_sim and report.not_live and chosen.notice is not None:
         err_console.print(f"[yellow]notice:[/yellow] {escape(chosen.notice)}", soft_wrap=True)
@@ -439,13 +465,19 @@ def run(
                 "receipts": report.receipts,
                 "effects": mode,
                 "effects_not_live": report.not_live,
+                **done,
             }
         )
     else:
-        extra = f", {report.receipts} receipt(s)" if report.receipts else ""
+        extra = failed_text(done)
+        extra += f", {report.receipts} receipt(s)" if report.receipts else ""
         if report.not_live:
             extra += f" ({report.not_live} effect(s) answered without sending: effects {mode})"
-        console.print(f"ran {report.steps} step(s){extra}; the world is idle")
+        waiting = waiting_text(done) or "the world is idle"
+        console.print(f"ran {report.steps} step(s){extra}; {waiting}", soft_wrap=True, markup=False)
+        line = runs_line(done)
+        if line is not None:
+            console.print(line, soft_wrap=True, markup=False)
 
 
 def chosen_effects(
@@ -500,10 +532,22 @@ def state(
         else:
             with opened(directory, readonly=True) as world:
                 value = world.state(reducer, key_value)
+    if value is None:  # exit 1 with or without --json: a script tells "no cell" by the status
+        if json_output:
+            emit_json(
+                {
+                    "ok": False,
+                    "error": "NoSuchState",
+                    "code": "state.missing",
+                    "detail": "no such state (the cell does not exist or was deleted)",
+                    "fields": {"reducer": reducer, "key": key_value},
+                    "state": None,
+                }
+            )
+            raise typer.Exit(1)
+        fail("no such state (the cell does not exist or was deleted)")
     if json_output:
         emit_json({"ok": True, "state": value})
-    elif value is None:
-        fail("no such state (the cell does not exist or was deleted)")
     else:
         console.print_json(json.dumps(value))
 
@@ -529,9 +573,11 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         "journal_seq_next",
         "steps_total",
         "pending_deliveries",
+        "steps_failed",
         "dead_letters_total",
+        "dead_letters_kept",
     ):
-        table.add_row(key, str(data[key]))
+        table.add_row(key, str(data.get(key, "-")))
     eras = data["eras"]
     if len(eras) > 1:
         table.add_row(
@@ -539,7 +585,11 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
             f"{len(eras)}; the current since seq {eras[-1]['since']} (world upgrade ls)",
         )
     effects = data["effects"]
-    table.add_row("runs", f"{len(data['runs'])} active, {data['runs_started']} started in all")
+    failed = data.get("runs_failed", 0)
+    table.add_row(
+        "runs",
+        f"{len(data['runs'])} active, {data['runs_started']} started in all, {failed} failed",
+    )
     table.add_row("effects", ", ".join(f"{n} {k}" for k, n in effects.items()))
     mode = data["effects_mode"]
     table.add_row("effects mode", f"{mode['mode']} ({mode['reason']})")
@@ -559,6 +609,8 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         console.print(
             f"[yellow]dead letter[/yellow] seq {letter['seq']} {letter['reducer']} {letter['schema']}: {letter['code']}"
         )
+    if data["dead_letters"]:
+        console.print("(world dead-letters ls: their ids and reasons; retry or drop them)")
 
 
 def _http(directory: Path) -> dict[str, Any]:

@@ -183,14 +183,14 @@ def _tail_here(
     journal, which a writer only appends to, so its checkpoints never stop it, and ``--follow``
     goes on from the seq after the last record it read."""
     from cli.journal import stored_air
-    from world import RecordView, World, current_air, load_world_air
+    from world import JournalView, World, current_air, load_world_air
     from world.history import CellHistory, cell_key
     from world.journal import FileJournal
 
     World.check_directory(directory)
     air = current_air(directory)  # a cell by its reducer's name now (an upgrade may rename it)
     history = CellHistory(air, cell_key(air, reducer, parse_key_arg(key)))
-    view = RecordView(load_world_air(directory), stored_air(directory))
+    view = JournalView(load_world_air(directory), stored_air(directory))
     reader = FileJournal(directory / "journal", readonly=True)
     seq = 0
     try:

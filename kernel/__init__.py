@@ -37,13 +37,14 @@ if TYPE_CHECKING:
     from kernel._deadletters import DeadLetter
     from kernel._divergence import first_difference
     from kernel._effects import HTTP_BODY_BYTES_HEADER, Intent, Settled
-    from kernel._moves import check_cell, imported_record, migrated_record
+    from kernel._moves import CELL_IMPORTED, check_cell, imported_record, migrated_record
     from kernel._recorder import Record
     from kernel._scheduler import Delivery, Entity
     from kernel._steps import Runner
     from kernel._urls import Url, UrlRefused, read_url
 
 __all__ = [
+    "CELL_IMPORTED",
     "HTTP_BODY_BYTES_HEADER",
     "OWED_KINDS",
     "TICK_KINDS",

@@ -58,13 +58,13 @@ from air.errors import (
 from air.types import Ref
 from air.values import normalise
 from kernel import abi, native
-from kernel._deadletters import DeadLetter, DeadLetters
+from kernel._deadletters import DEAD_LETTER_KINDS, DeadLetter, DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
 from kernel._eras import Era, Eras, LoadAir
 from kernel._moves import MOVE_KINDS, moved_cell
 from kernel._plans import PlanEngine
 from kernel._recorder import Record, Recorder
-from kernel._runs import PlanRuns
+from kernel._runs import RUN_CANCELLED, PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
 from kernel._steps import CellSteps, Runner
 from kernel._upgrades import UPGRADED, UpgradeBatch, upgrade_batch
@@ -364,7 +364,9 @@ class Kernel:
         self.scheduler.consume()
         self.steps_total += 1
         if out is None:
-            self.dead_letters.add(seq, entity.reducer, entity.key_cbor, delivery, body["reason"])
+            self.dead_letters.add(
+                seq, entity.reducer, entity.key_cbor, delivery, body["reason"], failed_step=True
+            )
         else:
             self._commit_step(seq, entity, current, body["state_hash"], out)
             for intent in intents:
@@ -499,6 +501,25 @@ class Kernel:
             reason = {"code": "effect_denied", "detail": "an approver denied it"}
             self.dead_letters.add(seq, str(origin["name"]), origin.get("key"), letter, reason)
 
+    def ingest_dead_letter(self, kind: str, letter_id: str) -> int:
+        """Journal an operator's ``deadletter.retried`` or ``deadletter.dropped`` on the kept
+        letter ``letter_id`` and apply it (``kernel._deadletters``); return its seq."""
+        kind, subject, body = self.dead_letters.record(kind, letter_id)
+        seq = self.journal.append(kind, subject, body)
+        self._apply_dead_letter(JournalRecord(seq, subject, kind, body))
+        return seq
+
+    def _apply_dead_letter(self, record: JournalRecord) -> None:
+        retry = self.dead_letters.apply(record)
+        if retry is not None:
+            reducer, key_cbor, delivery = retry
+            self.scheduler.deliver(self._entity(reducer, key_cbor), delivery)
+
+    def ingest_run_cancel(self, run_id: int) -> int:
+        """Journal ``run.cancelled`` for live run ``run_id`` and apply it (``kernel._runs``);
+        its seq."""
+        return self.plans.cancel(run_id)
+
     def ingest_moves(self, records: Sequence[Record]) -> list[int]:
         """Journal records that move cells in (``kernel._moves``) and apply them; their seqs.
         Every record is encoded before any is appended (one too large leaves none pending);
@@ -600,6 +621,10 @@ class Kernel:
             self._apply_gov(record)
         elif record.kind == UPGRADED:
             self._apply_cell_upgrade(record)
+        elif record.kind == RUN_CANCELLED:
+            self.plans.apply_cancel(record)
+        elif record.kind in DEAD_LETTER_KINDS:
+            self._apply_dead_letter(record)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
         # other kinds (world.created) carry no kernel state
@@ -649,10 +674,14 @@ class Kernel:
             "dead_letters": [d.to_obj() for d in self.dead_letters.letters],
             "steps_total": self.steps_total,
             "dead_letters_total": self.dead_letters.total,
+            **self.dead_letters.extra_obj(),
             "runs": self.plans.to_obj(),
             "runs_started": self.plans.started,
             "effects": self.effects.to_obj(),
         }
+        failures = self.plans.failures_obj()
+        if failures is not None:  # absent before the first failed run: older snapshots' shape
+            obj["run_failures"] = failures
         if self._event_ids:  # absent when no event carried an id: older snapshots' shape
             obj["event_ids"] = [[event_id, seq] for event_id, seq in self._event_ids.items()]
         eras = self.eras.to_obj()
@@ -664,9 +693,12 @@ class Kernel:
         self.eras.restore(obj.get("eras", []))
         self._enter(self.eras.current)
         self.scheduler.restore(obj["scheduler"])
-        self.dead_letters.restore(obj["dead_letters"], obj["dead_letters_total"])
+        self.dead_letters.restore(
+            obj["dead_letters"], obj["dead_letters_total"], obj.get("steps_failed", 0)
+        )
         self.steps_total = obj["steps_total"]
         self.plans.restore(obj.get("runs", []), obj.get("runs_started", 0))
+        self.plans.restore_failures(obj.get("run_failures"))
         self.effects.restore(obj.get("effects"))
         self.effects.keep_runs(set(self.plans.runs))  # an older snapshot held every receipt
         self._event_ids = dict(obj.get("event_ids", []))

@@ -71,8 +71,10 @@ the reservation: a stored put by its receipt's ``size``; an HTTP exchange, whate
 status, by the body bytes it moved (``HTTP_BODY_BYTES_HEADER`` in the receipt's headers,
 capped at the reservation: bytes that crossed the wire are spent even when the answer was
 refused, so an oversized answer cannot be fetched again and again for free). A failed put, a
-receipt without a count and an approver's denial refund the whole reservation. There is no
-cancel path for an intent (nothing but a receipt or a denial settles one). A grant without a
+receipt without a count and an approver's denial refund the whole reservation. The one
+cancel path is a run's (``cancel_run``, for ``run.cancelled``): its live intents settle
+``cancelled`` and their reservations are refunded; an adapter's later receipt for one is
+refused (``not_queued``), never journaled. A grant without a
 budget reserves nothing and an HTTP exchange under it charges nothing (a stored put is still
 counted in ``spent``, as before).
 
@@ -159,7 +161,8 @@ def intent_hash(kind: str, params_cbor: bytes, cap: str, idempotency_key: str) -
 @dataclass
 class Intent:
     """One effect asked for. ``status``: ``queued`` (for an adapter), ``parked`` (awaiting
-    approval), ``done`` (its receipt is journaled), ``denied``. Only a queued or parked intent
+    approval), ``done`` (its receipt is journaled), ``denied``, ``cancelled`` (its run was
+    cancelled: ``cancel_run``). Only a queued or parked intent
     is kept by the manager (``EffectManager.intents``); a settled one is remembered as a
     ``Settled`` line. ``receipt`` is set only on the intent ``apply_receipt`` returns."""
 
@@ -502,6 +505,27 @@ class EffectManager:
         while len(self.settled) > SETTLED_RECENT_MAX:
             del self.settled[next(iter(self.settled))]
 
+    def run_intents(self, run_id: int) -> list[Intent]:
+        """The live (queued or parked) intents of plan run ``run_id``, in hash order."""
+        return [
+            i
+            for _h, i in sorted(self.intents.items())
+            if i.origin.get("kind") == "plan" and i.origin.get("run_id") == run_id
+        ]
+
+    def cancel_run(self, run_id: int) -> list[bytes]:
+        """Settle run ``run_id``'s live intents ``cancelled`` (a parked one is never sent, a
+        queued one's receipt is refused when it comes), refund their reservations and forget
+        its held receipts; the hashes cancelled, in hash order."""
+        cancelled = []
+        for intent in self.run_intents(run_id):
+            intent.status = "cancelled"
+            self._refund(intent)
+            self._settle(intent)
+            cancelled.append(intent.intent_hash)
+        self.release_run(run_id)
+        return cancelled
+
     # --- receipts kept for plan runs --------------------------------------------------------
 
     def receipt_of(self, intent_hash: bytes) -> dict[str, Any] | None:
@@ -548,7 +572,7 @@ class EffectManager:
 
     def counts(self) -> dict[str, int]:
         """How many intents are queued and parked now, and how many ever settled."""
-        counts = {"queued": 0, "parked": 0, "done": 0, "denied": 0}
+        counts = {"queued": 0, "parked": 0, "done": 0, "denied": 0}  # and "cancelled", once
         for intent in self.intents.values():
             counts[intent.status] += 1
         for status, total in self.settled_total.items():

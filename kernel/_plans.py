@@ -12,6 +12,13 @@ A run is an entity beside the cells, so one tick runs one thing of one run:
 * ``end``, a failure, or nothing left to run journals ``plan.ended {run_id, status, result?,
   error?}`` and the run is gone.
 
+Where a run failed is not journaled (``error`` is ``{code, detail}``, and a new field would make
+every older journal's failures differ on replay): it is *derived* by re-execution. A tick keeps
+``RunOutcome.at``, the JSON pointer into the plan of what it is evaluating (``/steps/2/expr``,
+``/edges/1/when``, ``/invariants/0``), and a failure sets ``RunOutcome.where`` to ``{step,
+pointer}``, the pointer extended by an Expr error's own pointer inside that Expr
+(``/steps/2/expr/args/0``). ``kernel._runs`` keeps it among the recent failures.
+
 ``await_receipt`` and ``await_event`` take two ticks: one that starts waiting and one, when the
 receipt or event has been delivered to the run's mailbox, that binds it. ``await_event`` sees
 only events routed after it started waiting (future-only); a run started by a trigger with
@@ -102,6 +109,12 @@ class RunOutcome:
     effect: dict[str, Any] | None = None
     ended: bool = False
     again: bool = False
+    at: str = ""
+    """The pointer into the plan of what the tick is evaluating (not journaled)."""
+    step: str | None = None
+    """The step the tick is executing, if any (not journaled)."""
+    where: dict[str, Any] | None = None
+    """For a failure: ``{step, pointer}``, where in the plan it failed (not journaled)."""
 
 
 class RunFailed(Exception):
@@ -125,38 +138,46 @@ def env_of(run: Run, schemas: Mapping[str, Any], event: Any = None) -> Env:
     return Env(run.input, run.vars, run.results, event, schemas=schemas)
 
 
-def ready_steps(plan: Any, run: Run, schemas: Mapping[str, Any]) -> list[Any]:
-    """The steps that may run now, by step id."""
+def ready_steps(
+    plan: Any, run: Run, schemas: Mapping[str, Any], out: RunOutcome | None = None
+) -> list[Any]:
+    """The steps that may run now, by step id (``out.at`` follows the guards evaluated)."""
     done = set(run.done)
     waiting = None if run.waiting is None else run.waiting["step"]
-    incoming: dict[str, list[Any]] = {}
-    for edge in plan.edges:
-        incoming.setdefault(edge.to, []).append(edge)
+    incoming: dict[str, list[tuple[int, Any]]] = {}
+    for index, edge in enumerate(plan.edges):
+        incoming.setdefault(edge.to, []).append((index, edge))
     ready = []
     env = env_of(run, schemas)
     for step in plan.steps:
         if step.id in done or step.id == waiting:
             continue
         edges = incoming.get(step.id, [])
-        if all(e.from_step in done and _guard(e, env) for e in edges):
+        if all(e.from_step in done and _guard(e, env, i, out) for i, e in edges):
             ready.append(step)
     return sorted(ready, key=lambda s: s.id)
 
 
-def _guard(edge: Any, env: Env) -> bool:
+def _guard(edge: Any, env: Env, index: int = 0, out: RunOutcome | None = None) -> bool:
     if edge.when is None:
         return True
+    if out is not None:
+        out.at, out.step = f"/edges/{index}/when", edge.to
     value = evaluate(_expr(edge.when), env)
     if type(value) is not bool:
         raise RunFailed("plan.guard", f"guard on {edge.from_step} -> {edge.to} is not a bool")
     return value
 
 
-def check_invariants(plan: Any, run: Run, schemas: Mapping[str, Any]) -> None:
+def check_invariants(
+    plan: Any, run: Run, schemas: Mapping[str, Any], out: RunOutcome | None = None
+) -> None:
     """Every invariant must hold after each step; one that reads a var or step result not
     bound yet (``expr.ref.missing``) is not checked until it can be."""
     env = env_of(run, schemas)
     for index, raw in enumerate(plan.invariants):
+        if out is not None:
+            out.at = f"/invariants/{index}"
         try:
             holds = evaluate(_expr(raw), env)
         except ExprError as exc:
@@ -176,6 +197,14 @@ def failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, WorldError):
         return getattr(exc, "code", None) or type(exc).__name__, str(exc)[:500]
     return type(exc).__name__, str(exc)[:500]
+
+
+def _step_pointer(plan: Any, step_id: str) -> str:
+    """``/steps/<index>`` of step ``step_id`` in the plan as authored."""
+    for index, step in enumerate(plan.steps):
+        if step.id == step_id:
+            return f"/steps/{index}"
+    return ""
 
 
 def input_hash(value: Any) -> bytes:
@@ -199,24 +228,34 @@ class PlanEngine:
         plan = self.air.plans[run.plan]
         try:
             if schema == DENIED:
+                self._at_waiting(plan, run, out)
                 raise RunFailed("effect.denied", "an approver denied the run's effect")
             if run.waiting is not None and schema != CONTINUE:
+                self._at_waiting(plan, run, out)
                 self._bind_awaited(run, schema, value, out)
             else:
-                ready = ready_steps(plan, run, self.air.schemas)
+                ready = ready_steps(plan, run, self.air.schemas, out)
                 if not ready:
                     return self._end(run, out, "ok", None)
                 self._execute(plan, run, ready[0], out)
             if out.ended:
                 return out
-            check_invariants(plan, run, self.air.schemas)
+            check_invariants(plan, run, self.air.schemas, out)
             out.again = run.waiting is None
         except RunFailed as exc:
             return self.fail(run, out, exc.code, exc.detail)
         except (ExprError, ValueMismatch, WorldError) as exc:
             code, detail = failure(exc)
-            return self.fail(run, out, code, detail)
+            inside = exc.pointer if isinstance(exc, ExprError) else ""
+            return self.fail(run, out, code, detail, inside)
         return out
+
+    def _at_waiting(self, plan: Any, run: Run, out: RunOutcome) -> None:
+        """Point ``out`` at the step the run waits in (if any)."""
+        waiting = run.waiting
+        if waiting is not None:
+            out.step = waiting["step"]
+            out.at = _step_pointer(plan, waiting["step"])
 
     def where_of(self, run: Run, step_id: str) -> Any:
         """The parsed ``where`` of the run's await_event step ``step_id`` (None if absent)."""
@@ -251,6 +290,15 @@ class PlanEngine:
     def _execute(self, plan: Any, run: Run, step: Any, out: RunOutcome) -> None:
         env = env_of(run, self.air.schemas)
         body: dict[str, Any] = {"run_id": run.run_id, "step": step.id, "op": step.op}
+        base = _step_pointer(plan, step.id)
+        field_of = {
+            "end": "/result",
+            "assign": "/expr",
+            "raise_event": "/event",
+            "emit_effect": "/params",
+            "await_receipt": "/for",
+        }
+        out.step, out.at = step.id, base + field_of.get(step.op, "")
         if step.op == "end":
             result = None if step.result is None else evaluate(_expr(step.result), env)
             if result is not None and plan.output is not None:
@@ -313,6 +361,7 @@ class PlanEngine:
         if key_type is not None:
             if step.key is None:
                 raise RunFailed("plan.raise_event.key", f"{step.reducer} is keyed: give a key")
+            out.at = out.at.removesuffix("/event") + "/key"
             key = evaluate(_expr(step.key), env)
             check_value(key_type, key, self.air.schemas)
             key_cbor = cbor.dumps(key)
@@ -331,8 +380,12 @@ class PlanEngine:
         out.again = False
         return out
 
-    def fail(self, run: Run, out: RunOutcome, code: str, detail: str) -> RunOutcome:
-        """End ``run`` with status error: drop what the tick did, journal only the end."""
+    def fail(
+        self, run: Run, out: RunOutcome, code: str, detail: str, inside: str = ""
+    ) -> RunOutcome:
+        """End ``run`` with status error: drop what the tick did, journal only the end.
+        ``out.where`` says where in the plan (``inside``: an Expr error's own pointer)."""
+        out.where = {"step": out.step, "pointer": out.at + inside}
         out.records = [r for r in out.records if r[0] != "plan.step"]
         out.raised = []
         out.effect = None

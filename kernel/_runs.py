@@ -11,13 +11,29 @@ Runs observe every journaled event (``observe``): a trigger starts a run (the ne
 and a run waiting in ``await_event`` for that schema, since before the event, with its
 correlation and ``where``, gets it. A run is an entity of the scheduler beside the cells, so one
 tick (``tick``) executes one thing of one run.
+
+Cancelling. ``cancel(run_id)`` journals ``run.cancelled`` (subject
+``/world/run/<plan>/<run_id>/cancelled``, body ``{run_id, plan, intents}``: ``intents`` the
+hashes of the run's live intents, in hash order) and applies it; replay applies the journaled
+one (``apply_cancel``), re-deriving ``intents`` and refusing a record that differs. Applying:
+the run leaves the live runs (it ended, status ``cancelled``: no ``plan.ended`` is written,
+this record is its end), its intents settle ``cancelled`` with their reservations refunded
+(``EffectManager.cancel_run``), so a receipt an adapter sends later is refused, never
+journaled, and no run is revived; what its mailbox still held becomes dead letters
+(``run_cancelled``), as an ended run's does.
+
+Failures. Where a failed run failed (``kernel._plans``: ``{step, pointer}``) is derived, not
+journaled; ``failures`` keeps the last ``FAILURES_KEPT`` failed runs (run id -> ``{plan, seq,
+code, step, pointer}``) and ``failed_total`` counts them all, both in the snapshot, both
+re-derived by replay. ``ended`` counts the runs this kernel object saw end (for a command's
+summary; not kept), ``begun`` the runs it saw journal ``plan.started``.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import cbor2
 
@@ -40,7 +56,12 @@ from kernel.errors import ReplayDivergence
 from kernel.journal import JournalRecord
 from kernel.subjects import make_subject
 
-__all__ = ["PlanRuns"]
+__all__ = ["FAILURES_KEPT", "RUN_CANCELLED", "PlanRuns"]
+
+RUN_CANCELLED: Final = "run.cancelled"
+"""The record that cancels a live run (``world runs cancel``)."""
+FAILURES_KEPT: Final = 1024
+"""How many failed runs' derived ``{plan, seq, code, step, pointer}`` the kernel keeps."""
 
 
 class PlanRuns:
@@ -63,6 +84,13 @@ class PlanRuns:
         self.runs: dict[int, Run] = {}
         self.started = 0
         """Runs started so far: the next run's id."""
+        self.failures: dict[int, dict[str, Any]] = {}
+        """The last ``FAILURES_KEPT`` failed runs, oldest first (derived, not journaled)."""
+        self.failed_total = 0
+        self.ended = 0
+        """Runs this object saw end (ok, error or cancelled); not kept in snapshots."""
+        self.begun = 0
+        """Runs this object saw journal ``plan.started``; not kept in snapshots."""
         self.use(air)
 
     def use(self, air: LoadedAir) -> None:
@@ -146,6 +174,7 @@ class PlanRuns:
                 "manifest_hash": work.manifest_hash,
             }
             records: list[Record] = [("plan.started", f"{subject}/started", body)]
+            self.begun += 1
             out = RunOutcome(again=True)
         else:
             value = None
@@ -160,6 +189,10 @@ class PlanRuns:
         seq = self.recorder.append(records, expected)
         self.scheduler.consume()
         if out.ended:
+            self.ended += 1
+            end_body = records[-1][2]
+            if end_body.get("status") == "error":
+                self._failed(work.plan, seq + len(records) - 1, end_body, out.where)
             self.runs.pop(run_id, None)
             self.effects.release_run(run_id)  # the receipts it could still await
             for left in self.scheduler.drop(entity):  # an ended run takes nothing more
@@ -192,6 +225,7 @@ class PlanRuns:
                 effect["kind"], effect["params"], effect["cap"], origin, idem
             )
         except CapDenied as denied:
+            out.at = out.at.removesuffix("/params") + "/cap"
             self.engine_of(work.manifest_hash).fail(work, out, denied.code, denied.detail)
             return None, []
         step_body = {
@@ -243,6 +277,60 @@ class PlanRuns:
                 Entity(run.plan, None, run_id=run.run_id), Delivery(seq, 0, DENIED, b"")
             )
 
+    # --- failures and cancelling ---------------------------------------------------------
+
+    def _failed(
+        self, plan: str, seq: int, body: dict[str, Any], where: dict[str, Any] | None
+    ) -> None:
+        where = where or {}
+        self.failures[body["run_id"]] = {
+            "plan": plan,
+            "seq": seq,
+            "code": (body.get("error") or {}).get("code"),
+            "step": where.get("step"),
+            "pointer": where.get("pointer"),
+        }
+        self.failed_total += 1
+        while len(self.failures) > FAILURES_KEPT:
+            del self.failures[next(iter(self.failures))]
+
+    def cancel_body(self, run_id: int) -> tuple[str, dict[str, Any]]:
+        """The subject and body of the ``run.cancelled`` that would cancel live run
+        ``run_id`` now (``KeyError`` if it is not live)."""
+        run = self.runs[run_id]
+        intents = [i.intent_hash for i in self.effects.run_intents(run_id)]
+        subject = make_subject("world", "run", run.plan, str(run_id))
+        return f"{subject}/cancelled", {"run_id": run_id, "plan": run.plan, "intents": intents}
+
+    def cancel(self, run_id: int) -> int:
+        """Journal ``run.cancelled`` for live run ``run_id`` and apply it; its seq."""
+        subject, body = self.cancel_body(run_id)
+        seq = self.recorder.journal.append(RUN_CANCELLED, subject, body)
+        self._cancel(seq, run_id)
+        return seq
+
+    def apply_cancel(self, record: JournalRecord) -> None:
+        """Replay a journaled ``run.cancelled``: the run must be live and its live intents
+        the ones the record names."""
+        run_id = record.body.get("run_id") if isinstance(record.body, dict) else None
+        if not isinstance(run_id, int) or run_id not in self.runs:
+            raise ReplayDivergence(record.seq, record.subject, "a live run", f"no run {run_id}")
+        subject, body = self.cancel_body(run_id)
+        if (subject, body) != (record.subject, record.body):
+            raise ReplayDivergence(
+                record.seq, record.subject, "the cancel the journal holds", repr(body)
+            )
+        self._cancel(record.seq, run_id)
+
+    def _cancel(self, seq: int, run_id: int) -> None:
+        run = self.runs.pop(run_id)
+        self.ended += 1
+        self.effects.cancel_run(run_id)
+        entity = Entity(run.plan, None, run_id=run_id)
+        for left in self.scheduler.drop(entity):
+            reason = {"code": "run_cancelled", "detail": f"run {run_id} was cancelled"}
+            self.dead_letters.add(seq, run.plan, None, left, reason)
+
     # --- snapshots ---------------------------------------------------------------------------
 
     def to_obj(self) -> list[Any]:
@@ -251,3 +339,17 @@ class PlanRuns:
     def restore(self, runs: list[Any], started: int) -> None:
         self.runs = {r[0]: Run.from_obj(r) for r in runs}
         self.started = started
+
+    def failures_obj(self) -> dict[str, Any] | None:
+        """The failures for a snapshot; None when there never was one (older snapshots'
+        shape)."""
+        if not self.failed_total:
+            return None
+        recent = [[run_id, f] for run_id, f in self.failures.items()]
+        return {"total": self.failed_total, "recent": recent}
+
+    def restore_failures(self, obj: dict[str, Any] | None) -> None:
+        """Read ``failures_obj``'s form (None: none, or a snapshot older than it)."""
+        obj = obj or {}
+        self.failed_total = int(obj.get("total", 0))
+        self.failures = {run_id: dict(f) for run_id, f in obj.get("recent", [])}

@@ -5,7 +5,8 @@ delivery (through the ``Runner``, the WASM host behind a narrow interface) and r
 ``step`` record's body with the decoded output; ``validate`` holds the output to the reducer's
 declared schemas and effect rules (``abi.validate_output`` decides every error; the state-only
 output, the common one, takes one compiled check first); ``failure_body`` is the body of
-``step.failed``. ``subject`` caches each entity's record subjects (bounded).
+``step.failed`` (a refusal, ``StepRefused``, has its reason as the detail). ``subject`` caches
+each entity's record subjects (bounded).
 
 Nothing here changes kernel state other than its caches: the tick appends and applies.
 """
@@ -19,6 +20,7 @@ from air.errors import LimitExceeded, ValueMismatch
 from kernel import abi
 from kernel._scheduler import Delivery, Entity
 from kernel.cells import CellEntry
+from kernel.errors import StepRefused
 from kernel.subjects import cell_subject, make_subject
 
 __all__ = ["CellSteps", "Runner"]
@@ -147,10 +149,12 @@ class CellSteps:
 
     def failure_body(self, entity: Entity, delivery: Delivery, exc: Exception) -> dict[str, Any]:
         code = getattr(exc, "code", None) or getattr(exc, "limit", None) or type(exc).__name__
+        # A refusal's detail is its reason, whole (bounded by abi.REFUSAL_REASON_MAX).
+        detail = exc.reason if isinstance(exc, StepRefused) else str(exc)[:500]
         return {
             "reducer": entity.reducer,
             "key": entity.key_cbor,
             "src": delivery.src_seq,
             "idx": delivery.index,
-            "reason": {"code": str(code), "error": type(exc).__name__, "detail": str(exc)[:500]},
+            "reason": {"code": str(code), "error": type(exc).__name__, "detail": detail},
         }

@@ -14,6 +14,22 @@
 Every failure is ``StepRejected(module, code, pointer, detail)`` with a JSON pointer into the
 output envelope (``/state/count``, ``/effects/0/kind``). Nothing here mutates its inputs.
 
+Refusals. A reducer may refuse its event with a reason: the output ``{"error": text}``.
+``decode_output`` raises ``StepRefused`` (a ``StepRejected`` with code ``refused``, pointer
+``/error`` and ``reason`` the text), which the kernel journals as ``step.failed`` with that code
+and the reason as detail: the state is unchanged, nothing is emitted, and the delivery becomes
+a dead letter with that reason. The rules, each a bad output otherwise:
+
+- ``error`` stands alone: with ``state``, ``domain_events``, ``effects`` or ``ann`` beside it
+  the output is ambiguous (did the step happen?), so it is refused as ``refusal_not_alone``
+  rather than one half being silently dropped. A refusal has no ``state`` key at all.
+- ``error`` is non-empty text (``output_shape`` otherwise) of at most ``REFUSAL_REASON_MAX``
+  bytes of UTF-8 (``refusal_too_long`` otherwise: the reason is journaled and shown to
+  operators, so it is a sentence, not a payload).
+
+The native decoder does not know ``error``: it declines any output with that key, so the code
+below decides every refusal on both paths and the records are the same bytes.
+
 Why the common input case skips ``air.cbor.dumps``: the envelope's key order is fixed, so it is
 written in canonical order and encoded by cbor2 directly (~1 us instead of ~7 us per step);
 ``tests/test_host_abi.py`` holds it byte-equal to ``air.cbor.dumps`` of the same envelope.
@@ -36,11 +52,12 @@ import cbor2
 from air import cbor
 from air.errors import CborError, InvalidArgument, ValueMismatch
 from kernel import native
-from kernel.errors import StepRejected
+from kernel.errors import StepRefused, StepRejected
 
 __all__ = [
     "ABI_VERSION",
     "REDUCER_EFFECTS",
+    "REFUSAL_REASON_MAX",
     "DomainEventOut",
     "EffectOut",
     "OutputValues",
@@ -58,7 +75,9 @@ REDUCER_EFFECTS: Final[Mapping[str, str]] = MappingProxyType(
         "blob.get": "sys/BlobGetParams@1",
     }
 )
-_OUTPUT_KEYS: Final = frozenset({"state", "domain_events", "effects", "ann"})
+REFUSAL_REASON_MAX: Final = 512
+"""Most bytes (UTF-8) of a refusal's reason (``{"error": text}``); longer is ``refusal_too_long``."""
+_OUTPUT_KEYS: Final = frozenset({"state", "domain_events", "effects", "ann", "error"})
 _EVENT_KEYS: Final = frozenset({"schema", "value", "key"})
 _EFFECT_KEYS: Final = frozenset({"kind", "params", "cap_slot"})
 _CTX_RESERVED: Final = frozenset({"key", "cell_mode"})
@@ -292,7 +311,10 @@ def decode_output(output_cbor: bytes, *, module: str = "") -> StepOutput:
         if found is not None:
             return found if type(found) is StepOutput else _from_native(found)
     d = _Decoder(module)
-    top = d.keys(_loads_envelope(output_cbor, d), _OUTPUT_KEYS, ("state",), "")
+    top = _loads_envelope(output_cbor, d)
+    if type(top) is dict and "error" in top:
+        raise _refusal(d, d.keys(top, _OUTPUT_KEYS, (), ""))
+    top = d.keys(top, _OUTPUT_KEYS, ("state",), "")
     state_cbor = top["state"]
     if state_cbor is not None and type(state_cbor) is not bytes:
         raise d.reject("output_shape", "/state", "state must be bytes or null")
@@ -308,6 +330,23 @@ def decode_output(output_cbor: bytes, *, module: str = "") -> StepOutput:
     ann = None if ann_cbor is None else d.payload(ann_cbor, "/ann")
     values = OutputValues(state, event_values, params, ann)
     return StepOutput(state_cbor, events, effects, ann_cbor, values)
+
+
+def _refusal(d: _Decoder, top: dict[Any, Any]) -> StepRejected:
+    """The error a refusal output ``top`` (a checked map holding ``error``) raises: the
+    ``StepRefused`` itself, or why it is a bad output (the module docstring's rules)."""
+    other = next((key for key in top if key != "error"), None)
+    if other is not None:
+        detail = f"a refusal (error) carries nothing else, but {other!r} is there too"
+        return d.reject("refusal_not_alone", f"/{_escape(other)}", detail)
+    reason = top["error"]
+    if type(reason) is not str or not reason:
+        return d.reject("output_shape", "/error", "error must be non-empty text")
+    size = len(reason.encode())
+    if size > REFUSAL_REASON_MAX:
+        detail = f"the reason is {size} bytes, over REFUSAL_REASON_MAX ({REFUSAL_REASON_MAX})"
+        return d.reject("refusal_too_long", "/error", detail)
+    return StepRefused(d.module, reason)
 
 
 # --- output validation ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ __all__ = [
     "ReducerLoadError",
     "ReducerTrap",
     "ReplayDivergence",
+    "StepRefused",
     "StepRejected",
     "WasmFormatError",
 ]
@@ -88,6 +89,16 @@ class StepRejected(WorldError):
         self.pointer = pointer
         self.detail = detail
         super().__init__(f"{module}: output {pointer}: {detail} [{code}]")
+
+
+class StepRefused(StepRejected):
+    """The reducer refused its event (output ``{"error": reason}``, ``kernel.abi``): a
+    deliberate, well-formed failure, journaled as ``step.failed`` with code ``refused`` and
+    ``reason`` as the detail."""
+
+    def __init__(self, module: str, reason: str) -> None:
+        super().__init__(module, "refused", "/error", reason)
+        self.reason = reason
 
 
 class CellRefused(WorldError):

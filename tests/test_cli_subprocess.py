@@ -77,6 +77,10 @@ COVERED: dict[str, str] = {
     "runs ls": "test_runs_ls_show_and_cancel",
     "runs show": "test_runs_ls_show_and_cancel",
     "runs cancel": "test_runs_ls_show_and_cancel",
+    "dead-letters ls": "test_dead_letters_ls_show_retry_and_drop",
+    "dead-letters show": "test_dead_letters_ls_show_retry_and_drop",
+    "dead-letters retry": "test_dead_letters_ls_show_retry_and_drop",
+    "dead-letters drop": "test_dead_letters_ls_show_retry_and_drop",
     "migrate cells": "test_migrate_cells_dry_run_then_for_real",
     "examples": "test_examples_lists_and_copies_a_bundled_world",
     "examples copy": "test_examples_lists_and_copies_a_bundled_world",
@@ -268,8 +272,8 @@ def test_run_until_idle_runs_the_rest(built: Built) -> None:
 def test_state_shows_the_counted_value_and_null_for_no_cell(built: Built) -> None:
     shown = world_json("state", built.path, COUNTER, "--key", "a")  # a text key, written bare
     assert pick(shown, "ok", "state") == {"ok": True, "state": FINAL["a"]}
-    absent = world_json("state", built.path, COUNTER, "--key", '"zz"')  # or as JSON
-    assert pick(absent, "ok", "state") == {"ok": True, "state": None}
+    absent = world_json("state", built.path, COUNTER, "--key", '"zz"', code=1)  # or as JSON
+    assert pick(absent, "ok", "state") == {"ok": False, "state": None}
 
 
 def test_info_summarises_the_world(built: Built) -> None:
@@ -552,6 +556,25 @@ def test_effects_ls_approve_and_deny(tmp_path: Path) -> None:
     assert world_json("effects", "deny", w, second)["decision"] == "denied"
     status = {i["intent_hash"]: i["status"] for i in world_json("effects", "ls", w)["intents"]}
     assert status == {first: "queued", second: "denied"}
+
+
+def test_dead_letters_ls_show_retry_and_drop(tmp_path: Path) -> None:
+    w, event = tmp_path / "bank", "demo/AccountEvent@1"
+    world("init", w, "--example", "account")
+    for key, n in (("a", 2), ("b", 3)):
+        world("send", w, event, json.dumps({"key": key, "op": {"$tag": "Withdraw", "$value": n}}))
+    world("run", w, "--until-idle")
+    listed = world_json("dead-letters", "ls", w)
+    letters = {row["key"]: row for row in listed["letters"]}
+    assert (listed["ok"], sorted(letters)) == (True, ["a", "b"])
+    shown = world_json("dead-letters", "show", w, letters["a"]["id"])["letter"]
+    assert shown["detail"] == "overdraft: balance 0, asked 2"
+    world("send", w, event, json.dumps({"key": "a", "op": {"$tag": "Deposit", "$value": 2}}))
+    assert world_json("dead-letters", "retry", w, letters["a"]["id"])["ok"] is True
+    assert world_json("dead-letters", "drop", w, letters["b"]["id"])["ok"] is True
+    world("run", w, "--until-idle")
+    assert world_json("dead-letters", "ls", w)["letters"] == []
+    assert world_json("state", w, "demo/Account@1", "--key", "a")["state"] == {"balance": 0}
 
 
 def test_runs_ls_show_and_cancel(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ FACES = (
     "world.serve",
     "world.history",
     "world.moves",
+    "world.operate",
 )
 
 

@@ -243,7 +243,28 @@ def trapping(tmp: Path) -> dict[str, Path]:
     return {"trap": w}
 
 
+def account(tmp: Path) -> dict[str, Path]:
+    """Refusals with reasons (overdrafts), then the operator's dead-letter records: a retry
+    after a deposit makes the first withdrawal good, a drop forgets the other. Recorded when
+    refusals came (issue 23)."""
+    w = tmp / "account"
+    event = "demo/AccountEvent@1"
+    _cli("init", w, "--example", "account")
+    ops = [("a", "Deposit", 5), ("a", "Withdraw", 9), ("b", "Withdraw", 1), ("a", "Deposit", 4)]
+    values = [{"key": k, "op": {"$tag": tag, "$value": n}} for k, tag, n in ops]
+    _cli("send", w, event, "--file", _jsonl(tmp / "ops.jsonl", values))
+    _cli("run", w, "--until-idle")
+    with World.open(w) as world:
+        ids = [letter.id for letter in world.kernel.dead_letters.letters]
+        assert len(ids) == 2
+        world.retry_dead_letter(ids[0])
+        world.drop_dead_letter(ids[1])
+        world.run_until_idle()
+    return {"account": w}
+
+
 SCENARIOS = {
+    "account": account,
     "counter": counter,
     "counter_v1_migrated": counter_v1_migrated,
     "session": session,
@@ -254,6 +275,9 @@ SCENARIOS = {
 }
 
 GOLDEN: dict[str, dict[str, str]] = {
+    "account": {
+        "account": "32484301d0f7d5911710138ebbaa4b7b36696b3dccd17d509d33cd5a0b1479ce",
+    },
     "counter": {
         "counter": "1b4912b9148de6784b2f306eb74dc647023aa124e16f83590b34db25322f2b6e",
         "copy": "629b27088d9f2c5eed984485c7affbb6f31a63eb29b0d3c571a23308a3ab5e94",
@@ -295,4 +319,4 @@ def test_bundled_world_journals_match_the_digests_recorded_before_the_restructur
 
 def test_every_bundled_example_world_is_in_a_scenario() -> None:
     examples = {p.name for p in (ROOT / "manifests").iterdir() if p.is_dir()}
-    assert examples == {"counter", "counter_v1", "order", "session", "timer"}
+    assert examples == {"account", "counter", "counter_v1", "order", "session", "timer"}

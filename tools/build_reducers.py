@@ -40,7 +40,16 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REDUCERS_DIR = REPO_ROOT / "reducers"
 SDK_DIR = REDUCERS_DIR / "sdk"
-EXAMPLES = ("counter", "counter_v2", "timer", "order", "session", "static_counter")
+EXAMPLES = (
+    "counter",
+    "counter_v2",
+    "timer",
+    "order",
+    "session",
+    "static_counter",
+    "account",
+    "account_v2",
+)
 
 
 def _relative(path: Path) -> str:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from world._reading import CellView
     from world._repair import WorldCheck, WorldRepair, check_world, repair_world
     from world._runner import native_requested
-    from world._views import RecordView, cells_page
+    from world._views import JournalView, RecordView, cells_page
     from world._watch import Periodic
     from world._world import SNAPSHOT_DIRTY_MAX, SNAPSHOT_RECORDS_MAX, World
     from world.errors import (
@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         UpgradeRefused,
         WorldExists,
         WorldLocked,
+        WorldServed,
         WorldStale,
         WorldUnavailable,
     )
@@ -103,6 +104,7 @@ __all__ = [
     "GenesisMismatch",
     "Interrupted",
     "JournalReplaced",
+    "JournalView",
     "JournalWriteFailed",
     "LoopReport",
     "MigrationRefused",
@@ -129,6 +131,7 @@ __all__ = [
     "WorldExists",
     "WorldLocked",
     "WorldRepair",
+    "WorldServed",
     "WorldStale",
     "WorldUnavailable",
     "archive_world",
@@ -179,6 +182,7 @@ _WHERE: dict[str, str] = {
         (
             "world._views",
             (
+                "JournalView",
                 "RecordView",
                 "cells_page",
             ),
@@ -220,6 +224,7 @@ _WHERE: dict[str, str] = {
                 "UpgradeRefused",
                 "WorldExists",
                 "WorldLocked",
+                "WorldServed",
                 "WorldStale",
                 "WorldUnavailable",
             ),

@@ -477,7 +477,26 @@ class World:
         return _reading.cell_count(self, reducer)
 
     def info(self) -> dict[str, Any]:
-        return _reading.info(self)
+        data = _reading.info(self)
+        data["runs_failed"] = self.kernel.plans.failed_total  # derived: ``kernel._runs``
+        data.update(self.kernel.dead_letters.counts())  # steps_failed, dead_letters_kept
+        return data
+
+    def retry_dead_letter(self, letter_id: str) -> int:
+        """Deliver dead letter ``letter_id``'s event again to its reducer and key (journaled
+        ``deadletter.retried``; it runs at the next tick); its seq. Durable on return."""
+        return self._dead_letter("deadletter.retried", letter_id)
+
+    def drop_dead_letter(self, letter_id: str) -> int:
+        """Take dead letter ``letter_id`` off the kept list (journaled ``deadletter.dropped``);
+        its seq. Durable on return."""
+        return self._dead_letter("deadletter.dropped", letter_id)
+
+    def _dead_letter(self, kind: str, letter_id: str) -> int:
+        self._writable()
+        seq = self.kernel.ingest_dead_letter(kind, letter_id)
+        self.commit()
+        return seq
 
     # --- writing ----------------------------------------------------------------------------
 

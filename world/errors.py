@@ -57,6 +57,7 @@ __all__ = [
     "UpgradeRefused",
     "WorldExists",
     "WorldLocked",
+    "WorldServed",
     "WorldStale",
     "WorldUnavailable",
     "storage_error",
@@ -294,6 +295,21 @@ class WorldLocked(WorldUnavailable):
         self.mode = mode
         holder = "a repair or rewrite" if mode == "read" else "another process"
         super().__init__(f"world is in use by {holder}; cannot open it for {mode}: {path}")
+
+
+class WorldServed(WorldLocked):
+    """The world at ``path`` is held by ``world serve``, and the command asked for it does not
+    go through the server's socket: the message says so and what to do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.mode = "write"
+        WorldUnavailable.__init__(
+            self,
+            f"{path} is served by `world serve` (socket {path}/control.sock), which holds it "
+            "for writing and runs its work; this command does not go through the server: stop "
+            "the server (Ctrl-C where it runs), run the command, then serve again",
+        )
 
 
 class JournalReplaced(WorldUnavailable):

@@ -221,6 +221,8 @@ static int keys_within(PyObject *map, const char *const *names) {
 
 static const char *const EVENT_KEYS[] = {"schema", "value", "key", NULL};
 static const char *const EFFECT_KEYS[] = {"kind", "params", "cap_slot", NULL};
+/* No "error": a refusal ({"error": reason}, kernel.abi's docstring) is declined here on purpose,
+ * so kernel.abi decides every refusal and its records are the same bytes on both paths. */
 static const char *const OUTPUT_KEYS[] = {"state", "domain_events", "effects", "ann", NULL};
 
 /* One domain event: (schema, value_cbor, key_cbor|None, value); NULL with *ours=0 if off. */

@@ -40,6 +40,11 @@
  *   output, a second effect -- ends the step with a trap (`unreachable`). A trap is the clean
  *   failure the kernel expects: it reports the step as failed and commits nothing. The reducer
  *   never returns a partial or guessed output.
+ * - Refusal: `return world_refuse(out, "reason");` declines the event on purpose. The output is
+ *   then `{"error": reason}` alone (anything set on `out` is ignored): the kernel journals a
+ *   failed step with code `refused` and the reason, keeps the state, and dead-letters the
+ *   event, which an operator can retry later (`world dead-letters`). For a reason built from
+ *   values, `world_refusal(out)` gives the text buffer (see `world_text_uint`).
  *
  * Stack: build with `-Wl,-z,stack-size=65536` (tools/build_reducers.py does). zig cc's default
  * is 1 MiB, which would make every module's initial memory 17 pages that the host allocates and
@@ -66,6 +71,8 @@
 #endif
 #ifndef WORLD_MAX_DOMAIN_EVENTS
 #define WORLD_MAX_DOMAIN_EVENTS 64 /* domain events one step may emit; more traps */
+#define WORLD_REFUSAL_MAX 512 /* bytes of a refusal's reason (kernel.abi.REFUSAL_REASON_MAX);
+                                 a longer one is cut at a character boundary */
 #endif
 
 enum {
@@ -907,6 +914,13 @@ typedef struct {
     world_buf ann;
 } world_out;
 
+/* A refusal (world_refuse) lives beside world_out, in statics only world_refusal writes: a
+   reducer that never refuses never stores to them, so the compiler folds them to false and
+   drops every refusal path, and its module is byte-for-byte what it was before refusals
+   existed. (A fresh instance per step, like the heap: they live one step.) */
+static bool world__refused;
+static world_buf world__refusal_text;
+
 /* The new state: write exactly one item into the returned buffer (calling again restarts). */
 static inline world_buf *world_set_state(world_out *out) {
     out->state_mode = WORLD__STATE_SET;
@@ -959,6 +973,52 @@ static inline world_buf *world_effect(world_out *out, const char *kind, const ch
     return &out->effect_params;
 }
 
+/* Refuse the event with a reason (UTF-8 text, not CBOR): the kernel keeps the state, emits
+   nothing and dead-letters the event with the reason. Returns WORLD_OK, so a cell function can
+   `return world_refuse(out, "overdraft");`. Calling again replaces the reason. */
+static inline world_buf *world_refusal(world_out *out) {
+    (void)out;
+    world__refused = true;
+    world__refusal_text.len = 0;
+    return &world__refusal_text;
+}
+
+static inline int world_refuse(world_out *out, const char *reason) {
+    world_buf *b = world_refusal(out);
+    world_buf_append(b, reason, world_strlen(reason));
+    return WORLD_OK;
+}
+
+/* Append text (a C string) or a number in decimal to a text buffer, e.g. world_refusal's. */
+static inline void world_text(world_buf *b, const char *cstr) {
+    world_buf_append(b, cstr, world_strlen(cstr));
+}
+
+static inline void world_text_uint(world_buf *b, uint64_t v) {
+    char digits[20];
+    uint32_t n = 0;
+    do {
+        digits[sizeof digits - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    world_buf_append(b, digits + sizeof digits - n, n);
+}
+
+/* {"error": reason}: the reason cut to WORLD_REFUSAL_MAX bytes at a character boundary, and
+   never empty (the kernel takes no empty reason). */
+static inline void world__encode_refusal(world_buf *b) {
+    const uint8_t *p = world__refusal_text.ptr;
+    uint32_t n = world__refusal_text.len;
+    if (n > WORLD_REFUSAL_MAX) {
+        n = WORLD_REFUSAL_MAX;
+        while (n > 0 && (p[n] & 0xC0) == 0x80) n--; /* p[n] continues a character: cut before */
+    }
+    cbor_put_map_head(b, 1);
+    cbor_put_str(b, "error");
+    if (n == 0) cbor_put_str(b, "refused");
+    else cbor_put_text(b, p, n);
+}
+
 /* Annotations (`ann`): write one item into the returned buffer. */
 static inline world_buf *world_annotate(world_out *out) {
     out->has_ann = true;
@@ -978,6 +1038,11 @@ static inline void world__put_payload(world_buf *b, const world_buf *payload) {
  * "domain_events"; entries: "key" < "value" < "schema"; effects: "kind" < "params" < "cap_slot").
  */
 WORLD__NOINLINE static inline void world__encode_output(const world_out *o, world_buf *b) {
+    if (world__refused) {
+        world__encode_refusal(b);
+        if (cbor_validate(b->ptr, b->len) != WORLD_OK) world_trap(); /* not UTF-8 */
+        return;
+    }
     if (o->state_mode == WORLD__STATE_UNSET) world_trap(); /* the author forgot the state */
     cbor_put_map_head(b, 1u + (o->has_ann ? 1u : 0u) + (o->has_effect ? 1u : 0u) +
                              (o->n_events ? 1u : 0u));
@@ -1113,6 +1178,7 @@ static inline int world_run_cell(const world_input *in, world_out *out, world_ce
     if (in->cell_mode) {
         if (!in->has_key) return WORLD_EINVAL; /* SPEC: cell mode always carries ctx.key */
         WORLD_TRY(cell(in->has_state ? &in->state : NULL, &in->event, &in->key, out));
+        if (world__refused) return WORLD_OK;
         return out->state_mode == WORLD__STATE_UNSET ? WORLD_EINVAL : WORLD_OK;
     }
     /* v1: the state is map<key, substate>; null means the empty map. */
@@ -1127,6 +1193,7 @@ static inline int world_run_cell(const world_input *in, world_out *out, world_ce
     int found = cbor_map_get_raw(map, key, &sub);
     if (found != WORLD_OK && found != WORLD_ENOTFOUND) return found;
     WORLD_TRY(cell(found == WORLD_OK ? &sub : NULL, &in->event, &key, out));
+    if (world__refused) return WORLD_OK; /* the map is left as it came in */
     if (out->state_mode == WORLD__STATE_UNSET) return WORLD_EINVAL;
     if (out->state_mode == WORLD__STATE_SET &&
         cbor_validate(out->state.ptr, out->state.len) != WORLD_OK)

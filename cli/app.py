@@ -35,7 +35,14 @@ from cli import (
     upgrade,
     validate,
 )
-from cli.common import EXIT_INTERRUPTED, console, err_console, set_quiet
+from cli.common import (
+    EXIT_INTERRUPTED,
+    answer_in_json,
+    console,
+    err_console,
+    report_error,
+    set_quiet,
+)
 
 __all__ = ["INTERRUPTED_LINE", "app", "run"]
 
@@ -60,6 +67,10 @@ class _OneLineErrors(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        given = list(sys.argv[1:] if args is None else args)
+        answer_in_json(
+            "--json" in given[: given.index("--")] if "--" in given else "--json" in given
+        )
         call = (args, prog_name, complete_var, False, windows_expand_args)
         if not standalone_mode:
             return super().main(*call, **extra)
@@ -75,7 +86,7 @@ class _OneLineErrors(TyperGroup):
             if type(exc).__name__ == "NoArgsIsHelpError":
                 console.print(exc.format_message(), markup=False, highlight=False)
                 sys.exit(0)
-            err_console.print(f"error: {exc.format_message()}", markup=False, soft_wrap=True)
+            report_error(exc.format_message())
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

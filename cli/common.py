@@ -27,12 +27,14 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "PIPED_WIDTH",
     "SignalGate",
+    "answer_in_json",
     "console",
     "emit_json",
     "err_console",
     "error_fields",
     "fail",
     "handle_errors",
+    "report_error",
     "set_quiet",
     "signals_deferred",
     "stdout_is_terminal",
@@ -95,9 +97,29 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def fail(message: str) -> NoReturn:
-    """One red line on stderr (the message is text, never markup), then exit 1."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+_json_answers = False
+
+
+def answer_in_json(on: bool) -> None:
+    """The command line asked for ``--json`` (``cli.app`` sets this before the command runs):
+    ``fail`` answers with an error object on stdout, as ``handle_errors`` does, so a script
+    reads every answer of a ``--json`` command, failures too, as one JSON object with ``ok``."""
+    global _json_answers
+    _json_answers = on
+
+
+def report_error(message: str, code: str = "usage") -> None:
+    """One red line on stderr (the message is text, never markup); under ``--json``
+    (``answer_in_json``) the error object ``{ok: false, error, code, detail}`` on stdout."""
+    if _json_answers:
+        emit_json({"ok": False, "error": "UsageError", "code": code, "detail": message})
+    else:
+        err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+
+
+def fail(message: str, code: str = "usage") -> NoReturn:
+    """``report_error``, then exit 1."""
+    report_error(message, code)
     raise typer.Exit(1)
 
 
@@ -130,7 +152,7 @@ def _exit_with(exc: WorldError, json_output: bool) -> NoReturn:
 
     error_class = exc.error_class if isinstance(exc, ServedError) else type(exc).__name__
     code = EXIT_INTERRUPTED if isinstance(exc, Interrupted) else 1
-    if json_output:
+    if json_output or _json_answers:
         emit_json(
             {
                 "ok": False,

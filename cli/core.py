@@ -121,15 +121,19 @@ def init(
     directory: DirArg,
     air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
     module: ModuleOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air."""
     from world import World
 
-    with handle_errors(), signals_deferred():
+    with handle_errors(json_output), signals_deferred():
         world = World.create(directory, air, modules=module_bindings(module or []))
         manifest_hash = world.air.manifest_hash
         world.close()
-    console.print(f"created world at {directory} (manifest {manifest_hash})")
+    if json_output:
+        emit_json({"ok": True, "path": str(directory), "manifest_hash": manifest_hash})
+    else:
+        console.print(f"created world at {directory} (manifest {manifest_hash})")
 
 
 def module_bindings(values: list[str]) -> dict[str, Path]:

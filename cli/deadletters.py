@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from cli.common import console, emit_json, handle_errors, signals_deferred
-from cli.core import opened
+from cli.core import opened, via_server
 
 __all__ = ["app"]
 
@@ -86,8 +86,14 @@ def show(directory: DirArg, letter_id: IdArg, json_output: JsonOpt = False) -> N
 
 def _act(directory: Path, letter_id: str, retry: bool, json_output: bool) -> None:
 
-    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
-        seq = (world.retry_dead_letter if retry else world.drop_dead_letter)(letter_id)
+    with handle_errors(json_output), signals_deferred():
+        action = "retry" if retry else "drop"
+        reply = via_server(directory, "dead_letter", id=letter_id, action=action)
+        if reply is not None:
+            seq = int(reply["seq"])
+        else:
+            with opened(directory) as world:
+                seq = (world.retry_dead_letter if retry else world.drop_dead_letter)(letter_id)
     verb = "retried" if retry else "dropped"
     if json_output:
         emit_json({"ok": True, "seq": seq, "id": letter_id, "action": verb})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 
 from cli.common import console, emit_json, handle_errors, signals_deferred
-from cli.core import opened
+from cli.core import opened, via_server
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
     from kernel import Intent, Settled
@@ -116,8 +116,13 @@ def ls(
 def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
     from world.effects import decide_parked
 
-    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
-        seq = decide_parked(world, intent, approved)
+    with handle_errors(json_output), signals_deferred():
+        reply = via_server(directory, "effects_decide", intent=intent, approved=approved)
+        if reply is not None:
+            seq = int(reply["seq"])
+        else:
+            with opened(directory) as world:
+                seq = decide_parked(world, intent, approved)
     verb = "approved" if approved else "denied"
     if json_output:
         emit_json({"ok": True, "seq": seq, "decision": verb})

@@ -121,10 +121,14 @@ def copy_example(name: str, dest: Path) -> list[Path]:
 def copy(
     name: Annotated[str, typer.Argument(help="The example, e.g. counter (see world examples)")],
     dest: Annotated[Path, typer.Argument(help="A new or empty folder")],
+    json_output: JsonOpt = False,
 ) -> None:
     """Copy an example world (AIR, reducer source and wasm) into DEST to change it."""
-    with handle_errors():
+    with handle_errors(json_output):
         written = copy_example(name, dest)
+    if json_output:
+        emit_json({"ok": True, "example": name, "files": [str(p) for p in written]})
+        return
     for path in written:
         console.print(f"  {path}", markup=False)
     console.print(f"copied example {name!r} to {dest} ({len(written)} files)", markup=False)
@@ -141,6 +145,7 @@ def init(
         str | None, typer.Option("--example", help="A bundled example world (world examples)")
     ] = None,
     module: core.ModuleOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Create a world in DIRECTORY from the AIR at --air, or from a bundled --example."""
     if (air is None) == (example is None):
@@ -148,7 +153,7 @@ def init(
     if example is not None:
         from world.sdk import example_path
 
-        with handle_errors():
+        with handle_errors(json_output):
             air = example_path(example)
     assert air is not None
-    core.init(directory, air, module)
+    core.init(directory, air, module, json_output)

@@ -94,10 +94,15 @@ def show(
             out |= {"at": found.seq, "through": found.seq_through, "era": found.era}
     shown = state_cbor.hex() if raw and state_cbor is not None else state
     out |= {"key": key_value, "state": shown}
+    when = "" if at is None else f" at seq {at}"
     if json_output:
+        if state_cbor is None:  # exit 1 as without --json (as `state` does)
+            missing = {"error": "NoSuchCell", "code": "cell.missing"}
+            detail = f"{reducer} has no cell for key {key}{when}"
+            emit_json({**out, "ok": False, **missing, "detail": detail})
+            raise typer.Exit(1)
         emit_json(out)
         return
-    when = "" if at is None else f" at seq {at}"
     if state_cbor is None:
         fail(f"{reducer} has no cell for key {key}{when}")
     if at is not None and out["through"] != at:

@@ -154,11 +154,15 @@ def new(
     namespace: Annotated[
         str, typer.Option("--namespace", help="Namespace of the schema and module names")
     ] = "app",
+    json_output: JsonOpt = False,
 ) -> None:
     """Write a starting C reducer on the SDK and the AIR that wires it into a world."""
     folder = folder if folder is not None else Path(name)
-    with handle_errors():
+    with handle_errors(json_output):
         source, air_file, module, event = scaffold(name, folder, namespace)
+    if json_output:
+        emit_json({"ok": True, "source": str(source), "air": str(air_file), "module": module})
+        return
     console.print(f"wrote {source} and {air_file} (module {module})", markup=False)
     console.print(f"next: world reducer build {source}", markup=False)
     console.print(f"      world init WORLD --air {folder}", markup=False)
@@ -284,10 +288,13 @@ def check_command(
 
 
 @sdk_app.command("include")
-def sdk_include() -> None:
+def sdk_include(json_output: JsonOpt = False) -> None:
     """Print the folder of the SDK header world.h (for -I with your own compiler)."""
     from world.sdk import sdk_include_dir
 
-    with handle_errors():
+    with handle_errors(json_output):
         folder = sdk_include_dir()
-    typer.echo(str(folder))
+    if json_output:
+        emit_json({"ok": True, "include": str(folder)})
+    else:
+        typer.echo(str(folder))

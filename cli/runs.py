@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import console, emit_json, handle_errors, signals_deferred
-from cli.core import opened
+from cli.core import opened, via_server
 
 __all__ = ["app", "describe_wait"]
 
@@ -128,10 +128,15 @@ def cancel(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None
     from air import cbor
     from world.operate import cancel_run
 
-    with handle_errors(json_output), signals_deferred(), opened(directory) as world:
-        seq, body = cancel_run(world.kernel, run)
-        world.commit()
-    intents = [cbor.raw_to_hash(h) for h in body["intents"]]
+    with handle_errors(json_output), signals_deferred():
+        reply = via_server(directory, "runs_cancel", run=run)
+        if reply is None:
+            with opened(directory) as world:
+                seq, body = cancel_run(world.kernel, run)
+                world.commit()
+            intents = [cbor.raw_to_hash(h) for h in body["intents"]]
+        else:
+            seq, body, intents = reply["seq"], reply, list(reply["intents"])
     if json_output:
         emit_json(
             {

@@ -45,10 +45,10 @@ def propose(
     from world.gov import propose as propose_air
 
     def on_manifest(exc: ManifestError) -> None:
-        from cli.validate import _print_diagnostics
+        from cli.validate import _print_diagnostics, diagnostics_answer
 
         if json_output:
-            emit_json({"ok": False, "diagnostics": [d.as_json() for d in exc.diagnostics]})
+            emit_json(diagnostics_answer(exc))
         else:
             _print_diagnostics(exc.diagnostics)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -32,6 +32,19 @@ def summary(air: LoadedAir) -> dict[str, object]:
         "routes": [r.model_dump(exclude_none=True) for r in manifest.routing.events],
         "triggers": [t.model_dump(exclude_none=True) for t in manifest.triggers],
         "warnings": [d.as_json() for d in air.warnings],
+    }
+
+
+def diagnostics_answer(exc: ManifestError) -> dict[str, Any]:
+    """``--json``'s answer for AIR that failed validation: an error object (``error``, the
+    first diagnostic's ``code``) with every diagnostic."""
+    first = exc.diagnostics[0].code if exc.diagnostics else "air.invalid"
+    return {
+        "ok": False,
+        "error": "ManifestError",
+        "code": first,
+        "detail": str(exc).splitlines()[0] if str(exc) else "invalid AIR",
+        "diagnostics": [d.as_json() for d in exc.diagnostics],
     }
 
 
@@ -74,7 +87,7 @@ def validate(
 
     def on_manifest(exc: ManifestError) -> None:
         if json_output:
-            emit_json({"ok": False, "diagnostics": [d.as_json() for d in exc.diagnostics]})
+            emit_json(diagnostics_answer(exc))
         else:
             _print_diagnostics(exc.diagnostics)
             if len(exc.diagnostics) > 1:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from kernel._effects import HTTP_BODY_BYTES_HEADER, Intent, Settled
     from kernel._moves import CELL_IMPORTED, check_cell, imported_record, migrated_record
     from kernel._recorder import Record
+    from kernel._runs import RUN_CANCELLED
     from kernel._scheduler import Delivery, Entity
     from kernel._steps import Runner
     from kernel._urls import Url, UrlRefused, read_url
@@ -47,6 +48,7 @@ __all__ = [
     "CELL_IMPORTED",
     "HTTP_BODY_BYTES_HEADER",
     "OWED_KINDS",
+    "RUN_CANCELLED",
     "TICK_KINDS",
     "DeadLetter",
     "Delivery",
@@ -80,6 +82,7 @@ def __getattr__(name: str) -> Any:
         _effects,
         _moves,
         _recorder,
+        _runs,
         _scheduler,
         _steps,
         _urls,
@@ -92,6 +95,7 @@ def __getattr__(name: str) -> Any:
         _effects,
         _moves,
         _recorder,
+        _runs,
         _scheduler,
         _steps,
         _urls,

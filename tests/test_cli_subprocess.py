@@ -624,6 +624,45 @@ def test_serve_takes_cli_commands_through_its_socket_and_stops(built: Built) -> 
         assert opened.state(COUNTER, "served") == {"count": 6, "events": 1}
 
 
+def test_an_operator_acts_on_a_served_world_through_its_socket(tmp_path: Path) -> None:
+    """Approvals, a run's cancel and dead letters go through the server (the world's lock is
+    the server's); a command with no path through it (``run``) says the world is served and
+    what to do, instead of a bare lock error."""
+    w = approval_world(tmp_path)
+    world("serve", w, "--detach")
+    try:
+        intents = {i["what"]: i["intent_hash"] for i in world_json("effects", "ls", w)["intents"]}
+        approved = world_json("effects", "approve", w, intents["GET http://127.0.0.1:9/a"][7:17])
+        assert approved["decision"] == "approved"
+        waiting = [r["run_id"] for r in world_json("runs", "ls", w, "--status", "waiting")["runs"]]
+        cancelled = world_json("runs", "cancel", w, str(waiting[-1]))
+        assert (cancelled["run_id"], len(cancelled["intents"])) == (waiting[-1], 1)
+        refused = world("run", w, "--until-idle", code=1).stderr
+        assert "is served by `world serve`" in refused
+        assert "stop the server" in refused
+    finally:
+        world("serve", w, "--stop")
+    statuses = {r["run_id"]: r["status"] for r in world_json("runs", "ls", w)["runs"]}
+    assert statuses[waiting[-1]] == "cancelled"
+
+    bank, event = tmp_path / "bank", "demo/AccountEvent@1"
+    world("init", bank, "--example", "account")
+    world("serve", bank, "--detach")
+    try:
+        for key in ("a", "b"):
+            value = {"key": key, "op": {"$tag": "Withdraw", "$value": 1}}
+            world("send", bank, event, json.dumps(value))
+        world("state", bank, "demo/Account@1", "--key", "b", code=1)  # refused: no cell
+        letters = {r["key"]: r["id"] for r in world_json("dead-letters", "ls", bank)["letters"]}
+        world("send", bank, event, json.dumps({"key": "a", "op": {"$tag": "Deposit", "$value": 1}}))
+        assert world_json("dead-letters", "retry", bank, letters["a"])["ok"] is True
+        assert world_json("dead-letters", "drop", bank, letters["b"])["ok"] is True
+        assert world_json("state", bank, "demo/Account@1", "--key", "a")["state"] == {"balance": 0}
+    finally:
+        world("serve", bank, "--stop")
+    assert world_json("dead-letters", "ls", bank)["letters"] == []
+
+
 # --- the SDK and the bundled examples --------------------------------------------------------
 
 

@@ -94,8 +94,9 @@ def test_cells_show_at_agrees_with_the_live_state_at_every_position(
     for seq, states in seen:
         for key in KEYS:
             code, out, err = world_cli("cells", "show", path, COUNTER, key, "--at", seq, "--json")
-            assert code == 0, err
             shown = json.loads(out)
+            assert code == (0 if states[key] is not None else 1), err  # no cell yet: exit 1
+            assert shown["ok"] is (states[key] is not None)
             assert (shown["at"], shown["through"], shown["state"]) == (seq, seq, states[key])
 
 
@@ -263,7 +264,7 @@ def test_the_installed_world_binary_travels_and_forks(
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
     shown = run("cells", "show", path, COUNTER, "b", "--at", 3, "--json")
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == (0 if seen[3][1]["b"] is not None else 1), shown.stderr
     assert json.loads(shown.stdout)["state"] == seen[3][1]["b"]
     tail = run("cells", "tail", path, COUNTER, "b", "--json")
     assert tail.returncode == 0, tail.stderr

@@ -20,6 +20,7 @@ from cli.main import app
 from world import World
 from world.gov import field_diff, propose, shadow, shadows
 from world.history import verify_world
+from world.operate import cancel_run
 
 from worldkit import COUNTER, EVENT, add
 
@@ -100,6 +101,23 @@ def test_the_safe_upgrade_shadow_predicts_the_new_effect_and_sends_nothing(
     assert [s["params"]["url"][-2:] for s in report["effects"]["stubbed"]] == ["/b"]
     assert report["effects"]["gone"] == []
     assert [r.kind for r in records(w)][-1] == "gov.shadowed"
+
+
+def test_a_cancelled_run_is_cancelled_in_the_shadow_too(tmp_path: Path, server: Loopback) -> None:
+    """``run.cancelled`` is re-fed: the shadow's run ends as the real one did (cancelled), so
+    it is not reported as a run that differs, and its intent is neither stubbed nor new."""
+    w = tmp_path / "w"
+    with World.create(w, fetch_air(tmp_path / "v1", server, follow_up=False)) as world:
+        world.send(GO, 1)
+        world.run_until_idle()  # run 0 waits for /a's receipt; nothing sent
+        cancel_run(world.kernel, "0")
+        world.commit()
+        made, _ = propose(world, fetch_air(tmp_path / "v2", server, follow_up=True))
+        report = shadow(world, made.id, from_seq=0).report
+    assert server.total == 0
+    assert report["runs"] == {"differ": [], "differ_count": 0}
+    assert report["effects"]["stubbed"] == []
+    assert report["skipped"] == {}
 
 
 def test_the_cli_shadows_and_lists(tmp_path: Path, fixed_wasm: bytes) -> None:

@@ -9,8 +9,10 @@ it starts just before the oldest of them), applies the proposal there (the same
 walks the real journal after that point in order, so the shadow sees the world's inputs in the
 order and rhythm they came: an ``event.in`` is ingested again (under the new manifest), a tick
 of the real world is one tick of the shadow, a receipt is handed over when the shadow has the
-same intent queued, an approval when it has it parked. Records of other kinds (cell imports,
-migrations, governance) are not re-fed and are counted under ``skipped``. The ``--events``
+same intent queued, an approval when it has it parked, a run's cancel when the shadow has
+that run live. Records of other kinds (cell imports, migrations, governance, an operator's
+retry or drop of a dead letter: letter ids are seqs, which differ in the shadow) are not re-fed
+and are counted under ``skipped``. The ``--events``
 file's events follow. Then the shadow runs until idle.
 
 Effects are never live and no adapter is called: an intent the shadow queues gets the real
@@ -50,7 +52,7 @@ from typing import Any, Final
 from air import cbor
 from air.types import Ref
 from air.values import to_sugar
-from kernel import TICK_KINDS, Kernel
+from kernel import RUN_CANCELLED, TICK_KINDS, Kernel
 from kernel.cells import CellEntry
 from kernel.journal import JournalRecord
 from world._world import World
@@ -219,6 +221,8 @@ class _Run:
                     self._receipt(record.body)
             elif kind == "effect.approval":
                 self._approve(record.body["intent_hash"], bool(record.body["approved"]))
+            elif kind == RUN_CANCELLED and record.body["run_id"] in self.kernel.plans.runs:
+                self.kernel.ingest_run_cancel(record.body["run_id"])
             elif kind not in ("effect.queued", "policy.decision") and not kind.startswith(
                 ("world.", "gov.")
             ):
@@ -305,6 +309,8 @@ class _Run:
             real.runs[body["run_id"]] = [body["plan"], "running"]
         elif record.kind == "plan.ended" and body["run_id"] in real.runs:
             real.runs[body["run_id"]][1] = body["status"]
+        elif record.kind == RUN_CANCELLED and body["run_id"] in real.runs:
+            real.runs[body["run_id"]][1] = "cancelled"
 
     # --- the report ------------------------------------------------------------------------------
 
@@ -325,6 +331,8 @@ class _Run:
                 runs[body["run_id"]] = [body["plan"], "running"]
             elif record.kind == "plan.ended" and body["run_id"] in runs:
                 runs[body["run_id"]][1] = body["status"]
+            elif record.kind == RUN_CANCELLED and body["run_id"] in runs:
+                runs[body["run_id"]][1] = "cancelled"
         for key in self.real.effects:
             shown_effect.setdefault(key, _effect_line_of_key(key))
         run_ids = sorted(set(runs) | set(self.real.runs))

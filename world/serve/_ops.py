@@ -16,6 +16,9 @@
     cells_upgrade reducer, keys (list or nil: all)            CellsUpgraded.as_json()
     upgrade_apply id                                          Applied.as_json()
     upgrade_shadow id, from_seq?, events [[schema, value]]    Shadowed.as_json()
+    effects_decide  intent (hash or prefix), approved          {seq}
+    runs_cancel   run                                         {seq, run_id, plan, intents}
+    dead_letter   id, action (retry | drop)                   {seq}
     journal_tail  from_seq, until_seq?, subject?, raw, limit? a page: {records, next, end}
     cells_tail    reducer, key, from_seq, until_seq?, raw, limit?  a page: {entries, next, end}
 
@@ -140,6 +143,9 @@ class Ops:
             "cells_upgrade": self.cells_upgrade,
             "upgrade_apply": self.upgrade_apply,
             "upgrade_shadow": self.upgrade_shadow,
+            "effects_decide": self.effects_decide,
+            "runs_cancel": self.runs_cancel,
+            "dead_letter": self.dead_letter,
             "journal_tail": self.journal_tail,
             "cells_tail": self.cells_tail,
         }
@@ -326,6 +332,32 @@ class Ops:
         return upgrade_cells(self.world, arg(args, "reducer", str), keys).as_json()
 
     # --- pages of the journal -----------------------------------------------------------------
+
+    # --- an operator's acts (world.operate): journaled, on the loop ---------------------------
+
+    def effects_decide(self, args: dict[str, Any]) -> Any:
+        from world.effects import decide_parked
+
+        approved = arg(args, "approved", bool)
+        self.catch_up()
+        return {"seq": decide_parked(self.world, arg(args, "intent", str), approved)}
+
+    def runs_cancel(self, args: dict[str, Any]) -> Any:
+        from world.operate import cancel_run
+
+        self.catch_up()
+        seq, body = cancel_run(self.world.kernel, arg(args, "run", str))
+        self.world.commit()
+        intents = [cbor.raw_to_hash(h) for h in body["intents"]]
+        return {"seq": seq, "run_id": body["run_id"], "plan": body["plan"], "intents": intents}
+
+    def dead_letter(self, args: dict[str, Any]) -> Any:
+        action, letter_id = arg(args, "action", str), arg(args, "id", str)
+        if action not in ("retry", "drop"):
+            raise InvalidArgument("action", action, "retry or drop")
+        self.catch_up()
+        act = self.world.retry_dead_letter if action == "retry" else self.world.drop_dead_letter
+        return {"seq": act(letter_id)}
 
     def journal_tail(self, args: dict[str, Any]) -> Any:
         """A page of the records ``world journal tail`` prints, rendered as it renders them."""

@@ -56,7 +56,9 @@ def _origin(origin: dict[str, Any]) -> str:
     return f"cell {origin.get('name')}" + (f" key {key}" if key is not None else "")
 
 
-def _row(intent: Intent | Settled) -> dict[str, Any]:
+def _row(intent: Intent | Settled, queued_seq: int | None, head: int) -> dict[str, Any]:
+    """One intent as ``effects ls`` lists it; a live one with the seq it was queued at and its
+    age (records journaled since)."""
     from air import cbor
     from kernel import Settled
 
@@ -80,6 +82,9 @@ def _row(intent: Intent | Settled) -> dict[str, Any]:
     }
     if isinstance(intent, Settled) and intent.receipt_status is not None:
         row["receipt_status"] = intent.receipt_status
+    if queued_seq is not None:
+        row["queued_seq"] = queued_seq
+        row["age_records"] = head - 1 - queued_seq
     return row
 
 
@@ -89,8 +94,14 @@ def ls(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List intents: parked (awaiting approval), queued (in flight), done, denied."""
+    from world.operate import queued_seqs
+
     with handle_errors(json_output), opened(directory, readonly=True) as world:
-        rows = [_row(i) for i in world.kernel.effects.listing()]
+        listing = world.kernel.effects.listing()
+        live = {i.intent_hash for i in listing if i.status in ("queued", "parked")}
+        asked = queued_seqs(world.journal, live)
+        head = world.journal.seq_next
+        rows = [_row(i, asked.get(i.intent_hash), head) for i in listing]
         dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
     if json_output:
         emit_json({"ok": True, "intents": rows, "dead_effects": dead})
@@ -98,15 +109,17 @@ def ls(
     from rich.table import Table
 
     table = Table(title=f"effects: {len(rows)} intent(s), {dead} dead")
-    for column in ("intent", "kind", "what", "cap", "origin", "status", "decision"):
+    for column in ("intent", "kind", "what", "cap", "origin", "age", "status", "decision"):
         table.add_column(column, overflow="fold")
     for row in rows:
+        age = row.get("age_records")
         table.add_row(
             row["intent_hash"].removeprefix("blake3:")[:HASH_SHOWN],
             row["kind"],
             row["what"],
             row["cap"],
             _origin(row["origin"]),
+            "" if age is None else f"seq {row['queued_seq']}, {age} record(s) ago",
             row["status"] + (f" ({row['receipt_status']})" if "receipt_status" in row else ""),
             f"{row['decision']} (rule {row['rule_index']})",
         )

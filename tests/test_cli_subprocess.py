@@ -546,6 +546,13 @@ def test_effects_ls_approve_and_deny(tmp_path: Path) -> None:
     assert {(i["origin"]["kind"], i["origin"]["name"], i["cap"]) for i in by_what.values()} == {
         ("plan", "t/go@1", "http")
     }
+    queued = {i["queued_seq"] for i in by_what.values()}  # when each was asked for, and since
+    height = world_json("info", w)["journal_seq_next"]
+    assert {i["age_records"] for i in by_what.values()} == {height - 1 - s for s in queued}
+    with World.open(w, readonly=True) as opened:
+        kinds = {r.kind for r in opened.journal.read(0) if r.seq in queued}
+    assert kinds == {"effect.queued"}
+    assert "record(s) ago" in world("effects", "ls", w).stdout
     table = world("effects", "ls", w).stdout  # what is approved, where from, and a usable prefix
     for intent in (first, second):
         assert intent.removeprefix("blake3:")[:16] in table

@@ -6,7 +6,8 @@ parity and fuzz tests there in a subprocess with ``LD_PRELOAD`` of gcc's ``libas
 itself is not built with ASan, so the runtime must come first). Any invalid read or write in the
 C code aborts that run with an ASan report, which this test shows. Leak detection is off
 (CPython keeps its arenas to exit) and ASan leaves SIGSEGV to wasmtime, whose traps use it.
-Skipped, with the reason, only where gcc or its libasan is missing.
+Skipped, with the reason, only where gcc or its libasan is missing. Marked ``long`` (about two
+minutes of one core): ``tools/check.sh`` runs it after the main suite.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def _copy_tree(target: Path) -> None:
     shutil.copy2(ROOT / "pyproject.toml", target / "pyproject.toml")
 
 
+@pytest.mark.long
 @pytest.mark.skipif(_libasan() is None, reason="gcc's libasan.so is not installed")
 def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
@@ -104,7 +106,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=3600,  # a guard against a hang only: the runs are bounded by input counts
         check=False,
     )
     report = run.stdout[-4000:] + run.stderr[-6000:]

@@ -308,7 +308,8 @@ class WorldServed(WorldLocked):
             self,
             f"{path} is served by `world serve` (socket {path}/control.sock), which holds it "
             "for writing and runs its work; this command does not go through the server: stop "
-            "the server (Ctrl-C where it runs), run the command, then serve again",
+            f"the server (`world serve {path} --stop`, or Ctrl-C where it runs), run the "
+            "command, then serve again",
         )
 
 

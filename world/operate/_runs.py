@@ -20,6 +20,7 @@ runs waiting for an event of a schema, and deliveries still pending.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -310,6 +311,22 @@ def run_detail(kernel: Kernel, journal: Any, given: str) -> dict[str, Any]:
             f"{len(kernel.plans.failures)} failed runs failed, this one is older"
         )
     return row
+
+
+def queued_seqs(journal: Any, wanted: Collection[bytes]) -> dict[bytes, int]:
+    """The seq of the ``effect.queued`` record of each intent in ``wanted`` (raw hashes) that
+    the journal holds: when it was asked for (``world effects ls``'s age). One pass over the
+    effect records; none when nothing is wanted."""
+    found: dict[bytes, int] = {}
+    if not wanted:
+        return found
+    for record in journal.read(0, "/world/effect/**"):
+        body = record.body
+        if record.kind == "effect.queued" and isinstance(body, dict):
+            raw = body.get("intent_hash")
+            if isinstance(raw, bytes) and raw in wanted:
+                found[raw] = record.seq
+    return found
 
 
 def _effects_of(journal: Any, run_id: int, cancelled: list[str]) -> list[dict[str, Any]]:

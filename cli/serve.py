@@ -69,6 +69,11 @@ def serve(
         _detach(directory, archive_to, verify_every, json_output, effects)
         return
     from world.serve import serve as serve_world  # lazy: keeps the other commands quick
+    from world.serve import served, socket_path
+
+    with handle_errors(json_output):
+        if served(directory):  # said plainly, not as the lock the running server holds
+            fail(f"a server already answers on {socket_path(directory)}")
 
     def listening(path: Path) -> None:
         console.print(

@@ -1,7 +1,8 @@
 """Dead letters an operator acts on: ``world dead-letters ls|show|retry|drop`` and the journaled
 ``deadletter.retried`` / ``deadletter.dropped`` records (``kernel._deadletters``).
 
-The CLI path runs the installed ``world`` script in real processes, on the account example: a
+The CLI path runs the commands in this process (``tests/test_cli_subprocess.py`` runs them
+through the installed ``world`` script), on the account example: a
 refused withdrawal is shown with its reason, retried after a deposit makes it acceptable, and
 another is dropped; the same commands under ``WORLD_NATIVE=1`` and ``0`` write the same journal
 bytes, and each world replays (``replay --verify``) under the other path. In process: ids of
@@ -12,17 +13,17 @@ replay refusing a record that names no letter.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from air import cbor
 from air.errors import UnknownName, UsageError
+from cli.main import app
 from kernel import KernelLimits
 from kernel._deadletters import DROPPED, RETRIED
 from kernel.errors import ReplayDivergence
@@ -32,24 +33,21 @@ from world.history import verify_world
 
 from worldkit import ROOT, const_wasm, manifest, module, output, schema, write_world_air
 
-WORLD_BIN = Path(sys.executable).with_name("world")
+runner = CliRunner()
 ACCOUNT_AIR = ROOT / "manifests" / "account"
 EVENT = "demo/AccountEvent@1"
 ACCOUNT = "demo/Account@1"
-ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
-ENV.pop("WORLD_DEBUG", None)
 
 
 def world(*args: object, native: str = "1", code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(WORLD_BIN), *(str(a) for a in args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**ENV, "WORLD_NATIVE": native},
+    """``world ARGS`` in this process (``CliRunner``, ``WORLD_NATIVE`` set for the call: no
+    interpreter start per command); ``tests/test_cli_subprocess.py`` runs the same commands
+    through the installed script."""
+    result = runner.invoke(app, [str(a) for a in args], env={"WORLD_NATIVE": native})
+    done = subprocess.CompletedProcess(
+        [str(a) for a in args], result.exit_code, result.stdout, result.stderr
     )
-    assert done.returncode == code, (done.stdout, done.stderr)
+    assert done.returncode == code, (done.stdout, done.stderr, result.exception)
     assert "Traceback" not in done.stderr
     return done
 

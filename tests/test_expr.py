@@ -31,7 +31,22 @@ from air.expr import (
 )
 from air.types import parse_type
 
-EVAL_CODES = {"expr.ref.missing", "expr.type", "expr.get.missing", "expr.div_zero", "expr.overflow"}
+EVAL_CODES = {
+    "expr.ref.missing",
+    "expr.type",
+    "expr.get.missing",
+    "expr.div_zero",
+    "expr.overflow",
+    # the text and JSON ops (issue 22): bad base64 or UTF-8, JSON that does not parse or does
+    # not fit its schema, a map built with one key twice, a value over its size bound
+    "expr.base64",
+    "expr.utf8",
+    "expr.json.syntax",
+    "expr.json.mismatch",
+    "expr.schema.unknown",
+    "expr.map.duplicate",
+    "expr.too_large",
+}
 I64_MAX = 2**63 - 1
 HASH_HEX = "ab" * 32
 # The documented arities: (least, most); None is variadic.

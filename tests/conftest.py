@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
 def _hypothesis_profile() -> None:
     """Property tests draw the same examples on every run (``derandomize``: a suite's pass
     cannot hang on the draw; a new failing example once failed CI at random), unless

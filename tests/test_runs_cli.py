@@ -10,14 +10,11 @@ and, without ``--until-idle``, names the far timer before it waits.
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from plans_kit import (
     await_receipt,
@@ -31,36 +28,14 @@ from plans_kit import (
     records,
     ref,
 )
+from test_cli_subprocess import ENV, WAIT_S, WORLD_BIN, world, world_json
 
 from world import World
 
 from worldkit import ROOT
 
-WORLD_BIN = Path(sys.executable).with_name("world")
-ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
-ENV.pop("WORLD_DEBUG", None)
-WAIT_S = 60.0
 GO = "t/Go@1"
 TIMER_AIR = ROOT / "manifests" / "timer"
-
-
-def world(*args: object, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(WORLD_BIN), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-        env=ENV,
-    )
-    assert done.returncode == code, (args, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
-def world_json(*args: object, code: int = 0) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(world(*args, "--json", code=code).stdout)
-    return data
 
 
 def _plans_world(folder: Path) -> Path:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from air import cbor
@@ -199,6 +200,18 @@ def failure(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc)[:500]
 
 
+_STEP_FIELD: Final = MappingProxyType(
+    {
+        "end": "/result",
+        "assign": "/expr",
+        "raise_event": "/event",
+        "emit_effect": "/params",
+        "await_receipt": "/for",
+    }
+)
+"""The field of a step that a tick evaluates, by op: where a failure in it points."""
+
+
 def _step_pointer(plan: Any, step_id: str) -> str:
     """``/steps/<index>`` of step ``step_id`` in the plan as authored."""
     for index, step in enumerate(plan.steps):
@@ -291,14 +304,7 @@ class PlanEngine:
         env = env_of(run, self.air.schemas)
         body: dict[str, Any] = {"run_id": run.run_id, "step": step.id, "op": step.op}
         base = _step_pointer(plan, step.id)
-        field_of = {
-            "end": "/result",
-            "assign": "/expr",
-            "raise_event": "/event",
-            "emit_effect": "/params",
-            "await_receipt": "/for",
-        }
-        out.step, out.at = step.id, base + field_of.get(step.op, "")
+        out.step, out.at = step.id, base + _STEP_FIELD.get(step.op, "")
         if step.op == "end":
             result = None if step.result is None else evaluate(_expr(step.result), env)
             if result is not None and plan.output is not None:

@@ -101,7 +101,7 @@ def test_the_native_tests_pass_under_address_sanitizer(tmp_path: Path) -> None:
         "tests/test_cellstore_merge.py",
     ]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-m", "not long", *tests],
         cwd=tree,
         env=env,
         capture_output=True,

@@ -148,9 +148,11 @@ def test_input_envelopes_encode_the_same(
     _oracle().check_encode_input(state, schema, value, key, cell_mode)
 
 
-ATHERIS_RUNS = int(os.environ.get("WORLD_FUZZ_RUNS", "20000"))
-"""Inputs of the bounded atheris run; the AddressSanitizer run (``test_native_asan.py``), where
-each costs ~5 times as much, sets fewer. The long run is by hand (module docstring)."""
+ATHERIS_RUNS = {"main": 4_000, "long": 40_000}
+"""Inputs of the bounded atheris run: the main suite's, and the long variant's (``-m long``,
+which ``.ci/run`` runs after the main suite); ``WORLD_FUZZ_RUNS`` sets both. The AddressSanitizer
+run (``test_native_asan.py``), where each costs ~5 times as much, sets fewer. A longer run is by
+hand (module docstring)."""
 
 
 HANG_GUARD_S = 1800
@@ -159,7 +161,9 @@ time, so a loaded machine (it once took over 300 s under ASan beside another sui
 slower, not failed."""
 
 
-def test_a_bounded_atheris_run_finds_no_disagreement(tmp_path: Path) -> None:
+@pytest.mark.parametrize("depth", ["main", pytest.param("long", marks=pytest.mark.long)])
+def test_a_bounded_atheris_run_finds_no_disagreement(tmp_path: Path, depth: str) -> None:
+    runs = int(os.environ.get("WORLD_FUZZ_RUNS", ATHERIS_RUNS[depth]))
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
     done = subprocess.run(
         [
@@ -167,7 +171,7 @@ def test_a_bounded_atheris_run_finds_no_disagreement(tmp_path: Path) -> None:
             str(FUZZ / "fuzz_native.py"),
             "--corpus",
             str(tmp_path / "corpus"),
-            f"-runs={ATHERIS_RUNS}",
+            f"-runs={runs}",
             "-max_len=512",
             "-seed=1",
         ],

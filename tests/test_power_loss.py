@@ -59,12 +59,23 @@ from world.moves import Trust, export_all, import_path, migrate_cells, read_tree
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 
 COUNTER_V1_AIR = ROOT / "manifests" / "counter_v1"
-SPREAD = 32
-"""Cuts spread evenly over a scenario's operations."""
-MOMENTS = 16
-"""Renames, syncs and truncations cut just before and just after (``_cut_points``)."""
-SEEDED = 6
-"""Torn writes (a write then its fsync) cut four ways each (``tests/powerloss.py``)."""
+
+
+@dataclass(frozen=True)
+class Depth:
+    """How many points of a scenario are cut."""
+
+    spread: int
+    """Cuts spread evenly over a scenario's operations."""
+    moments: int
+    """Renames, syncs and truncations cut just before and just after (``_cut_points``)."""
+    seeded: int
+    """Torn writes (a write then its fsync) cut four ways each (``tests/powerloss.py``)."""
+
+
+DEPTHS = {"main": Depth(8, 4, 2), "long": Depth(32, 16, 6)}
+"""The main suite cuts a few points of each scenario, one of each kind among them; the long
+variants (``-m long``, run by ``.ci/run`` after the main suite) cut four times as many."""
 
 Record = tuple[int, str, str, Any]
 
@@ -443,20 +454,22 @@ EVERY_POINT: Final = os.environ.get("WORLD_POWERLOSS_EVERY") == "1"
 """Cut at every operation of every scenario instead (by hand: ``TESTING.md``)."""
 
 
-def _cut_points(kinds: list[str]) -> list[int]:
-    """``SPREAD`` points spread over the run, and just before and after ``MOMENTS`` of the
+def _cut_points(kinds: list[str], depth: Depth) -> list[int]:
+    """``spread`` points spread over the run, and just before and after ``moments`` of the
     renames, syncs and truncations (the first, the last, and evenly between: a scenario that
-    renames 40 cell files into place renames each the same way). With ``EVERY_POINT``: all."""
+    renames 40 cell files into place renames each the same way), and the first operation of
+    each kind. With ``EVERY_POINT``: all."""
     n = len(kinds)
     if EVERY_POINT:
         return list(range(n))
-    points = set(range(0, n, max(1, n // SPREAD)))
+    points = set(range(0, n, max(1, n // depth.spread)))
     moments = [i for i, kind in enumerate(kinds) if kind in ("replace", "sync", "ftruncate")]
-    if len(moments) > MOMENTS:
-        step = (len(moments) - 1) / (MOMENTS - 1)
-        moments = [moments[round(k * step)] for k in range(MOMENTS)]
+    if len(moments) > depth.moments:
+        step = (len(moments) - 1) / (depth.moments - 1)
+        moments = [moments[round(k * step)] for k in range(depth.moments)]
     for i in moments:
         points |= {i, i + 1}
+    points |= {kinds.index(kind) for kind in set(kinds)}  # each kind of operation, once at least
     return sorted(p for p in points if p < n)
 
 
@@ -477,8 +490,15 @@ def _run(base: Path, base_acked: Acked, scenario: Scenario, cut: int, seed: int 
 
 @pytest.mark.usefixtures("small_inline", "no_real_flushes")
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize(
+    "depth",
+    [
+        pytest.param(DEPTHS["main"], id="main"),
+        pytest.param(DEPTHS["long"], id="long", marks=pytest.mark.long),
+    ],
+)
 def test_after_a_power_cut_at_any_durable_operation_nothing_acknowledged_is_lost(
-    tmp_path: Path, name: str
+    tmp_path: Path, name: str, depth: Depth
 ) -> None:
     scenario = SCENARIOS[name]
     base, base_acked = tmp_path / "base", Acked()
@@ -488,8 +508,10 @@ def test_after_a_power_cut_at_any_durable_operation_nothing_acknowledged_is_lost
     probe = tmp_path / "probe"
     shutil.copytree(base, probe)
     kinds = count_operations(probe, lambda: scenario.run(probe, copy.deepcopy(base_acked)))
-    points = _cut_points(kinds)
+    points = _cut_points(kinds, depth)
     torn = [i for i in range(1, len(kinds)) if kinds[i] == "fsync" and kinds[i - 1] == "write"]
-    seeded = [(p, 4 * p + way) for p in torn[:: max(1, len(torn) // SEEDED)] for way in range(4)]
+    seeded = [
+        (p, 4 * p + way) for p in torn[:: max(1, len(torn) // depth.seeded)] for way in range(4)
+    ]
     for cut, seed in [*((p, None) for p in points), *seeded]:
         _run(base, base_acked, scenario, cut, seed)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from matrixkit import first_of_each_kind
 from serverkit import LineServer
 from upgrade_fault_child import (
     CELLS,
@@ -191,13 +192,23 @@ NO_SPACE_NEEDED = ("unlink", "fsync_dir")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ops = reference().ops
     if "crash" in metafunc.fixturenames:
-        metafunc.parametrize("crash", [pytest.param(op, id=op.id) for op in crash_points(ops)])
+        crashes = crash_points(ops)
+        marks = first_of_each_kind((op.action, op.op) for op in crashes)
+        metafunc.parametrize(
+            "crash",
+            [pytest.param(op, id=op.id, marks=m) for op, m in zip(crashes, marks, strict=True)],
+        )
     if "error" in metafunc.fixturenames:
-        params = [
-            pytest.param(op, code, id=f"{op.id}-{errno.errorcode[code]}")
+        errors = [
+            (op, code)
             for code in (errno.EIO, errno.ENOSPC)
             for op in error_points(ops)
             if code == errno.EIO or op.op not in NO_SPACE_NEEDED
+        ]
+        marks = first_of_each_kind((op.action, op.op, code) for op, code in errors)
+        params = [
+            pytest.param(op, code, id=f"{op.id}-{errno.errorcode[code]}", marks=m)
+            for (op, code), m in zip(errors, marks, strict=True)
         ]
         metafunc.parametrize(("error", "code"), params)
 

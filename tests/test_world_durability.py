@@ -183,7 +183,11 @@ def test_the_crash_script_runs_to_completion_without_a_kill(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
-@pytest.mark.parametrize("die_at", range(1, 11))
+@pytest.mark.parametrize(
+    "die_at",
+    # The first, a middle and the last commit in the main suite; the rest in the long variants.
+    [n if n in (1, 5, 10) else pytest.param(n, marks=pytest.mark.long) for n in range(1, 11)],
+)
 def test_kill_9_at_every_commit_loses_nothing_acknowledged(
     tmp_path: Path, die_at: int, mode: str
 ) -> None:

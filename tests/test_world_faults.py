@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from matrixkit import first_of_each_kind
 from serverkit import LineServer
 from typer.testing import CliRunner
 from world_fault_child import CRASH_STATUS, NO_FLUSH, SCRIPT, no_flush, run_script, sent_by
@@ -126,15 +127,23 @@ def script_ops() -> tuple[Op, ...]:
     return tuple(ops)
 
 
+def _kind(op: Op) -> tuple[int, str]:
+    """An operation's kind: its action and the operation. The main suite cuts at the first of
+    each kind, the long variants at the rest (``matrixkit``). Not the file: the order of the
+    files a checkpoint syncs differs from one process to the next (the workers must agree)."""
+    return (op.action, op.op)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     wanted = {"fault": lambda op: True, "create_fault": lambda op: op.action == 0}
     for name, keep in wanted.items():
         if name not in metafunc.fixturenames:
             continue
-        params = []
-        for op in filter(keep, script_ops()):
-            params.append(pytest.param(op, id=op.id))
-        metafunc.parametrize(name, params)
+        ops = [op for op in script_ops() if keep(op)]
+        marks = first_of_each_kind(_kind(op) for op in ops)
+        metafunc.parametrize(
+            name, [pytest.param(op, id=op.id, marks=m) for op, m in zip(ops, marks, strict=True)]
+        )
 
 
 # --- checking a world after the fault --------------------------------------------------------

@@ -53,9 +53,10 @@ if TYPE_CHECKING:
         Receipt,
         ReceiptStatus,
         backoff_s,
+        http_settings,
     )
     from world.effects._blob import BlobAdapter
-    from world.effects._http import HttpAdapter, http_settings
+    from world.effects._http import HttpAdapter
     from world.effects._modes import (
         EFFECTS_MODES,
         MODE_FILE,
@@ -156,6 +157,7 @@ _WHERE: dict[str, str] = {
                 "Receipt",
                 "ReceiptStatus",
                 "backoff_s",
+                "http_settings",
                 "ADAPTER_CLOSE_WAIT_S",
                 "BACKOFF_BASE_S",
                 "BACKOFF_MAX_S",
@@ -180,7 +182,7 @@ _WHERE: dict[str, str] = {
             ),
         ),
         ("world.effects._blob", ("BlobAdapter",)),
-        ("world.effects._http", ("HttpAdapter", "http_settings")),
+        ("world.effects._http", ("HttpAdapter",)),
         (
             "world.effects._modes",
             (

@@ -34,6 +34,7 @@ callback keep the loop free of I/O without making the engine async.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from air import cbor
 from air.errors import InvalidArgument, WrongMode
+from world._localconfig import read_local_config
 
 __all__ = [
     "ADAPTER_CLOSE_WAIT_S",
@@ -65,6 +67,7 @@ __all__ = [
     "Receipt",
     "ReceiptStatus",
     "backoff_s",
+    "http_settings",
 ]
 
 RETRIES_MAX: Final = 3
@@ -268,3 +271,17 @@ class Dispatcher:
             self._closed = True
         for adapter in self._adapters:
             adapter.close()
+
+
+def http_settings(world_dir: str | os.PathLike[str]) -> dict[str, float | int]:
+    """The HTTP adapter's settings for the world at ``world_dir`` on this machine: its
+    ``local.json`` (``world._localconfig``) over the adapter's defaults (``world info``)."""
+    return {
+        "connect_timeout_s": HTTP_CONNECT_TIMEOUT_S,
+        "read_timeout_s": HTTP_READ_TIMEOUT_S,
+        "attempt_deadline_s": HTTP_ATTEMPT_DEADLINE_S,
+        "retries_max": RETRIES_MAX,
+        "backoff_base_s": BACKOFF_BASE_S,
+        "backoff_max_s": BACKOFF_MAX_S,
+        **read_local_config(world_dir).http.given(),
+    }

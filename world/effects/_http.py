@@ -77,7 +77,6 @@ delivery is at least once. An idempotency key header is the plan's tool for that
 from __future__ import annotations
 
 import codecs
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -88,7 +87,6 @@ from air import cbor
 from air.errors import WorldError
 from air.sys.ondemand import HTTP_KINDS, HTTP_SECRET_KIND
 from kernel import HTTP_BODY_BYTES_HEADER, UrlRefused, read_url
-from world._localconfig import read_local_config
 from world.effects._adapters import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
@@ -196,20 +194,6 @@ def _response_headers(response: httpx.Response, body_bytes: int) -> dict[str, st
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     headers[HTTP_BODY_BYTES_HEADER] = str(body_bytes)  # no server can send a ":" name
     return dict(sorted(headers.items()))
-
-
-def http_settings(world_dir: str | os.PathLike[str]) -> dict[str, float | int]:
-    """The HTTP adapter's settings for the world at ``world_dir`` on this machine: its
-    ``local.json`` (``world._localconfig``) over the adapter's defaults (``world info``)."""
-    return {
-        "connect_timeout_s": HTTP_CONNECT_TIMEOUT_S,
-        "read_timeout_s": HTTP_READ_TIMEOUT_S,
-        "attempt_deadline_s": HTTP_ATTEMPT_DEADLINE_S,
-        "retries_max": RETRIES_MAX,
-        "backoff_base_s": BACKOFF_BASE_S,
-        "backoff_max_s": BACKOFF_MAX_S,
-        **read_local_config(world_dir).http.given(),
-    }
 
 
 class HttpAdapter:

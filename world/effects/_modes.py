@@ -63,12 +63,12 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from air import cbor
 from air.errors import InvalidArgument, WorldError
+from air.sys.ondemand import HTTP_KINDS
 from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import atomic_write
 from world.effects._adapters import Intent, Receipt, ReceiptStatus
 from world.effects._blob import BLOB_GET_KIND, BLOB_PUT_KIND
-from world.effects._http import HTTP_KINDS
 from world.effects._timer import TIMER_KIND
 
 __all__ = [

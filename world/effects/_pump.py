@@ -47,11 +47,11 @@ from typing import Any, Final, Protocol
 
 from air import cbor
 from air.errors import UsageError
+from air.sys.ondemand import HTTP_KINDS
 from kernel import Kernel
 from world._localconfig import read_local_config
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
-from world.effects._http import HTTP_KINDS, HttpAdapter
 from world.effects._modes import EffectsMode, JournaledReceipts, NotLive
 from world.effects._receipts import ReceiptKey
 from world.effects._secrets import SecretResolver
@@ -118,6 +118,9 @@ class EffectPump:
                 unbound = secrets.unbound()
                 if unbound:
                     raise UsageError("cannot run with live effects: " + "; ".join(unbound))
+            # Here, not at the top: httpx costs every command that opens a world ~60 ms.
+            from world.effects._http import HttpAdapter
+
             http = HttpAdapter(world.cas, secrets=secrets, **local.http.given())
             adapters = [TimerAdapter(clock), blobs, http]
         adapters = list(adapters)

@@ -150,6 +150,8 @@ app.add_typer(reducer.sdk_app, name="sdk")
 app.add_typer(upgrade.upgrade_app, name="upgrade")
 app.add_typer(__import__("cli.deadletters", fromlist=["app"]).app, name="dead-letters")
 app.add_typer(__import__("cli.runs", fromlist=["app"]).app, name="runs")  # `world runs`
+app.command("why")(__import__("cli.why", fromlist=["why"]).why)
+app.command("ui")(__import__("cli.ui", fromlist=["ui"]).ui)
 
 
 def _give_help_options(typer_app: typer.Typer) -> None:

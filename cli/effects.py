@@ -14,7 +14,7 @@ from cli.core import opened, via_server
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
     from kernel import Intent, Settled
 
-__all__ = ["app"]
+__all__ = ["app", "decide", "effects_listing"]
 
 app = typer.Typer(help="Inspect and decide effects.", no_args_is_help=True)
 
@@ -94,15 +94,8 @@ def ls(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List intents: parked (awaiting approval), queued (in flight), done, denied."""
-    from world.operate import queued_seqs
-
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        listing = world.kernel.effects.listing()
-        live = {i.intent_hash for i in listing if i.status in ("queued", "parked")}
-        asked = queued_seqs(world.journal, live)
-        head = world.journal.seq_next
-        rows = [_row(i, asked.get(i.intent_hash), head) for i in listing]
-        dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
+    with handle_errors(json_output):
+        rows, dead = effects_listing(directory)
     if json_output:
         emit_json({"ok": True, "intents": rows, "dead_effects": dead})
         return
@@ -126,16 +119,35 @@ def ls(
     console.print(table)
 
 
-def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
+def effects_listing(directory: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows ``effects ls`` shows (``_row``) and how many dead letters an effect made."""
+    from world.operate import queued_seqs
+
+    with opened(directory, readonly=True) as world:
+        listing = world.kernel.effects.listing()
+        live = {i.intent_hash for i in listing if i.status in ("queued", "parked")}
+        asked = queued_seqs(world.journal, live)
+        head = world.journal.seq_next
+        rows = [_row(i, asked.get(i.intent_hash), head) for i in listing]
+        dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
+    return rows, dead
+
+
+def decide(directory: Path, intent: str, approved: bool) -> int:
+    """Approve or deny a parked intent, through the server of a served world; the seq of the
+    journaled ``effect.approval`` (``world effects approve|deny``, the inspector's buttons)."""
     from world.effects import decide_parked
 
+    reply = via_server(directory, "effects_decide", intent=intent, approved=approved)
+    if reply is not None:
+        return int(reply["seq"])
+    with opened(directory) as world:
+        return decide_parked(world, intent, approved)
+
+
+def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> None:
     with handle_errors(json_output), signals_deferred():
-        reply = via_server(directory, "effects_decide", intent=intent, approved=approved)
-        if reply is not None:
-            seq = int(reply["seq"])
-        else:
-            with opened(directory) as world:
-                seq = decide_parked(world, intent, approved)
+        seq = decide(directory, intent, approved)
     verb = "approved" if approved else "denied"
     if json_output:
         emit_json({"ok": True, "seq": seq, "decision": verb})

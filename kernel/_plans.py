@@ -4,7 +4,8 @@ A trigger starts a run when its event is journaled (from outside, emitted by a r
 raised by a plan): the run gets the next ``run_id`` and a *start* delivery carrying the event.
 A run is an entity beside the cells, so one tick runs one thing of one run:
 
-* the start tick journals ``plan.started {plan, run_id, input_hash, manifest_hash}``;
+* the start tick journals ``plan.started {plan, run_id, input_hash, manifest_hash, src,
+  idx}`` (``src``, ``idx``: the delivery of the trigger event, ``kernel._runs``);
 * each later tick executes exactly one ready step (ready: not done, not waiting, every incoming
   edge's source done and its ``when`` guard true; ties by step id) and journals
   ``plan.step {run_id, step, op, ...}``, plus, for ``emit_effect``, the effect manager's

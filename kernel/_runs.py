@@ -27,6 +27,11 @@ journaled; ``failures`` keeps the last ``FAILURES_KEPT`` failed runs (run id -> 
 code, step, pointer}``) and ``failed_total`` counts them all, both in the snapshot, both
 re-derived by replay. ``ended`` counts the runs this kernel object saw end (for a command's
 summary; not kept), ``begun`` the runs it saw journal ``plan.started``.
+
+A run names its trigger: ``plan.started`` carries ``src`` and ``idx``, the delivery that started
+it (the seq of the record that journaled the trigger event, as a ``step``'s ``src``), so the
+causes of what a run did can be followed back exactly (``world why``). A ``plan.started``
+journaled before the field existed has neither; replay compares it without them.
 """
 
 from __future__ import annotations
@@ -172,7 +177,11 @@ class PlanRuns:
                 "run_id": run_id,
                 "input_hash": input_hash(work.input),
                 "manifest_hash": work.manifest_hash,
+                "src": delivery.src_seq,
+                "idx": delivery.index,
             }
+            if expected is not None and "src" not in expected.body:
+                del body["src"], body["idx"]  # journaled before runs named their trigger
             records: list[Record] = [("plan.started", f"{subject}/started", body)]
             self.begun += 1
             out = RunOutcome(again=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import typer
 from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
@@ -51,6 +52,8 @@ ENV.pop("WORLD_DEBUG", None)  # it would turn the one-line errors into traceback
 
 COVERED: dict[str, str] = {
     "validate": "test_validate_reports_the_manifest_hash",
+    "why": "test_why_names_the_step_and_the_event_it_consumed",
+    "ui": "test_ui_serves_the_world_page_at_the_url_it_prints",
     "init": "test_init_creates_a_private_world_folder",
     "send": "test_send_prints_the_seqs_of_its_batch",
     "step": "test_step_runs_one_tick_and_reports_what_is_pending",
@@ -230,6 +233,39 @@ def test_every_command_in_the_help_is_in_the_table() -> None:
         listed += [f"{name} {s}" for s in sub or ()]
     assert sorted(listed) == sorted(COVERED)
     assert all(callable(globals().get(test)) for test in COVERED.values())
+
+
+def test_why_names_the_step_and_the_event_it_consumed(built: Built) -> None:
+    """(Chains through plans, timers and receipts: ``tests/test_why.py``.)"""
+    answer = world_json("why", built.path, COUNTER, "a")
+    kinds = [cause["kind"] for cause in answer["chain"]]
+    assert kinds[0] == "step"
+    assert kinds[-1] == "event.in"
+    assert answer["ends"] == "sent from outside"
+    assert answer["state"] == world_json("state", built.path, COUNTER, "--key", "a")["state"]
+
+
+def test_ui_serves_the_world_page_at_the_url_it_prints(built: Built) -> None:
+    """(The inspector's pages, token and approvals: ``tests/test_ui.py`` and, in Chromium,
+    ``tests/test_ui_browser.py``.)"""
+    child = subprocess.Popen(
+        [str(WORLD_BIN), "ui", str(built.path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        answer = json.loads(child.stdout.readline())
+        page = httpx.get(answer["url"], timeout=30)
+        assert page.status_code == 200
+        assert "demo/Counter@1" in page.text
+    finally:
+        os.killpg(child.pid, signal.SIGINT)
+        _out, err = child.communicate(timeout=30)
+    assert child.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def test_version_names_the_package() -> None:

@@ -116,6 +116,8 @@ ROWS: dict[str, tuple[list[str], list[str] | None]] = {
     "upgrade shadow": (["upgrade", "shadow", "{w}", "999"], None),
     "upgrade show": (["upgrade", "show", "{w}", "999"], None),
     "validate": (["validate", "{none}"], ["validate", "{air}"]),
+    "ui": (["ui", "{none}"], None),  # it serves until stopped: tests/test_ui.py reads its line
+    "why": (["why", "{w}", COUNTER, "nobody"], ["why", "{w}", COUNTER, "a"]),
 }
 
 

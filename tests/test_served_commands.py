@@ -33,6 +33,7 @@ ENV.pop("WORLD_DEBUG", None)
 
 ASKS, READS, REFUSED, FAILS = "asks the server", "reads beside it", "WorldServed", "fails cleanly"
 NOT_A_WORLD = "takes no world folder"
+SERVES = "serves pages until stopped, reading beside the server (tests/test_ui.py runs it so)"
 
 # name -> (what it does on a served world, its arguments). {w}: the served world, {new}: a fresh
 # path, {air}: the counter's AIR. A FAILS row is a refusal that is not about the lock (an
@@ -74,6 +75,8 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "run": (REFUSED, ["run", "{w}", "--until-idle"]),
     "step": (REFUSED, ["step", "{w}"]),
     "migrate cells": (FAILS, ["migrate", "cells", "{w}", COUNTER, "--key-field", "key"]),
+    "why": (READS, ["why", "{w}", COUNTER, "a"]),
+    "ui": (SERVES, []),
     "init": (NOT_A_WORLD, []),
     "demo": (NOT_A_WORLD, []),
     "examples": (NOT_A_WORLD, []),
@@ -127,7 +130,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         _world("serve", str(w), "--stop")
 
 
-@pytest.mark.parametrize("name", [n for n, (kind, _) in ROWS.items() if kind != NOT_A_WORLD])
+@pytest.mark.parametrize(
+    "name", [n for n, (kind, _) in ROWS.items() if kind not in (NOT_A_WORLD, SERVES)]
+)
 def test_the_command_works_on_a_served_world_or_says_what_to_do(name: str, served: Path) -> None:
     kind, args = ROWS[name]
     fresh = served.parent / f"new-{len(list(served.parent.iterdir()))}"

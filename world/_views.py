@@ -62,6 +62,14 @@ class RecordView:
         self._load = load
         self._eras: list[tuple[int, LoadedAir]] = [(0, air)]
 
+    @classmethod
+    def of_world(cls, world: World) -> RecordView:
+        """A view of ``world``'s journal that knows its eras already (from its kernel), so
+        records can be rendered in any order."""
+        view = cls(world.genesis_air)
+        view._eras = [(era.since, era.air) for era in world.kernel.eras.history]
+        return view
+
     def learn(self, records: Iterable[JournalRecord]) -> None:
         """Take the eras the ``gov.applied`` records among ``records`` start."""
         for record in records:

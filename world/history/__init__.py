@@ -13,7 +13,8 @@ Invariants:
 
 Parts: ``_timetravel`` (a cell at a past position, a cell's history), ``_fork`` (a fork at a
 past position), ``_replay`` (``verify_world``: replay from genesis with every check;
-``rebuild_world``). The history index itself is kept by the writer as it commits, so it lives
+``rebuild_world``), ``_why`` (why a cell holds its state: the chain of causes back from the
+record that wrote it). The history index itself is kept by the writer as it commits, so it lives
 below ``World``, in ``world._history_index``; time travel reads the past through it.
 """
 
@@ -31,11 +32,15 @@ if TYPE_CHECKING:
         HistoryEntry,
         cell_at,
         cell_key,
+        cell_seqs,
         state_at,
         through,
     )
+    from world.history._why import CHAIN_MAX, Cause, Why, why
 
 __all__ = [
+    "CHAIN_MAX",
+    "Cause",
     "CellAt",
     "CellHistory",
     "CellKey",
@@ -43,13 +48,16 @@ __all__ = [
     "HistoryEntry",
     "Mismatch",
     "ReplayReport",
+    "Why",
     "cell_at",
     "cell_key",
+    "cell_seqs",
     "fork_world",
     "rebuild_world",
     "state_at",
     "through",
     "verify_world",
+    "why",
 ]
 
 _WHERE: dict[str, str] = {
@@ -64,6 +72,7 @@ _WHERE: dict[str, str] = {
                 "HistoryEntry",
                 "cell_at",
                 "cell_key",
+                "cell_seqs",
                 "state_at",
                 "through",
             ),
@@ -84,6 +93,7 @@ _WHERE: dict[str, str] = {
                 "verify_world",
             ),
         ),
+        ("world.history._why", ("CHAIN_MAX", "Cause", "Why", "why")),
     )
     for name in names
 }

@@ -57,6 +57,7 @@ __all__ = [
     "HistoryEntry",
     "cell_at",
     "cell_key",
+    "cell_seqs",
     "state_at",
     "through",
 ]
@@ -219,6 +220,26 @@ def _cell_records(
     records = [record for record in records if record.subject.startswith(where.subject_prefix)]
     records.sort(key=lambda record: record.seq)
     return state, records
+
+
+def cell_seqs(world: World, where: CellKey, seq: int) -> list[int]:
+    """The seqs of the cell's own records at or before ``seq``, ascending (the inspector's
+    timeline pages through them): from the history index where it covers the journal, else by
+    reading the journal. The index names a cell by 8 bytes of its hash, so a seq here can be
+    another cell's record: a reader of the records checks their subjects."""
+    journal = world.journal
+    genesis = _read_one(journal, 0)
+    found = None
+    if genesis is not None:
+        found = read_cell(
+            world.path, where.cell_id, seq + 1, genesis_digest(genesis), journal.seq_next
+        )
+    if found is None:
+        return [record.seq for record in _cell_range(journal, where, 0, seq + 1)]
+    seqs = set(found.seqs)
+    for gap_from, gap_to in found.gaps:
+        seqs.update(record.seq for record in _cell_range(journal, where, gap_from, gap_to))
+    return sorted(seqs)
 
 
 def _cell_range(

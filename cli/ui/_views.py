@@ -1,0 +1,244 @@
+"""What each page of the inspector shows, as JSON-able dicts: the page renders one through its
+template, ``/api/<page>`` returns it as it is, so the two cannot differ.
+
+Each view opens the world read-only for the one request (a reader beside a running or served
+writer sees what was committed when it opened; a read never takes the writer's lock) and reads
+only what it shows: a page of the journal, a page of a cell's records through the history
+index, one run, one chain.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from air.errors import InvalidArgument, UnknownName
+from cli.core import opened
+from cli.effects import effects_listing
+
+__all__ = [
+    "PAGE_MAX",
+    "cell_view",
+    "cells_view",
+    "effects_view",
+    "journal_view",
+    "plan_view",
+    "record_view",
+    "runs_view",
+    "why_view",
+    "world_view",
+]
+
+PAGE_MAX: Final = 200
+"""Records or steps a page shows at most."""
+
+
+def world_view(directory: Path) -> dict[str, Any]:
+    """The world: its info (``world info``), and from its AIR the plans with their triggers,
+    the grants and the policy's rules."""
+    with opened(directory, readonly=True) as world:
+        info = world.info()
+        air = world.air
+        manifest = air.manifest
+        triggers: dict[str, list[str]] = {}
+        for trigger in manifest.triggers:
+            triggers.setdefault(trigger.plan, []).append(trigger.event)
+        plans = [{"name": name, "triggers": triggers.get(name, [])} for name in sorted(air.plans)]
+        grants = [_plain(grant) for grant in manifest.defaults.cap_grants]
+        policy_name = manifest.defaults.policy
+        rules = [] if policy_name is None else _plain(air.policies[policy_name].rules)
+    info.pop("http", None)
+    return {**info, "plans": plans, "grants": grants, "policy": policy_name, "rules": rules}
+
+
+def journal_view(
+    directory: Path,
+    *,
+    start: int | None = None,
+    limit: int = 100,
+    subject: str | None = None,
+    kind: str | None = None,
+    reducer: str | None = None,
+    run: int | None = None,
+    intent: str | None = None,
+) -> dict[str, Any]:
+    """A page of records from ``start`` (default: the last page), filtered: a subject pattern
+    (``*`` one segment, ``**`` the rest), a kind, a reducer (its cells' records and the events
+    routed... by name in the record), a run id, an intent hash (``blake3:...``)."""
+    from world import RecordView
+
+    limit = max(1, min(limit, PAGE_MAX))
+    with opened(directory, readonly=True) as world:
+        head = world.journal.seq_next
+        first = max(0, head - limit) if start is None else max(0, start)
+        view = RecordView.of_world(world)
+        records, next_seq = [], first
+        for record in world.journal.read(first, subject):
+            next_seq = record.seq + 1
+            shown = view.render(record)
+            if _matches(shown, kind, reducer, run, intent):
+                records.append(shown)
+                if len(records) >= limit:
+                    break
+    return {"head": head, "from": first, "next": next_seq, "records": records}
+
+
+def _matches(
+    shown: dict[str, Any], kind: str | None, reducer: str | None, run: int | None, intent: Any
+) -> bool:
+    body = shown["body"] if isinstance(shown["body"], dict) else {}
+    if kind is not None and shown["kind"] != kind:
+        return False
+    if reducer is not None and reducer not in (body.get("reducer"), body.get("plan")):
+        return False
+    if run is not None and body.get("run_id") != run:
+        return False
+    return intent is None or body.get("intent_hash") == intent
+
+
+def record_view(directory: Path, seq: int) -> dict[str, Any]:
+    """One record as ``journal tail`` renders it, with the seqs it names."""
+    from world import RecordView
+
+    with opened(directory, readonly=True) as world:
+        if not 0 <= seq < world.journal.seq_next:
+            raise InvalidArgument("seq", seq, f"a journal position 0..{world.journal.seq_next - 1}")
+        record = next(iter(world.journal.read(seq)))
+        return {"record": RecordView.of_world(world).render(record)}
+
+
+def cell_view(
+    directory: Path, reducer: str, key: Any, *, at: int | None = None, limit: int = 50
+) -> dict[str, Any]:
+    """A cell: its state now or right after ``at``, and the page of its records (steps,
+    failures, imports) at or before that position, newest first; for the newest step shown
+    (or the step at ``at``), the state before and after as a field-level diff."""
+    from world import RecordView
+    from world.history import cell_at, cell_key, cell_seqs
+
+    limit = max(1, min(limit, PAGE_MAX))
+    with opened(directory, readonly=True) as world:
+        head = world.journal.seq_next
+        position = head - 1 if at is None else at
+        where = cell_key(world.air, reducer, key)
+        seqs = cell_seqs(world, where, position)
+        view = RecordView.of_world(world)
+        steps: list[dict[str, Any]] = []
+        for seq in reversed(seqs):
+            record = next(iter(world.journal.read(seq)), None)
+            if record is None or not record.subject.startswith(where.subject_prefix):
+                continue
+            steps.append(view.render(record))
+            if len(steps) >= limit:
+                break
+        era_of = {era.since: world_hash(era.manifest_raw) for era in world.kernel.eras.history}
+    now = cell_at(directory, reducer, key, position)
+    diff = None
+    newest = next((s for s in steps if s["kind"] == "step"), None)
+    if newest is not None:
+        earlier = [s for s in seqs if s < newest["seq"]]
+        before = cell_at(directory, reducer, key, earlier[-1]).state if earlier else None
+        after = cell_at(directory, reducer, key, newest["seq"]).state
+        diff = {"seq": newest["seq"], "changes": field_diff(before, after)}
+    return {
+        "reducer": reducer,
+        "key": key,
+        "at": position,
+        "head": head,
+        "state": now.state,
+        "era": now.era,
+        "eras": era_of,
+        "records": len(seqs),
+        "steps": steps,
+        "diff": diff,
+    }
+
+
+def world_hash(raw: bytes) -> str:
+    from air import cbor
+
+    return cbor.raw_to_hash(raw)
+
+
+def field_diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
+    """The fields that differ between two JSON values, by JSON pointer: ``{path, before,
+    after}`` (a missing side is absent from the entry)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes = []
+        for name in sorted(set(before) | set(after)):
+            child = f"{path}/{_escape(str(name))}"
+            if name not in before:
+                changes.append({"path": child, "after": after[name]})
+            elif name not in after:
+                changes.append({"path": child, "before": before[name]})
+            else:
+                changes.extend(field_diff(before[name], after[name], child))
+        return changes
+    if before == after:
+        return []
+    change: dict[str, Any] = {"path": path or "/"}
+    if before is not None:
+        change["before"] = before
+    if after is not None:
+        change["after"] = after
+    return [change]
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def cells_view(directory: Path, reducer: str, after: Any = None) -> dict[str, Any]:
+    """A page of a keyed reducer's cells, by key (``world cells ls``)."""
+    from world import cells_page
+
+    with opened(directory, readonly=True) as world:
+        return cells_page(world, reducer, after, PAGE_MAX)
+
+
+def why_view(directory: Path, reducer: str, key: Any, at: int | None = None) -> dict[str, Any]:
+    from world.history import why
+
+    return why(directory, reducer, key, at).to_json()
+
+
+def runs_view(directory: Path) -> dict[str, Any]:
+    from world.operate import runs_list
+
+    with opened(directory, readonly=True) as world:
+        return {"runs": runs_list(world.kernel, world.journal)}
+
+
+def plan_view(directory: Path, name: str, run: str | None = None) -> dict[str, Any]:
+    """A plan's DAG from its AIR (``cli.ui._dag``), and for ``run`` its detail (``world runs
+    show``) with the steps and edges it took marked."""
+    from cli.ui._dag import layout
+    from world.operate import run_detail, runs_list
+
+    with opened(directory, readonly=True) as world:
+        plan = world.air.plans.get(name)
+        if plan is None:
+            raise UnknownName("plan", name, sorted(world.air.plans))
+        raw = json.loads(plan.model_dump_json(by_alias=True, exclude_none=True))
+        runs = [r for r in runs_list(world.kernel, world.journal) if r.get("plan") == name]
+        detail = None if run is None else run_detail(world.kernel, world.journal, run)
+    if detail is not None and detail.get("plan") != name:
+        raise InvalidArgument("run", run, f"a run of {name}")
+    taken = [] if detail is None else [step["step"] for step in detail.get("path", [])]
+    return {"plan": name, "dag": layout(raw, taken), "runs": runs, "run": detail}
+
+
+def effects_view(directory: Path) -> dict[str, Any]:
+    rows, dead = effects_listing(directory)
+    return {"intents": rows, "dead_effects": dead}
+
+
+def _plain(value: Any) -> Any:
+    """A pydantic model (or a list of them) as plain JSON."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    dump = getattr(value, "model_dump_json", None)
+    if dump is None:
+        return value
+    return json.loads(dump(by_alias=True, exclude_none=True))

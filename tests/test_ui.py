@@ -1,0 +1,420 @@
+"""``world ui``, the inspector, in process (Starlette's test client) and as the installed
+command: the token gate, loopback only, approvals only with ``--allow-approvals`` and then the
+same journaled path as the CLI, every page beside its JSON, and what the pages say.
+(The same app in headless Chromium: ``tests/test_ui_browser.py``.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from cli.main import app as cli_app
+from cli.ui import _views as views
+from cli.ui._app import COOKIE, make_app
+from cli.ui._views import field_diff
+from world import World
+
+from worldkit import COUNTER, COUNTER_AIR
+
+runner = CliRunner()
+WORLD = str(Path(sys.executable).parent / "world")
+TOKEN = "t0ken-for-tests"
+
+
+def _cli(*args: object) -> str:
+    result = runner.invoke(cli_app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _approval_air(folder: Path) -> Path:
+    """The counter world with the tutorial's reminder plan, its timers parked for approval."""
+    shutil.copytree(COUNTER_AIR, folder)
+    docs = json.loads((folder / "counter.air.json").read_text())
+    module, manifest = docs
+    module["wasm"] = str((COUNTER_AIR / module["wasm"]).resolve())
+    manifest["triggers"] = [{"event": "hello/Reminder@1", "plan": "hello/remind@1"}]
+    manifest["defaults"] = {
+        "policy": "hello/policy@1",
+        "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
+    }
+    (folder / "counter.air.json").write_text(json.dumps([module, manifest]))
+    from test_why import REMIND
+
+    plans = [
+        {
+            "$kind": "defschema",
+            "name": "hello/Reminder@1",
+            "type": {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}},
+        },
+        REMIND,
+        {
+            "$kind": "defpolicy",
+            "name": "hello/policy@1",
+            "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "require_approval"}],
+        },
+    ]
+    (folder / "plans.air.json").write_text(json.dumps(plans))
+    return folder
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> Path:
+    """A world whose reminder run waits on a parked timer intent."""
+    path = tmp_path / "w"
+    _cli("init", path, "--air", _approval_air(tmp_path / "air"))
+    reminder = {"key": "apples", "amount": 5, "at_ns": 1_000_000_000}
+    _cli("send", path, "hello/Reminder@1", json.dumps(reminder))
+    _cli("run", path, "--sim")
+    return path
+
+
+def _client(path: Path, *, approvals: bool = False) -> TestClient:
+    return TestClient(make_app(path, TOKEN, allow_approvals=approvals), base_url="http://127.0.0.1")
+
+
+def _parked_intent(path: Path) -> str:
+    rows = json.loads(_cli("effects", "ls", path, "--json"))["intents"]
+    [row] = [r for r in rows if r["status"] == "parked"]
+    return str(row["intent_hash"])
+
+
+# --- the token ---------------------------------------------------------------------------------
+
+SNEAKS = {
+    "no token": ({}, {}),
+    "a wrong token": ({"token": "guess"}, {}),
+    "a token one character short": ({"token": TOKEN[:-1]}, {}),
+    "an empty token": ({"token": ""}, {}),
+    "a wrong cookie": ({}, {COOKIE: "guess"}),
+    "the token under another cookie name": ({}, {"token": TOKEN}),
+    "the token in another parameter": ({"t": TOKEN}, {}),
+}
+"""The ways to reach a page without the token; each is 403."""
+
+
+@pytest.mark.parametrize("how", sorted(SNEAKS))
+@pytest.mark.parametrize("page", ["/", "/journal", "/api/world", "/effects", "/record?seq=0"])
+def test_every_way_without_the_token_is_403(parked: Path, how: str, page: str) -> None:
+    params, cookies = SNEAKS[how]
+    client = _client(parked)
+    client.cookies.update(cookies)
+    answer = client.get(page, params=params)
+    assert answer.status_code == 403
+    assert "token" in answer.text
+    assert TOKEN not in answer.text
+
+
+def test_the_token_in_the_url_sets_a_cookie_that_opens_the_other_pages(parked: Path) -> None:
+    client = _client(parked)
+    first = client.get("/", params={"token": TOKEN})
+    assert first.status_code == 200
+    cookie = first.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}={TOKEN}")
+    assert "httponly" in cookie.lower()
+    assert "samesite=strict" in cookie.lower()
+    assert client.get("/journal").status_code == 200  # the cookie, no token in the URL
+
+
+# --- approvals ---------------------------------------------------------------------------------
+
+
+def _records(path: Path) -> int:
+    with World.open(path, readonly=True) as world:
+        return world.journal.seq_next
+
+
+def test_without_allow_approvals_no_page_can_approve(parked: Path) -> None:
+    intent = _parked_intent(parked)
+    client = _client(parked)
+    client.cookies.set(COOKIE, TOKEN)
+    page = client.get("/effects")
+    assert page.status_code == 200
+    assert intent in page.text
+    assert "<button" not in page.text
+    assert "--allow-approvals" in page.text
+    before = _records(parked)
+    for decision in ("approve", "deny"):
+        form = {"token": TOKEN, "intent": intent, "decision": decision}
+        answer = client.post("/effects/decide", data=form)
+        assert answer.status_code == 403
+    assert client.get("/effects/decide").status_code == 405
+    assert _records(parked) == before
+
+
+def test_with_allow_approvals_the_form_needs_the_token_too(parked: Path) -> None:
+    intent = _parked_intent(parked)
+    client = _client(parked, approvals=True)
+    client.cookies.set(COOKIE, TOKEN)
+    before = _records(parked)
+    for form in ({"intent": intent, "decision": "approve"}, {"token": "guess", "intent": intent}):
+        assert client.post("/effects/decide", data=form).status_code == 403
+    assert _records(parked) == before
+    bad = client.post(
+        "/effects/decide", data={"token": TOKEN, "intent": "blake3:00", "decision": "approve"}
+    )
+    assert bad.status_code == 400
+    assert _records(parked) == before
+
+
+def test_approving_from_the_page_journals_it_and_the_run_finishes(parked: Path) -> None:
+    intent = _parked_intent(parked)
+    client = _client(parked, approvals=True)
+    client.cookies.set(COOKIE, TOKEN)
+    assert 'value="approve"' in client.get("/effects").text
+    answer = client.post(
+        "/effects/decide",
+        data={"token": TOKEN, "intent": intent, "decision": "approve"},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303
+    with World.open(parked, readonly=True) as world:
+        last = next(iter(world.journal.read(world.journal.seq_next - 1)))
+    assert last.kind == "effect.approval"
+    assert last.body["approved"] is True
+    _cli("run", parked, "--sim")
+    runs = client.get("/api/runs").json()["runs"]
+    assert [r["status"] for r in runs] == ["ok"]
+    state = client.get("/api/cell", params={"reducer": COUNTER, "key": "apples"}).json()
+    assert state["state"] == {"count": 5, "events": 1}
+
+
+# --- pages and their JSON ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def finished(parked: Path) -> Iterator[TestClient]:
+    intent = _parked_intent(parked)
+    _cli("effects", "approve", parked, intent)
+    _cli("run", parked, "--sim")
+    client = _client(parked)
+    client.cookies.set(COOKIE, TOKEN)
+    return client
+
+
+PAGES = {
+    "world": {},
+    "journal": {"from": "0"},
+    "record": {"seq": "1"},
+    "cells": {"reducer": COUNTER},
+    "cell": {"reducer": COUNTER, "key": "apples"},
+    "why": {"reducer": COUNTER, "key": "apples"},
+    "runs": {},
+    "plan": {"name": "hello/remind@1", "run": "0"},
+    "effects": {},
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_page_has_a_stable_url_and_json_with_the_same_data(
+    finished: TestClient, parked: Path, page: str
+) -> None:
+    html = finished.get(f"/{page}", params=PAGES[page])
+    assert html.status_code == 200, html.text
+    assert html.headers["content-type"].startswith("text/html")
+    assert 'id="error"' not in html.text
+    data = finished.get(f"/api/{page}", params=PAGES[page])
+    assert data.status_code == 200
+    answer = data.json()
+    assert answer.pop("ok") is True
+    assert answer == json.loads(json.dumps(VIEWS[page](parked)))  # the view the page renders
+
+
+VIEWS: dict[str, Any] = {
+    "world": lambda d: views.world_view(d),
+    "journal": lambda d: views.journal_view(d, start=0),
+    "record": lambda d: views.record_view(d, 1),
+    "cells": lambda d: views.cells_view(d, COUNTER),
+    "cell": lambda d: views.cell_view(d, COUNTER, "apples"),
+    "why": lambda d: views.why_view(d, COUNTER, "apples"),
+    "runs": lambda d: views.runs_view(d),
+    "plan": lambda d: views.plan_view(d, "hello/remind@1", "0"),
+    "effects": lambda d: views.effects_view(d),
+}
+
+
+def test_the_pages_show_what_they_are_about(finished: TestClient) -> None:
+    world = finished.get("/").text
+    assert "hello/remind@1" in world
+    assert COUNTER in world
+    why = finished.get("/why", params=PAGES["why"]).text
+    assert "raised it" in why
+    assert "timer.sim answered intent" in why
+    assert "sent from outside" in why
+    cell = finished.get("/cell", params=PAGES["cell"]).text
+    assert "What step" in cell
+    assert "/why?reducer=" in cell
+
+
+BAD = {
+    "cell of an unknown reducer": ("/cell", {"reducer": "demo/Nope@1", "key": "a"}, 404),
+    "cell without a key": ("/cell", {"reducer": COUNTER}, 400),
+    "record past the end": ("/record", {"seq": "99999"}, 400),
+    "record that is not a number": ("/record", {"seq": "-1"}, 400),
+    "plan that does not exist": ("/plan", {"name": "hello/none@1"}, 404),
+    "run that does not exist": ("/plan", {"name": "hello/remind@1", "run": "7"}, 404),
+    "why at a seq past the end": ("/why", {"reducer": COUNTER, "key": "a", "at": "99999"}, 400),
+    "key not of the key schema": ("/cell", {"reducer": COUNTER, "key": "[1,2]"}, 400),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_gets_a_page_naming_it_and_json_with_its_code(
+    finished: TestClient, case: str
+) -> None:
+    path, params, status = BAD[case]
+    html = finished.get(path, params=params)
+    assert html.status_code == status
+    assert 'id="error"' in html.text
+    answer = finished.get("/api" + path, params=params)
+    assert answer.status_code == status
+    body = answer.json()
+    assert body["ok"] is False
+    assert body["code"]
+    assert body["detail"]
+
+
+def test_the_plan_page_marks_the_path_the_run_took(finished: TestClient) -> None:
+    data = finished.get("/api/plan", params=PAGES["plan"]).json()
+    taken = {n["id"] for n in data["dag"]["nodes"] if n["taken"]}
+    assert taken == {"wait", "fired", "add"}
+    assert all(e["taken"] for e in data["dag"]["edges"])
+    html = finished.get("/plan", params=PAGES["plan"]).text
+    assert html.count('class="node taken"') == 3
+    untaken = finished.get("/plan", params={"name": "hello/remind@1"}).text
+    assert 'class="node taken"' not in untaken
+
+
+def test_the_cell_page_diffs_the_newest_step_field_by_field(finished: TestClient) -> None:
+    data = finished.get("/api/cell", params=PAGES["cell"]).json()
+    # Its first step made the cell: before it, nothing.
+    assert data["diff"]["changes"] == [{"path": "/", "after": {"count": 5, "events": 1}}]
+    assert [s["kind"] for s in data["steps"]] == ["step"]
+
+
+def test_field_diff_names_each_changed_field_by_pointer() -> None:
+    before = {"a": 1, "b": {"c": [1], "d/e": "x"}, "gone": True}
+    after = {"a": 2, "b": {"c": [1, 2], "d/e": "x"}, "new": None}
+    assert field_diff(before, after) == [
+        {"path": "/a", "before": 1, "after": 2},
+        {"path": "/b/c", "before": [1], "after": [1, 2]},
+        {"path": "/gone", "before": True},
+        {"path": "/new", "after": None},
+    ]
+    assert field_diff(None, {"x": 1}) == [{"path": "/", "after": {"x": 1}}]
+    assert field_diff({"x": 1}, {"x": 1}) == []
+
+
+def test_the_journal_page_filters_and_pages(finished: TestClient) -> None:
+    every = finished.get("/api/journal", params={"from": "0", "limit": "200"}).json()
+    kinds = {r["kind"] for r in every["records"]}
+    assert {"event.in", "plan.started", "effect.approval", "receipt", "step"} <= kinds
+    steps = finished.get("/api/journal", params={"from": "0", "kind": "plan.step"}).json()
+    assert steps["records"]
+    assert {r["kind"] for r in steps["records"]} == {"plan.step"}
+    run = finished.get("/api/journal", params={"from": "0", "run": "0"}).json()
+    assert {r["body"]["run_id"] for r in run["records"]} == {0}
+    page = finished.get("/api/journal", params={"from": "2", "limit": "3"}).json()
+    assert [r["seq"] for r in page["records"]] == [2, 3, 4]
+    assert page["next"] == 5
+    subject = finished.get("/api/journal", params={"from": "0", "subject": "/world/run/**"}).json()
+    assert all(r["subject"].startswith("/world/run/") for r in subject["records"])
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_world_ui_listens_on_loopback_only_with_a_token_in_its_url(parked: Path) -> None:
+    child = subprocess.Popen(
+        [WORLD, "ui", str(parked)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        url = re.search(r"http://\S+", line)
+        assert url is not None, line + (child.stderr.read() if child.poll() is not None else "")
+        found = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{20,})", url.group(0))
+        assert found is not None, url.group(0)
+        port, _token = int(found.group(1)), found.group(2)
+        assert httpx.get(url.group(0), timeout=30).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 403
+        for address in _other_addresses():
+            with pytest.raises(OSError), socket.create_connection((address, port), timeout=2):
+                pass
+    finally:
+        os.killpg(child.pid, signal.SIGINT)
+        child.communicate(timeout=30)  # reads and closes its pipes
+
+
+def _other_addresses() -> list[str]:
+    """This machine's addresses that are not loopback (none on some sandboxes)."""
+    found = set()
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            found.add(str(info[4][0]))
+    except OSError:
+        pass
+    return sorted(a for a in found if not a.startswith("127."))
+
+
+def test_world_ui_json_says_where_it_listens_in_one_line_and_works_on_a_served_world(
+    parked: Path,
+) -> None:
+    served = subprocess.run([WORLD, "serve", str(parked), "--detach"], capture_output=True)
+    assert served.returncode == 0, served.stderr
+    child = subprocess.Popen(
+        [WORLD, "ui", str(parked), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        answer = json.loads(child.stdout.readline())
+        assert answer["ok"] is True
+        assert answer["url"] == f"http://127.0.0.1:{answer['port']}/?token={answer['token']}"
+        with httpx.Client(timeout=30) as client:
+            assert client.get(answer["url"]).status_code == 200
+            runs = client.get(f"http://127.0.0.1:{answer['port']}/api/runs").json()
+            assert [r["status"] for r in runs["runs"]] == ["waiting"]
+            effects = client.get(f"http://127.0.0.1:{answer['port']}/effects")
+            assert effects.status_code == 200
+        # the server still answers: the inspector took no lock from it
+        sent = subprocess.run(
+            [WORLD, "send", str(parked), "demo/CounterEvent@1", '{"key": "a", "op": "Clear"}'],
+            capture_output=True,
+            text=True,
+        )
+        assert sent.returncode == 0, sent.stderr
+    finally:
+        os.killpg(child.pid, signal.SIGINT)
+        child.communicate(timeout=30)
+        subprocess.run([WORLD, "serve", str(parked), "--stop"], capture_output=True)
+
+
+def test_world_ui_refuses_a_folder_that_is_not_a_world(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [WORLD, "ui", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "nothing" in done.stderr

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +258,7 @@ def test_the_pages_show_what_they_are_about(finished: TestClient) -> None:
     assert "timer.sim answered intent" in why
     assert "sent from outside" in why
     cell = finished.get("/cell", params=PAGES["cell"]).text
-    assert "What step" in cell
+    assert "What step" not in cell  # a diff re-executes: only for a step asked for
     assert "/why?reducer=" in cell
 
 
@@ -300,11 +301,24 @@ def test_the_plan_page_marks_the_path_the_run_took(finished: TestClient) -> None
     assert 'class="node taken"' not in untaken
 
 
-def test_the_cell_page_diffs_the_newest_step_field_by_field(finished: TestClient) -> None:
+def test_the_cell_page_diffs_a_chosen_step_field_by_field(finished: TestClient) -> None:
     data = finished.get("/api/cell", params=PAGES["cell"]).json()
+    assert data["diff"] is None
+    [step] = data["steps"]
+    assert step["kind"] == "step"
+    chosen = finished.get("/api/cell", params={**PAGES["cell"], "at": str(step["seq"])}).json()
     # Its first step made the cell: before it, nothing.
-    assert data["diff"]["changes"] == [{"path": "/", "after": {"count": 5, "events": 1}}]
-    assert [s["kind"] for s in data["steps"]] == ["step"]
+    assert chosen["diff"] == {
+        "seq": step["seq"],
+        "changes": [{"path": "/", "after": {"count": 5, "events": 1}}],
+    }
+    assert chosen["state"] == data["state"] == {"count": 5, "events": 1}
+    assert (
+        "What step" in finished.get("/cell", params={**PAGES["cell"], "at": str(step["seq"])}).text
+    )
+    earlier = finished.get("/api/cell", params={**PAGES["cell"], "at": str(step["seq"] - 1)})
+    assert earlier.json()["state"] is None
+    assert earlier.json()["steps"] == []
 
 
 def test_field_diff_names_each_changed_field_by_pointer() -> None:
@@ -418,3 +432,115 @@ def test_world_ui_refuses_a_folder_that_is_not_a_world(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "nothing" in done.stderr
+
+
+# --- hostile values and parameters ---------------------------------------------------------------
+
+HOSTILE_KEYS = {
+    "a quote that ends an attribute": '" autofocus onfocus=alert(1) x="',
+    "a quote, content-visibility": (
+        '" style=display:block;content-visibility:auto '
+        'oncontentvisibilityautostatechange=document.title=1 x="'
+    ),
+    "a single quote": "' onmouseover='alert(1)",
+    "the end of a script": "</script><script>alert(1)</script>",
+    "an element": "<img src=x onerror=alert(1)>",
+    "an entity": "&quot; onclick=alert(1) &#34;",
+}
+"""Keys anyone who can send an event chooses; every page shows them as text, never as markup."""
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attributes: set[str] = set()
+        self.scripts = 0
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.scripts += tag == "script"
+        self.attributes.update(name for name, _ in attrs)
+
+
+PAGE_ATTRIBUTES = {
+    "action", "charset", "class", "colspan", "d", "data-from", "data-intent", "data-kind",
+    "data-run", "data-seq", "data-status", "data-step", "data-to", "fill", "font-weight",
+    "height", "href", "id", "lang", "marker-end", "markerheight", "markerunits", "markerwidth",
+    "method", "name", "orient", "placeholder", "refx", "refy", "rx", "size", "type", "value",
+    "viewbox", "width", "x", "x1", "x2", "y", "y1", "y2",
+}  # fmt: skip
+
+
+def test_hostile_keys_are_shown_as_text_on_every_page(tmp_path: Path) -> None:
+    from worldkit import EVENT, add
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        world.send_many([(EVENT, add(key, 1)) for key in HOSTILE_KEYS.values()])
+        world.run_until_idle()
+    client = _client(path)
+    client.cookies.set(COOKIE, TOKEN)
+    pages = [("/journal", {"from": "0"}), ("/cells", {"reducer": COUNTER})]
+    for key in HOSTILE_KEYS.values():
+        wanted = {"reducer": COUNTER, "key": json.dumps(key)}
+        pages += [("/cell", wanted), ("/why", wanted), ("/cell", {**wanted, "at": "3"})]
+    pages += [("/record", {"seq": str(seq)}) for seq in range(1, 2 * len(HOSTILE_KEYS) + 1)]
+    for address, params in pages:
+        answer = client.get(address, params=params)
+        assert answer.status_code == 200, (address, params, answer.text[-300:])
+        found = _Elements()
+        found.feed(answer.text)
+        assert found.attributes <= PAGE_ATTRIBUTES, (address, found.attributes - PAGE_ATTRIBUTES)
+        assert "img" not in found.tags
+        assert found.scripts == (1 if address == "/journal" and "from" not in params else 0)
+    # and the time-travel form carries the key whole
+    form = client.get("/cell", params={"reducer": COUNTER, "key": json.dumps('"q"')}).text
+    assert 'name="key" value="&#34;\\&#34;q\\&#34;&#34;"' in form
+
+
+ODD_PARAMETERS = {
+    "a superscript digit as a seq": ("/record", {"seq": "\u00b2"}),
+    "a superscript digit as a limit": ("/journal", {"limit": "\u00b9"}),
+    "a superscript digit as at": ("/cell", {"reducer": COUNTER, "key": "a", "at": "\u00b9"}),
+    "a negative seq": ("/record", {"seq": "-1"}),
+    "a seq with spaces": ("/record", {"seq": " 1"}),
+    "an empty reducer": ("/cells", {"reducer": ""}),
+    "an empty plan name": ("/plan", {"name": ""}),
+    "a run that is not a number": ("/plan", {"name": "hello/remind@1", "run": "x"}),
+    "a key that is not JSON and has a quote": ("/cell", {"reducer": COUNTER, "key": '"a'}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_PARAMETERS))
+def test_odd_parameters_get_a_4xx_never_a_500(parked: Path, case: str) -> None:
+    path, params = ODD_PARAMETERS[case]
+    client = _client(parked)
+    client.cookies.set(COOKIE, TOKEN)
+    for prefix in ("", "/api"):
+        answer = client.get(prefix + path, params=params)
+        assert 400 <= answer.status_code < 500, (case, prefix, answer.status_code, answer.text)
+
+
+@pytest.mark.parametrize("token", ["\u00e9", "t0ken-for-test\u00e9", "\x00", TOKEN + "\u00e9"])
+def test_a_token_of_any_text_that_is_not_the_token_is_403(parked: Path, token: str) -> None:
+    client = _client(parked, approvals=True)
+    assert client.get("/api/world", params={"token": token}).status_code == 403
+    client.cookies.set(COOKIE, TOKEN)
+    intent = _parked_intent(parked)
+    form = {"token": token, "intent": intent, "decision": "approve"}
+    assert client.post("/effects/decide", data=form).status_code == 403
+
+
+@pytest.mark.parametrize("decision", [None, "", "yes", "APPROVE"])
+def test_a_decision_that_is_neither_approve_nor_deny_decides_nothing(
+    parked: Path, decision: str | None
+) -> None:
+    client = _client(parked, approvals=True)
+    client.cookies.set(COOKIE, TOKEN)
+    form = {"token": TOKEN, "intent": _parked_intent(parked)}
+    if decision is not None:
+        form["decision"] = decision
+    before = _records(parked)
+    assert client.post("/effects/decide", data=form).status_code == 400
+    assert _records(parked) == before

@@ -131,8 +131,10 @@ def test_from_the_world_page_to_the_step_and_back_to_the_http_receipt(
         # Its timeline, newest first: the step that made it Fetched, and what it consumed.
         newest = page.locator("#timeline tr[data-seq]").first
         step_seq = int(newest.get_attribute("data-seq"))
+        newest.locator("a.at").click()  # the state then, and what that step changed
         assert page.locator("#diff").inner_text().count("Fetched") >= 1
-        newest.locator("a.why").click()
+        page.screenshot(path=tmp_path / "diff.png")
+        page.locator(f"#timeline tr[data-seq='{step_seq}'] a.why").click()
         chain = page.locator("#chain > li.cause")
         kinds = [chain.nth(i).get_attribute("data-kind") for i in range(chain.count())]
         assert kinds == ["step", "plan.step", "plan.started", "step", "event.in"]

@@ -359,3 +359,42 @@ def test_an_edited_start_that_names_another_trigger_diverges_on_replay(tmp_path:
 def _apply_all(kernel: Any, records: list[Any]) -> None:
     for record in records:
         kernel.apply(record)
+
+
+def test_the_writer_is_found_when_the_history_index_stored_its_state(tmp_path: Path) -> None:
+    """The index stores a cell's state after some of its steps; the step it stored after is
+    still the cell's writer (a reader that starts from the stored state must not skip it)."""
+    with World.create(tmp_path / "w", COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 1)) for _ in range(70)])
+        world.run_until_idle()
+        world.snapshot()
+        last_step = max(r.seq for r in world.journal.read(0) if r.kind == "step")
+    answer = why(tmp_path / "w", COUNTER, "a")
+    assert answer.state == {"count": 70, "events": 70}
+    assert answer.chain[0].seq == last_step
+    assert [c.kind for c in answer.chain] == ["step", "event.in"]
+
+
+def test_across_an_upgrade_that_renamed_the_reducer_the_upgrade_and_the_old_step_are_causes(
+    tmp_path: Path,
+) -> None:
+    from world.gov import apply, propose, upgrade_cells
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 3))])
+        world.run_until_idle()
+        made, _diff = propose(world, ROOT / "tests" / "fixtures" / "counter_v2_air")
+        apply(world, made.id)
+    with World.open(path) as world:
+        before = why(path, "demo/Counter@2", "a")  # pinned to the old era, not upgraded yet
+        upgrade_cells(world, "demo/Counter@2")
+    assert [c.kind for c in before.chain] == ["step", "event.in"]
+    assert before.chain[0].record["body"]["reducer"] == COUNTER  # its name then
+    answer = why(path, "demo/Counter@2", "a")
+    assert "upgraded_from" in answer.state
+    assert [(c.kind, c.link) for c in answer.chain] == [
+        ("cell.upgraded", "upgraded the state"),
+        ("step", "wrote the state it upgraded"),
+        ("event.in", "delivered it"),
+    ]

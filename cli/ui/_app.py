@@ -11,6 +11,7 @@ make the browser post one. Approving and denying exist only when the app was mad
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -44,9 +45,9 @@ class _TokenGate(BaseHTTPMiddleware):
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         given = request.query_params.get("token")
-        from_query = given is not None and hmac.compare_digest(given, self.token)
+        from_query = given is not None and _same(given, self.token)
         cookie = request.cookies.get(COOKIE)
-        if not from_query and not (cookie is not None and hmac.compare_digest(cookie, self.token)):
+        if not from_query and not (cookie is not None and _same(cookie, self.token)):
             return PlainTextResponse("403: this inspector needs the token its URL gave", 403)
         response = await call_next(request)
         if from_query:
@@ -59,6 +60,9 @@ def make_app(directory: Path, token: str, *, allow_approvals: bool = False) -> S
     templates = Jinja2Templates(directory=str(TEMPLATES))
     templates.env.globals.update(world=str(directory), approvals=allow_approvals)
     templates.env.filters["pretty"] = _pretty
+    # Plain text, so autoescape escapes it in attributes too (Jinja's ``tojson`` is Markup and
+    # leaves ``"`` as it is: a key with a quote would end a value="..." early).
+    templates.env.filters["json"] = _json
     templates.env.filters["without"] = lambda given, name: {
         k: v for k, v in given.items() if k != name
     }
@@ -92,9 +96,12 @@ def make_app(directory: Path, token: str, *, allow_approvals: bool = False) -> S
         if not allow_approvals:
             return PlainTextResponse("403: started without --allow-approvals", 403)
         form = await request.form()
-        if not hmac.compare_digest(str(form.get("token", "")), token):
+        if not _same(str(form.get("token", "")), token):
             return PlainTextResponse("403: the form must carry the token", 403)
-        approved = form.get("decision") == "approve"
+        decision = form.get("decision")
+        if decision not in ("approve", "deny"):
+            return PlainTextResponse("400: decision must be approve or deny", 400)
+        approved = decision == "approve"
         try:
             views_decide(directory, str(form.get("intent", "")), approved)
         except WorldError as exc:
@@ -166,7 +173,7 @@ def _int(request: Request, name: str) -> int | None:
     value = request.query_params.get(name)
     if value is None or value == "":
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # "²".isdigit(), and int() refuses it
         raise _NotANumber(name, value)
     return int(value)
 
@@ -189,6 +196,14 @@ def _code(exc: WorldError) -> str:
 
 
 def _pretty(value: Any) -> str:
-    import json
-
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _same(given: str, token: str) -> bool:
+    """Whether ``given`` is the token, in constant time; any text (``compare_digest`` takes
+    only ASCII ``str``: compare the UTF-8 bytes)."""
+    return hmac.compare_digest(given.encode(), token.encode())

@@ -111,9 +111,11 @@ def record_view(directory: Path, seq: int) -> dict[str, Any]:
 def cell_view(
     directory: Path, reducer: str, key: Any, *, at: int | None = None, limit: int = 50
 ) -> dict[str, Any]:
-    """A cell: its state now or right after ``at``, and the page of its records (steps,
-    failures, imports) at or before that position, newest first; for the newest step shown
-    (or the step at ``at``), the state before and after as a field-level diff."""
+    """A cell: its state now (from the cell store) or right after ``at`` (re-executed,
+    ``world cells show --at``), and the page of its records (steps, failures, imports) at or
+    before that position, newest first. With ``at`` on one of its steps, also the state before
+    that step and after it as a field-level diff (two re-executions: only when asked, so the
+    page of a cell with 100,000 steps opens without any)."""
     from world import RecordView
     from world.history import cell_at, cell_key, cell_seqs
 
@@ -132,23 +134,27 @@ def cell_view(
             steps.append(view.render(record))
             if len(steps) >= limit:
                 break
-        era_of = {era.since: world_hash(era.manifest_raw) for era in world.kernel.eras.history}
-    now = cell_at(directory, reducer, key, position)
+        state, era = None, None
+        if at is None:
+            found = world.cell(reducer, key)
+            if found is not None:
+                state, era = found.state, world_hash(found.entry.manifest_hash)
     diff = None
-    newest = next((s for s in steps if s["kind"] == "step"), None)
-    if newest is not None:
-        earlier = [s for s in seqs if s < newest["seq"]]
-        before = cell_at(directory, reducer, key, earlier[-1]).state if earlier else None
-        after = cell_at(directory, reducer, key, newest["seq"]).state
-        diff = {"seq": newest["seq"], "changes": field_diff(before, after)}
+    if at is not None:
+        now = cell_at(directory, reducer, key, at)
+        state, era = now.state, now.era
+        chosen = next((s for s in steps if s["seq"] == at and s["kind"] == "step"), None)
+        if chosen is not None:
+            earlier = [s for s in seqs if s < at]
+            before = cell_at(directory, reducer, key, earlier[-1]).state if earlier else None
+            diff = {"seq": at, "changes": field_diff(before, state)}
     return {
         "reducer": reducer,
         "key": key,
         "at": position,
         "head": head,
-        "state": now.state,
-        "era": now.era,
-        "eras": era_of,
+        "state": state,
+        "era": era,
         "records": len(seqs),
         "steps": steps,
         "diff": diff,

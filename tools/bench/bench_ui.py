@@ -72,9 +72,12 @@ def main() -> None:
 
     client = TestClient(make_app(path, "bench"), base_url="http://127.0.0.1")
     client.cookies.set(COOKIE, "bench")
+    hot = '/cell?reducer=demo/Counter@1&key="hot"'
+    newest = client.get("/api" + hot).json()["steps"][0]["seq"]
     pages = {
         "world page": "/",
-        "cell with the long timeline (50 newest records, diff)": '/cell?reducer=demo/Counter@1&key="hot"',
+        "cell with the long timeline (its 50 newest records)": hot,
+        "the same cell at its newest step, with that step's diff": f"{hot}&at={newest}",
         "journal page at the end (100 records)": "/journal",
         "why of the hot cell": '/why?reducer=demo/Counter@1&key="hot"',
     }

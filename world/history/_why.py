@@ -4,8 +4,10 @@
 Every link is read from the journal, never guessed from timing:
 
 - the state a cell holds after ``at`` was written by its last own ``step`` (or
-  ``cell.imported``) at or before ``at`` (the cell's records: ``_timetravel._cell_records``,
-  through the history index where it covers the journal);
+  ``cell.imported``) at or before ``at``, under any name its reducer had in an era (an upgrade
+  may rename it; the cell's records: ``_timetravel.cell_seqs``, through the history index
+  where it covers the journal), or by a later ``cell.upgraded`` that gave it a new state (the
+  upgrade hook's), whose own cause is then that step;
 - a ``step``'s ``src`` is the record whose delivery it consumed: an ``event.in`` (sent from
   outside: the chain ends there), a ``step`` that emitted the event (its own ``src`` next), a
   ``plan.step`` that raised it (then the run's ``plan.started``, whose ``src`` is the record
@@ -38,10 +40,10 @@ from world._views import RecordView
 from world._world import World
 from world.history._timetravel import (
     CellKey,
-    _cell_records,
     _read_one,
     cell_at,
     cell_key,
+    cell_seqs,
     check_seq,
 )
 
@@ -125,14 +127,66 @@ class _Walk:
 
     def chain(self) -> tuple[list[Cause], str]:
         """The chain, newest first, and how it ends."""
-        _start, own = _cell_records(self.world, self.where, self.at)
-        writer = next((r for r in reversed(own) if r.kind in ("step", "cell.imported")), None)
+        names = self._names_of_cell()
+        prefixes = tuple(CellKey(name, self.where.key_cbor).subject_prefix for name in names)
+        own: set[int] = set()
+        for name in names:
+            own.update(cell_seqs(self.world, CellKey(name, self.where.key_cbor), self.at))
+        writer = None
+        for seq in sorted(own, reverse=True):
+            record = _read_one(self.journal, seq)
+            if record is None or not record.subject.startswith(prefixes):
+                continue  # the index names cells by 8 bytes of a hash
+            if record.kind in ("step", "cell.imported"):
+                writer = record
+                break
+        chain: list[Cause] = []
+        upgraded = self._upgraded_after(-1 if writer is None else writer.seq, names)
+        if upgraded is not None:
+            to = self.view.render(upgraded)["body"].get("to")
+            chain.append(self._cause(upgraded, "upgraded the state", f"cells upgrade to era {to}"))
+            if writer is None:
+                return chain, "the upgraded state's first writer is not in the journal"
         if writer is None:
             return [], "the cell did not exist then"
+        written = "wrote the state it upgraded" if chain else "wrote the state"
         if writer.kind == "cell.imported":
-            return [self._cause(writer, "imported the state", "imported from outside")], "imported"
-        chain = [self._cause(writer, "wrote the state", self._step_says(self.view.render(writer)))]
+            chain.append(self._cause(writer, written.replace("wrote", "imported"), "imported"))
+            return chain, "imported"
+        if writer.body.get("state_hash") is None:
+            written = "deleted the cell"
+        chain.append(self._cause(writer, written, self._step_says(self.view.render(writer))))
         return chain, self._follow(writer, chain)
+
+    def _names_of_cell(self) -> list[str]:
+        """The names the cell's reducer had in every era (an upgrade may rename it; its cells
+        keep their space), current first."""
+        kernel = self.world.kernel
+        space = kernel.cell_space(self.where.reducer)
+        names = [self.where.reducer]
+        for era in reversed(kernel.eras.history):
+            name = era.names.get(space)
+            if name is not None and name not in names:
+                names.append(name)
+        return names
+
+    def _upgraded_after(self, seq: int, names: list[str]) -> JournalRecord | None:
+        """The last ``cell.upgraded`` after ``seq`` (up to ``at``) that made this cell a new
+        state (a re-pin, which keeps the state, is not one). Only a world of several eras has
+        any; they are found in one pass over the reducer records after ``seq``."""
+        if len(self.world.kernel.eras.history) < 2:
+            return None
+        found = None
+        for record in self.journal.read(seq + 1, "/world/reducer/**"):
+            if record.seq > self.at:
+                break
+            body = record.body
+            if record.kind != "cell.upgraded" or body.get("reducer") not in names:
+                continue
+            for key, _era, state_hash in body.get("cells", []):
+                if key == self.where.key_cbor and state_hash is not None:
+                    found = record
+        return found
 
     def _follow(self, record: JournalRecord, chain: list[Cause]) -> str:
         """Append the causes of ``record`` (a step, or a run's start) until one has none."""

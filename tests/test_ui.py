@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -74,15 +73,23 @@ def _approval_air(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def parked(tmp_path: Path) -> Path:
-    """A world whose reminder run waits on a parked timer intent."""
-    path = tmp_path / "w"
-    _cli("init", path, "--air", _approval_air(tmp_path / "air"))
+@pytest.fixture(scope="module")
+def parked_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A world whose reminder run waits on a parked timer intent (built once; tests that
+    change it take a copy: ``parked``)."""
+    folder = tmp_path_factory.mktemp("parked")
+    path = folder / "w"
+    _cli("init", path, "--air", _approval_air(folder / "air"))
     reminder = {"key": "apples", "amount": 5, "at_ns": 1_000_000_000}
     _cli("send", path, "hello/Reminder@1", json.dumps(reminder))
     _cli("run", path, "--sim")
     return path
+
+
+@pytest.fixture
+def parked(parked_base: Path, tmp_path: Path) -> Path:
+    shutil.copytree(parked_base, tmp_path / "w")
+    return tmp_path / "w"
 
 
 def _client(path: Path, *, approvals: bool = False) -> TestClient:
@@ -111,9 +118,9 @@ SNEAKS = {
 
 @pytest.mark.parametrize("how", sorted(SNEAKS))
 @pytest.mark.parametrize("page", ["/", "/journal", "/api/world", "/effects", "/record?seq=0"])
-def test_every_way_without_the_token_is_403(parked: Path, how: str, page: str) -> None:
+def test_every_way_without_the_token_is_403(parked_base: Path, how: str, page: str) -> None:
     params, cookies = SNEAKS[how]
-    client = _client(parked)
+    client = _client(parked_base)
     client.cookies.update(cookies)
     answer = client.get(page, params=params)
     assert answer.status_code == 403
@@ -121,8 +128,10 @@ def test_every_way_without_the_token_is_403(parked: Path, how: str, page: str) -
     assert TOKEN not in answer.text
 
 
-def test_the_token_in_the_url_sets_a_cookie_that_opens_the_other_pages(parked: Path) -> None:
-    client = _client(parked)
+def test_the_token_in_the_url_sets_a_cookie_that_opens_the_other_pages(
+    parked_base: Path,
+) -> None:
+    client = _client(parked_base)
     first = client.get("/", params={"token": TOKEN})
     assert first.status_code == 200
     cookie = first.headers["set-cookie"]
@@ -198,12 +207,19 @@ def test_approving_from_the_page_journals_it_and_the_run_finishes(parked: Path) 
 # --- pages and their JSON ----------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def finished_world(parked_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The parked world, approved and run to its end (built once; read only)."""
+    path = tmp_path_factory.mktemp("finished") / "w"
+    shutil.copytree(parked_base, path)
+    _cli("effects", "approve", path, _parked_intent(path))
+    _cli("run", path, "--sim")
+    return path
+
+
 @pytest.fixture
-def finished(parked: Path) -> Iterator[TestClient]:
-    intent = _parked_intent(parked)
-    _cli("effects", "approve", parked, intent)
-    _cli("run", parked, "--sim")
-    client = _client(parked)
+def finished(finished_world: Path) -> TestClient:
+    client = _client(finished_world)
     client.cookies.set(COOKIE, TOKEN)
     return client
 
@@ -218,12 +234,13 @@ PAGES = {
     "runs": {},
     "plan": {"name": "hello/remind@1", "run": "0"},
     "effects": {},
+    "upgrades": {},
 }
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_page_has_a_stable_url_and_json_with_the_same_data(
-    finished: TestClient, parked: Path, page: str
+    finished: TestClient, finished_world: Path, page: str
 ) -> None:
     html = finished.get(f"/{page}", params=PAGES[page])
     assert html.status_code == 200, html.text
@@ -233,7 +250,7 @@ def test_every_page_has_a_stable_url_and_json_with_the_same_data(
     assert data.status_code == 200
     answer = data.json()
     assert answer.pop("ok") is True
-    assert answer == json.loads(json.dumps(VIEWS[page](parked)))  # the view the page renders
+    assert answer == json.loads(json.dumps(VIEWS[page](finished_world)))  # the view it renders
 
 
 VIEWS: dict[str, Any] = {
@@ -246,7 +263,43 @@ VIEWS: dict[str, Any] = {
     "runs": lambda d: views.runs_view(d),
     "plan": lambda d: views.plan_view(d, "hello/remind@1", "0"),
     "effects": lambda d: views.effects_view(d),
+    "upgrades": lambda d: views.upgrades_view(d),
 }
+
+
+def test_the_upgrades_page_shows_a_proposal_its_diff_and_its_shadow_runs(tmp_path: Path) -> None:
+    from world.gov import propose, shadow
+
+    from worldkit import EVENT, ROOT, add
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 3))])
+        world.run_until_idle()
+        made, _diff = propose(world, ROOT / "tests" / "fixtures" / "counter_v2_air")
+        shadow(world, made.id)
+    client = _client(path)
+    client.cookies.set(COOKIE, TOKEN)
+    listing = client.get("/api/upgrades").json()
+    [row] = listing["proposals"]
+    assert (row["id"], row["shadows"], row["applied"]) == (made.id, 1, None)
+    chosen = client.get("/api/upgrades", params={"id": str(made.id)}).json()["chosen"]
+    assert chosen["diff"]["added"]["module"] == ["demo/Counter@2"]
+    [run] = chosen["shadow_runs"]
+    assert run["report"].startswith("blake3:")
+    page = client.get("/upgrades", params={"id": str(made.id)}).text
+    assert "demo/Counter@2" in page
+    assert run["report"] in page
+    missing = client.get("/upgrades", params={"id": "999"})
+    assert missing.status_code in (400, 404)
+    assert 'id="error"' in missing.text
+
+
+def test_the_journal_filters_by_a_cell_key(finished: TestClient) -> None:
+    found = finished.get("/api/journal", params={"from": "0", "key": "apples"}).json()
+    assert found["records"]
+    assert {r["body"]["key"] for r in found["records"]} == {"apples"}
+    assert {r["kind"] for r in found["records"]} >= {"step", "plan.step"}
 
 
 def test_the_pages_show_what_they_are_about(finished: TestClient) -> None:
@@ -513,9 +566,9 @@ ODD_PARAMETERS = {
 
 
 @pytest.mark.parametrize("case", sorted(ODD_PARAMETERS))
-def test_odd_parameters_get_a_4xx_never_a_500(parked: Path, case: str) -> None:
+def test_odd_parameters_get_a_4xx_never_a_500(parked_base: Path, case: str) -> None:
     path, params = ODD_PARAMETERS[case]
-    client = _client(parked)
+    client = _client(parked_base)
     client.cookies.set(COOKIE, TOKEN)
     for prefix in ("", "/api"):
         answer = client.get(prefix + path, params=params)

@@ -124,6 +124,7 @@ def make_app(directory: Path, token: str, *, allow_approvals: bool = False) -> S
         "runs": lambda r: views.runs_view(directory),
         "plan": lambda r: views.plan_view(directory, _text(r, "name"), r.query_params.get("run")),
         "effects": lambda r: views.effects_view(directory),
+        "upgrades": lambda r: views.upgrades_view(directory, _int(r, "id")),
     }
     routes = [Route("/", page("world", pages["world"]))]
     for name, view in pages.items():
@@ -148,6 +149,7 @@ def _journal_args(request: Request) -> dict[str, Any]:
         "reducer": request.query_params.get("reducer") or None,
         "run": _int(request, "run"),
         "intent": request.query_params.get("intent") or None,
+        "key": _key(request) if request.query_params.get("key") else None,
     }
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "plan_view",
     "record_view",
     "runs_view",
+    "upgrades_view",
     "why_view",
     "world_view",
 ]
@@ -62,10 +63,12 @@ def journal_view(
     reducer: str | None = None,
     run: int | None = None,
     intent: str | None = None,
+    key: Any = None,
 ) -> dict[str, Any]:
     """A page of records from ``start`` (default: the last page), filtered: a subject pattern
-    (``*`` one segment, ``**`` the rest), a kind, a reducer (its cells' records and the events
-    routed... by name in the record), a run id, an intent hash (``blake3:...``)."""
+    (``*`` one segment, ``**`` the rest), a kind, a reducer or plan (the record names it), a
+    run id, an intent hash (``blake3:...``), a cell key (a record whose key, read through its
+    schema, is this one)."""
     from world import RecordView
 
     limit = max(1, min(limit, PAGE_MAX))
@@ -77,7 +80,9 @@ def journal_view(
         for record in world.journal.read(first, subject):
             next_seq = record.seq + 1
             shown = view.render(record)
-            if _matches(shown, kind, reducer, run, intent):
+            if _matches(shown, kind, reducer, run, intent) and (
+                key is None or (isinstance(shown["body"], dict) and shown["body"].get("key") == key)
+            ):
                 records.append(shown)
                 if len(records) >= limit:
                     break
@@ -233,6 +238,25 @@ def plan_view(directory: Path, name: str, run: str | None = None) -> dict[str, A
         raise InvalidArgument("run", run, f"a run of {name}")
     taken = [] if detail is None else [step["step"] for step in detail.get("path", [])]
     return {"plan": name, "dag": layout(raw, taken), "runs": runs, "run": detail}
+
+
+def upgrades_view(directory: Path, chosen: int | None = None) -> dict[str, Any]:
+    """The world's upgrade proposals (``world upgrade ls``) and, for ``chosen``, what it
+    changes (``world upgrade show``) and its shadow runs' summaries with their reports'
+    addresses."""
+    from world.gov import listing, proposal, proposal_cells, shadows
+
+    with opened(directory, readonly=True) as world:
+        data: dict[str, Any] = {**listing(world), "chosen": None}
+        if chosen is not None:
+            made = proposal(world, chosen)
+            data["chosen"] = {
+                **made.as_json(),
+                "cells": proposal_cells(world, made.diff),
+                "shadow_runs": shadows(world).get(made.id, []),
+            }
+    plain: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return plain
 
 
 def effects_view(directory: Path) -> dict[str, Any]:

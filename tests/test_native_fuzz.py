@@ -148,7 +148,7 @@ def test_input_envelopes_encode_the_same(
     _oracle().check_encode_input(state, schema, value, key, cell_mode)
 
 
-ATHERIS_RUNS = {"main": 4_000, "long": 40_000}
+ATHERIS_RUNS = {"main": 4_000, "long": 20_000}
 """Inputs of the bounded atheris run: the main suite's, and the long variant's (``-m long``,
 which ``.ci/run`` runs after the main suite); ``WORLD_FUZZ_RUNS`` sets both. The AddressSanitizer
 run (``test_native_asan.py``), where each costs ~5 times as much, sets fewer. A longer run is by

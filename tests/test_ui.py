@@ -597,3 +597,11 @@ def test_a_decision_that_is_neither_approve_nor_deny_decides_nothing(
     before = _records(parked)
     assert client.post("/effects/decide", data=form).status_code == 400
     assert _records(parked) == before
+
+
+def test_a_page_shows_at_most_page_max_records(finished: TestClient) -> None:
+    asked = finished.get("/api/journal", params={"from": "0", "limit": "100000"}).json()
+    every = finished.get("/api/journal", params={"from": "0", "limit": "1"}).json()["head"]
+    assert len(asked["records"]) == min(views.PAGE_MAX, every)
+    one = finished.get("/api/journal", params={"from": "0", "limit": "1"}).json()
+    assert [r["seq"] for r in one["records"]] == [0]

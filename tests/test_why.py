@@ -398,3 +398,14 @@ def test_across_an_upgrade_that_renamed_the_reducer_the_upgrade_and_the_old_step
         ("step", "wrote the state it upgraded"),
         ("event.in", "delivered it"),
     ]
+
+
+def test_a_chain_longer_than_its_bound_ends_saying_so(
+    two_plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from world.history import _why
+
+    monkeypatch.setattr(_why, "CHAIN_MAX", 3)
+    answer = why(two_plans, COUNTER, "pears")
+    assert len(answer.chain) == 3
+    assert answer.ends == "the chain is longer than 3 links"

@@ -605,3 +605,30 @@ def test_a_page_shows_at_most_page_max_records(finished: TestClient) -> None:
     assert len(asked["records"]) == min(views.PAGE_MAX, every)
     one = finished.get("/api/journal", params={"from": "0", "limit": "1"}).json()
     assert [r["seq"] for r in one["records"]] == [0]
+
+
+def test_the_timeline_names_the_era_each_step_ran_in(tmp_path: Path) -> None:
+    """Steps before the upgrade ran in the first era, steps after ``cells upgrade`` in the
+    applied one; a step before the cell was upgraded stays in its era even after the apply."""
+    from world.gov import apply, propose, upgrade_cells
+
+    from worldkit import EVENT, ROOT, add
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 1))])
+        world.run_until_idle()
+        first = world.air.manifest_hash
+        made, _diff = propose(world, ROOT / "tests" / "fixtures" / "counter_v2_air")
+        apply(world, made.id)
+        world.send_many([(EVENT, add("a", 1))])  # still in the first era: not upgraded yet
+        world.run_until_idle()
+        upgrade_cells(world, "demo/Counter@2")
+        world.send_many([(EVENT, add("a", 1))])
+        world.run_until_idle()
+        second = world.air.manifest_hash
+    client = _client(path)
+    client.cookies.set(COOKIE, TOKEN)
+    data = client.get("/api/cell", params={"reducer": "demo/Counter@2", "key": "a"}).json()
+    steps = [s for s in reversed(data["steps"]) if s["kind"] == "step"]
+    assert [s["era"] for s in steps] == [first, first, second]

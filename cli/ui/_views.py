@@ -122,23 +122,29 @@ def cell_view(
     that step and after it as a field-level diff (two re-executions: only when asked, so the
     page of a cell with 100,000 steps opens without any)."""
     from world import RecordView
-    from world.history import cell_at, cell_key, cell_seqs
+    from world.history import CellKey, cell_at, cell_key, cell_names, cell_seqs
 
     limit = max(1, min(limit, PAGE_MAX))
     with opened(directory, readonly=True) as world:
         head = world.journal.seq_next
         position = head - 1 if at is None else at
         where = cell_key(world.air, reducer, key)
-        seqs = cell_seqs(world, where, position)
+        names = cell_names(world, reducer)  # the reducer's names in every era
+        known = [CellKey(name, where.key_cbor) for name in names]
+        prefixes = tuple(cell.subject_prefix for cell in known)
+        seqs = sorted({seq for cell in known for seq in cell_seqs(world, cell, position)})
         view = RecordView.of_world(world)
         steps: list[dict[str, Any]] = []
         for seq in reversed(seqs):
             record = next(iter(world.journal.read(seq)), None)
-            if record is None or not record.subject.startswith(where.subject_prefix):
+            if record is None or not record.subject.startswith(prefixes):
                 continue
             steps.append(view.render(record))
             if len(steps) >= limit:
                 break
+        eras = _step_eras(world, where, names, seqs, [step["seq"] for step in steps])
+        for step in steps:
+            step["era"] = eras.get(step["seq"])
         state, era = None, None
         if at is None:
             found = world.cell(reducer, key)
@@ -164,6 +170,37 @@ def cell_view(
         "steps": steps,
         "diff": diff,
     }
+
+
+def _step_eras(
+    world: Any, where: Any, names: list[str], seqs: list[int], shown: list[int]
+) -> dict[int, str]:
+    """The era (manifest hash) each shown record of the cell ran in: the era current when the
+    cell's first record was journaled, then each ``cell.upgraded`` that moved this cell (a
+    re-pin too). A world of one era needs no reading; one of several reads its reducers'
+    upgrade records (``/world/reducer/**``) once."""
+    from air import cbor
+
+    history = world.kernel.eras.history
+    if not seqs or not shown:
+        return {}
+    born = next(era for era in reversed(history) if era.since <= seqs[0])
+    moves: list[tuple[int, str]] = []
+    if len(history) > 1:
+        for record in world.journal.read(seqs[0], "/world/reducer/**"):
+            body = record.body
+            if record.kind != "cell.upgraded" or body.get("reducer") not in names:
+                continue
+            if any(entry[0] == where.key_cbor for entry in body.get("cells", [])):
+                moves.append((record.seq, cbor.raw_to_hash(body["to"])))
+    found = {}
+    for seq in shown:
+        era = cbor.raw_to_hash(born.manifest_raw)
+        for moved_at, to in moves:
+            if moved_at < seq:
+                era = to
+        found[seq] = era
+    return found
 
 
 def world_hash(raw: bytes) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "HistoryEntry",
     "cell_at",
     "cell_key",
+    "cell_names",
     "cell_seqs",
     "state_at",
     "through",
@@ -220,6 +221,19 @@ def _cell_records(
     records = [record for record in records if record.subject.startswith(where.subject_prefix)]
     records.sort(key=lambda record: record.seq)
     return state, records
+
+
+def cell_names(world: World, reducer: str) -> list[str]:
+    """The names ``reducer``'s cells had in every era, ``reducer`` first: an upgrade may rename
+    a reducer, and its cells keep their space; their records carry the name of their time."""
+    kernel = world.kernel
+    space = kernel.cell_space(reducer)
+    names = [reducer]
+    for era in reversed(kernel.eras.history):
+        name = era.names.get(space)
+        if name is not None and name not in names:
+            names.append(name)
+    return names
 
 
 def cell_seqs(world: World, where: CellKey, seq: int) -> list[int]:

@@ -43,6 +43,7 @@ from world.history._timetravel import (
     _read_one,
     cell_at,
     cell_key,
+    cell_names,
     cell_seqs,
     check_seq,
 )
@@ -127,7 +128,7 @@ class _Walk:
 
     def chain(self) -> tuple[list[Cause], str]:
         """The chain, newest first, and how it ends."""
-        names = self._names_of_cell()
+        names = cell_names(self.world, self.where.reducer)
         prefixes = tuple(CellKey(name, self.where.key_cbor).subject_prefix for name in names)
         own: set[int] = set()
         for name in names:
@@ -157,18 +158,6 @@ class _Walk:
             written = "deleted the cell"
         chain.append(self._cause(writer, written, self._step_says(self.view.render(writer))))
         return chain, self._follow(writer, chain)
-
-    def _names_of_cell(self) -> list[str]:
-        """The names the cell's reducer had in every era (an upgrade may rename it; its cells
-        keep their space), current first."""
-        kernel = self.world.kernel
-        space = kernel.cell_space(self.where.reducer)
-        names = [self.where.reducer]
-        for era in reversed(kernel.eras.history):
-            name = era.names.get(space)
-            if name is not None and name not in names:
-                names.append(name)
-        return names
 
     def _upgraded_after(self, seq: int, names: list[str]) -> JournalRecord | None:
         """The last ``cell.upgraded`` after ``seq`` (up to ``at``) that made this cell a new

@@ -521,7 +521,7 @@ PAGE_ATTRIBUTES = {
     "data-run", "data-seq", "data-status", "data-step", "data-to", "fill", "font-weight",
     "height", "href", "id", "lang", "marker-end", "markerheight", "markerunits", "markerwidth",
     "method", "name", "orient", "placeholder", "refx", "refy", "rx", "size", "type", "value",
-    "viewbox", "width", "x", "x1", "x2", "y", "y1", "y2",
+    "title", "viewbox", "width", "x", "x1", "x2", "y", "y1", "y2",
 }  # fmt: skip
 
 

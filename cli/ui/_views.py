@@ -2,8 +2,9 @@
 template, ``/api/<page>`` returns it as it is, so the two cannot differ.
 
 Each view opens the world read-only for the one request (a reader beside a running or served
-writer sees what was committed when it opened; a read never takes the writer's lock) and reads
-only what it shows: a page of the journal, a page of a cell's records through the history
+writer sees what was committed when it opened; a read never takes the writer's lock; reads of
+the cell store go through ``World.read``, which reopens when a writer's checkpoint moves the
+store under it) and reads only what it shows: a page of the journal, a page of a cell's records through the history
 index, one run, one chain.
 """
 
@@ -146,8 +147,8 @@ def cell_view(
         for step in steps:
             step["era"] = eras.get(step["seq"])
         state, era = None, None
-        if at is None:
-            found = world.cell(reducer, key)
+        if at is None:  # one read of the store, which a writer's checkpoint may move under it
+            found = world.read(lambda: world.cell(reducer, key))
             if found is not None:
                 state, era = found.state, world_hash(found.entry.manifest_hash)
     diff = None
@@ -241,8 +242,8 @@ def cells_view(directory: Path, reducer: str, after: Any = None) -> dict[str, An
     """A page of a keyed reducer's cells, by key (``world cells ls``)."""
     from world import cells_page
 
-    with opened(directory, readonly=True) as world:
-        return cells_page(world, reducer, after, PAGE_MAX)
+    with opened(directory, readonly=True) as world:  # a checkpoint may move: World.read
+        return world.read(lambda: cells_page(world, reducer, after, PAGE_MAX))
 
 
 def why_view(directory: Path, reducer: str, key: Any, at: int | None = None) -> dict[str, Any]:

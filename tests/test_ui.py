@@ -632,3 +632,28 @@ def test_the_timeline_names_the_era_each_step_ran_in(tmp_path: Path) -> None:
     data = client.get("/api/cell", params={"reducer": "demo/Counter@2", "key": "a"}).json()
     steps = [s for s in reversed(data["steps"]) if s["kind"] == "step"]
     assert [s["era"] for s in steps] == [first, first, second]
+
+
+def test_every_page_reads_beside_a_writer_that_holds_the_world(tmp_path: Path) -> None:
+    """A writer (as ``world run`` is) holds the world open, sends, runs and checkpoints while
+    the pages are read: each page answers, and sees what was committed."""
+    from worldkit import EVENT, add
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as writer:
+        client = _client(path)
+        client.cookies.set(COOKIE, TOKEN)
+        for round_ in range(3):
+            writer.send_many([(EVENT, add("a", 1)), (EVENT, add(f"k{round_}", 1))])
+            writer.run_until_idle()
+            writer.snapshot()  # a checkpoint moves the store the pages read
+            for page, params in [
+                ("/", {}),
+                ("/journal", {}),
+                ("/cells", {"reducer": COUNTER}),
+                ("/cell", {"reducer": COUNTER, "key": "a"}),
+                ("/why", {"reducer": COUNTER, "key": "a"}),
+            ]:
+                assert client.get(page, params=params).status_code == 200, page
+            cell = client.get("/api/cell", params={"reducer": COUNTER, "key": "a"}).json()
+            assert cell["state"] == {"count": round_ + 1, "events": round_ + 1}

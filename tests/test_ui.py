@@ -352,6 +352,14 @@ def test_the_plan_page_marks_the_path_the_run_took(finished: TestClient) -> None
     assert html.count('class="node taken"') == 3
     untaken = finished.get("/plan", params={"name": "hello/remind@1"}).text
     assert 'class="node taken"' not in untaken
+    # each step of the path with what it journaled: the raised event, the intent it bound
+    path = {step["step"]: step for step in data["run"]["path"]}
+    assert path["add"]["record"]["event"]["schema"] == "demo/CounterEvent@1"
+    assert path["add"]["record"]["event"]["value"] == {
+        "key": "apples",
+        "op": {"$tag": "Add", "$value": 5},
+    }
+    assert path["wait"]["record"]["intent_hash"] == path["wait"]["intent_hash"]
 
 
 def test_the_cell_page_diffs_a_chosen_step_field_by_field(finished: TestClient) -> None:

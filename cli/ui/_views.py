@@ -261,8 +261,11 @@ def runs_view(directory: Path) -> dict[str, Any]:
 
 def plan_view(directory: Path, name: str, run: str | None = None) -> dict[str, Any]:
     """A plan's DAG from its AIR (``cli.ui._dag``), and for ``run`` its detail (``world runs
-    show``) with the steps and edges it took marked."""
+    show``) with the steps and edges it took marked and, for each step of its path, the
+    ``plan.step`` record it journaled (the event it raised, the intent it made, the receipt or
+    event it bound)."""
     from cli.ui._dag import layout
+    from world import RecordView
     from world.operate import run_detail, runs_list
 
     with opened(directory, readonly=True) as world:
@@ -272,6 +275,11 @@ def plan_view(directory: Path, name: str, run: str | None = None) -> dict[str, A
         raw = json.loads(plan.model_dump_json(by_alias=True, exclude_none=True))
         runs = [r for r in runs_list(world.kernel, world.journal) if r.get("plan") == name]
         detail = None if run is None else run_detail(world.kernel, world.journal, run)
+        if detail is not None:  # what each step journaled: its event, its intent, what it bound
+            view = RecordView.of_world(world)
+            for step in detail.get("path", []):
+                record = next(iter(world.journal.read(step["seq"])), None)
+                step["record"] = None if record is None else view.render(record)["body"]
     if detail is not None and detail.get("plan") != name:
         raise InvalidArgument("run", run, f"a run of {name}")
     taken = [] if detail is None else [step["step"] for step in detail.get("path", [])]

@@ -29,9 +29,10 @@ re-derived by replay. ``ended`` counts the runs this kernel object saw end (for 
 summary; not kept), ``begun`` the runs it saw journal ``plan.started``.
 
 A run names its trigger: ``plan.started`` carries ``src`` and ``idx``, the delivery that started
-it (the seq of the record that journaled the trigger event, as a ``step``'s ``src``), so the
-causes of what a run did can be followed back exactly (``world why``). A ``plan.started``
-journaled before the field existed has neither; replay compares it without them.
+it (the seq of the record that journaled the trigger event, as a ``step``'s ``src``), and the
+``plan.step`` that binds an awaited event carries the same for that event, so the causes of
+what a run did can be followed back exactly (``world why``). A record journaled before these
+fields existed has neither; replay compares it without them.
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ class PlanRuns:
             if delivery.schema not in (CONTINUE, DENIED):
                 value = cbor2.loads(delivery.value_cbor)
             out = self.engine_of(work.manifest_hash).tick(work, delivery.schema, value)
+            _name_the_awaited(out.records, delivery, expected)
             effect_records: list[Record] = []
             if out.effect is not None:
                 intent, effect_records = self._plan_effect(work, out)
@@ -362,3 +364,18 @@ class PlanRuns:
         obj = obj or {}
         self.failed_total = int(obj.get("total", 0))
         self.failures = {run_id: dict(f) for run_id, f in obj.get("recent", [])}
+
+
+def _name_the_awaited(
+    records: list[tuple[str, dict[str, Any]]], delivery: Delivery, expected: JournalRecord | None
+) -> None:
+    """Give the ``plan.step`` that binds an awaited event (a tick's first record) the
+    delivery it bound: ``src``, ``idx``, unless replay is at one journaled without them."""
+    if not records:
+        return
+    kind, body = records[0]
+    if kind != "plan.step" or body.get("op") != "await_event" or "event" not in body:
+        return
+    if expected is not None and "src" not in expected.body:
+        return  # journaled before bindings named their event's record
+    body["src"], body["idx"] = delivery.src_seq, delivery.index

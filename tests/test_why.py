@@ -409,3 +409,81 @@ def test_a_chain_longer_than_its_bound_ends_saying_so(
     answer = why(two_plans, COUNTER, "pears")
     assert len(answer.chain) == 3
     assert answer.ends == "the chain is longer than 3 links"
+
+
+OLD_AWAIT_WORLD = ROOT / "tests" / "fixtures" / "world_before_await_src.tar.gz"
+"""A world of ``_await_air`` (an Ask, the run waiting, a Reply it bound, its Add raised),
+written before the binding ``plan.step`` had ``src``."""
+
+
+def _await_air(folder: Path) -> Path:
+    """The counter world with ``t/ask@1`` (started by ``t/Ask@1``: await ``t/Reply@1``, then
+    Add its amount to the asker's key) and ``t/ack@1`` (a trigger for replies, so that one can
+    be sent)."""
+    shutil.copytree(COUNTER_AIR, folder)
+    module, manifest = json.loads((folder / "counter.air.json").read_text())
+    module["wasm"] = str((COUNTER_AIR / module["wasm"]).resolve())
+    manifest["triggers"] = [
+        {"event": "t/Ask@1", "plan": "t/ask@1"},
+        {"event": "t/Reply@1", "plan": "t/ack@1"},
+    ]
+    (folder / "counter.air.json").write_text(json.dumps([module, manifest]))
+    shutil.copy(ROOT / "tests" / "fixtures" / "await_air" / "ask.air.json", folder)
+    return folder
+
+
+def test_an_awaited_event_is_shown_beside_the_raise_with_the_record_that_sent_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "w"
+    _cli("init", path, "--air", _await_air(tmp_path / "air"))
+    _cli("send", path, "t/Ask@1", '{"key": "apples"}')
+    _cli("run", path, "--until-idle")
+    _cli("send", path, "t/Reply@1", '{"amount": 4}', "--id", "reply-1")
+    _cli("run", path, "--until-idle")
+    answer = why(path, COUNTER, "apples")
+    assert answer.state == {"count": 4, "events": 1}
+    assert [c.kind for c in answer.chain] == ["step", "plan.step", "plan.started", "event.in"]
+    [awaited] = answer.chain[1].beside
+    assert awaited.link == "awaited by the run before"
+    assert awaited.record["body"]["event"] == {"schema": "t/Reply@1", "value": {"amount": 4}}
+    [sent] = awaited.beside
+    assert sent.kind == "event.in"
+    assert sent.record["body"]["id"] == "reply-1"
+    assert awaited.record["body"]["src"] == sent.seq
+    assert "replay ok" in _cli("replay", path, "--verify")
+
+
+def test_a_binding_from_before_bindings_named_their_event_replays_and_says_so(
+    tmp_path: Path,
+) -> None:
+    with tarfile.open(OLD_AWAIT_WORLD) as archive:
+        archive.extractall(tmp_path, filter="data")
+    path = tmp_path / "w"
+    with World.open(path, readonly=True) as world:
+        [old] = [
+            r
+            for r in world.journal.read(0)
+            if r.kind == "plan.step" and r.body["op"] == "await_event" and "event" in r.body
+        ]
+    assert "src" not in old.body
+    assert "replay ok" in _cli("replay", path, "--verify")
+    answer = why(path, COUNTER, "apples")
+    [awaited] = answer.chain[1].beside
+    assert "journaled before bindings named" in awaited.says
+    assert awaited.beside == []
+    # a new run's binding names its event's record, and the whole journal replays
+    _cli("send", path, "t/Ask@1", '{"key": "pears"}')
+    _cli("run", path, "--until-idle")
+    _cli("send", path, "t/Reply@1", '{"amount": 2}')
+    _cli("run", path, "--until-idle")
+    with World.open(path, readonly=True) as world:
+        bindings = [r for r in world.journal.read(0) if _binds_an_event(r)]
+    assert ["src" in r.body for r in bindings] == [False, True]
+    assert "replay ok" in _cli("replay", path, "--verify")
+    assert why(path, COUNTER, "pears").chain[1].beside[0].beside[0].kind == "event.in"
+
+
+def _binds_an_event(record: Any) -> bool:
+    body = record.body
+    return record.kind == "plan.step" and body["op"] == "await_event" and "event" in body

@@ -18,8 +18,9 @@ Every link is read from the journal, never guessed from timing:
   ``effect.approval``, all under ``/world/effect/<intent hash>/``. A reducer's intent was made
   by the step its tick journaled just before ``effect.queued`` (a tick's records are
   contiguous); a plan's by the run's ``emit_effect`` step;
-- a run that raised an event shows beside it the receipts it bound before raising it (what
-  the raised value was computed from), each with its intent's records.
+- a run that raised an event shows beside it the receipts and the awaited events it bound
+  before raising it (what the raised value was computed from): each receipt with its intent's
+  records, each awaited event with the record that journaled it (the binding's ``src``).
 
 A link that needs a run's start or an intent's records by name (not by seq) is found in one
 forward pass over the journal up to ``at``, made only when the chain needs it; records a seq
@@ -239,6 +240,26 @@ class _Walk:
             receipt = _read_one(self.journal, names.intents.get(intent, {}).get("receipt"))
             if seq < record.seq and receipt is not None:
                 cause.beside.append(self._receipt(receipt, "bound by the run before")[0])
+        for seq in names.awaited.get(record.body.get("run_id"), []):
+            binding = _read_one(self.journal, seq) if seq < record.seq else None
+            if binding is not None:
+                cause.beside.append(self._awaited(binding))
+        return cause
+
+    def _awaited(self, binding: JournalRecord) -> Cause:
+        """An awaited event the run bound, with the record that journaled it beside."""
+        event = self.view.render(binding)["body"].get("event") or {}
+        schema = event.get("schema") if isinstance(event, dict) else None
+        cause = self._cause(binding, "awaited by the run before", f"the run bound {schema}")
+        if "src" not in binding.body:
+            cause.says += " (journaled before bindings named their event's record)"
+            return cause
+        source = _read_one(self.journal, binding.body["src"])
+        if source is not None:
+            says = "sent from outside" if source.kind == "event.in" else source.kind
+            if source.kind == "step":
+                says = self._step_says(self.view.render(source))
+            cause.beside.append(self._cause(source, "delivered it", says))
         return cause
 
     def _run_start(self, record: JournalRecord | None) -> JournalRecord | None:
@@ -341,6 +362,7 @@ class _Names:
         self.starts: dict[int, int] = {}
         self.intents: dict[bytes, dict[str, int]] = {}
         self.bound: dict[int, list[tuple[int, bytes]]] = {}
+        self.awaited: dict[int, list[int]] = {}
         for record in records:
             if record.seq > at:
                 break
@@ -353,6 +375,8 @@ class _Names:
                 intent = body.get("intent_hash")
                 if intent is not None:
                     self.bound.setdefault(body["run_id"], []).append((record.seq, intent))
+            elif kind == "plan.step" and body.get("op") == "await_event" and "event" in body:
+                self.awaited.setdefault(body["run_id"], []).append(record.seq)
 
 
 def _letter_seq(letter_id: Any) -> int | None:

@@ -42,6 +42,9 @@ CHROMIUM_ARGS = [
 ]
 """As Chromium runs in a sandbox with no network: without the background-networking flags it
 tries Google's hosts at every start."""
+GUARD_MS = 120_000
+"""How long an action may wait for the page: a guard against a hang only (a loaded machine
+makes the walk slower, not failed); nothing here waits for time to pass."""
 
 if CHROMIUM is None:
     if os.environ.get("WORLD_REQUIRE_BROWSER") == "1":
@@ -111,6 +114,7 @@ def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(GUARD_MS)
     opened = context.new_page()
     yield opened
     context.close()
@@ -216,7 +220,7 @@ def test_the_journal_page_shows_new_records_while_the_world_runs(orders: Path, p
         placed = {"order_id": "o9", "url": "http://127.0.0.1:9/"}
         _cli("send", copy, ORDER_PLACED, json.dumps(placed))
         new = page.locator(f"#records tr[data-seq='{last + 1}']")
-        new.wait_for(timeout=30_000)  # the page polls; no reload
+        new.wait_for()  # the page polls once a second; no reload
         assert "event.in" in new.inner_text()
     finally:
         inspector.close()

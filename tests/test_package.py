@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from world import sdk
@@ -144,6 +146,29 @@ def test_a_plain_install_runs_the_examples_from_an_empty_folder(
     state = world("state", "./w", REDUCER, "--key", "order-1", "--json").stdout
     assert json.loads(state)["state"] == {"count": 7, "events": 2}
     world("init", "./from-name", "--example", "counter")
+
+    # The inspector's templates are in the wheel: its pages render from the install.
+    inspector = subprocess.Popen(
+        [str(venv / "bin" / "world"), "ui", "./w", "--json"],
+        cwd=here,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert inspector.stdout is not None
+        url = json.loads(inspector.stdout.readline())["url"]
+        base = url.split("/?")[0]
+        with httpx.Client(timeout=60) as client:
+            assert client.get(url).status_code == 200
+            cell = client.get(f"{base}/cell", params={"reducer": REDUCER, "key": "order-1"})
+        assert cell.status_code == 200
+        assert "Timeline" in cell.text
+    finally:
+        os.killpg(inspector.pid, signal.SIGINT)
+        inspector.communicate(timeout=60)
 
     # Without the [sdk] extra, a build says which command installs the toolchain.
     refused = world("reducer", "build", "c/reducers/counter/counter.c", code=1).stderr.strip()

@@ -38,6 +38,7 @@ import httpx
 import pytest
 import typer
 from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
+from uikit import Inspector
 
 from world import World, sdk
 
@@ -248,23 +249,14 @@ def test_why_names_the_step_and_the_event_it_consumed(built: Built) -> None:
 def test_ui_serves_the_world_page_at_the_url_it_prints(built: Built) -> None:
     """(The inspector's pages, token and approvals: ``tests/test_ui.py`` and, in Chromium,
     ``tests/test_ui_browser.py``.)"""
-    child = subprocess.Popen(
-        [str(WORLD_BIN), "ui", str(built.path), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    inspector = Inspector(WORLD_BIN, built.path)
     try:
-        assert child.stdout is not None
-        answer = json.loads(child.stdout.readline())
-        page = httpx.get(answer["url"], timeout=30)
+        page = httpx.get(inspector.url, timeout=30)
         assert page.status_code == 200
         assert "demo/Counter@1" in page.text
     finally:
-        os.killpg(child.pid, signal.SIGINT)
-        _out, err = child.communicate(timeout=30)
-    assert child.returncode == 0, err
+        err = inspector.close()
+    assert inspector.child.returncode == 0, err
     assert "Traceback" not in err
 
 

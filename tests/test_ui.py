@@ -22,6 +22,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
+from uikit import Inspector
 
 from cli.main import app as cli_app
 from cli.ui import _views as views
@@ -29,7 +30,7 @@ from cli.ui._app import COOKIE, make_app
 from cli.ui._views import field_diff
 from world import World
 
-from worldkit import COUNTER, COUNTER_AIR
+from worldkit import COUNTER, COUNTER_AIR, counter_with_plans
 
 runner = CliRunner()
 WORLD = str(Path(sys.executable).parent / "world")
@@ -44,33 +45,26 @@ def _cli(*args: object) -> str:
 
 def _approval_air(folder: Path) -> Path:
     """The counter world with the tutorial's reminder plan, its timers parked for approval."""
-    shutil.copytree(COUNTER_AIR, folder)
-    docs = json.loads((folder / "counter.air.json").read_text())
-    module, manifest = docs
-    module["wasm"] = str((COUNTER_AIR / module["wasm"]).resolve())
-    manifest["triggers"] = [{"event": "hello/Reminder@1", "plan": "hello/remind@1"}]
-    manifest["defaults"] = {
-        "policy": "hello/policy@1",
-        "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
-    }
-    (folder / "counter.air.json").write_text(json.dumps([module, manifest]))
     from test_why import REMIND
 
-    plans = [
+    reminder = {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}}
+    return counter_with_plans(
+        folder,
+        [{"event": "hello/Reminder@1", "plan": "hello/remind@1"}],
+        [
+            {"$kind": "defschema", "name": "hello/Reminder@1", "type": reminder},
+            REMIND,
+            {
+                "$kind": "defpolicy",
+                "name": "hello/policy@1",
+                "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "require_approval"}],
+            },
+        ],
         {
-            "$kind": "defschema",
-            "name": "hello/Reminder@1",
-            "type": {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}},
+            "policy": "hello/policy@1",
+            "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
         },
-        REMIND,
-        {
-            "$kind": "defpolicy",
-            "name": "hello/policy@1",
-            "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "require_approval"}],
-        },
-    ]
-    (folder / "plans.air.json").write_text(json.dumps(plans))
-    return folder
+    )
 
 
 @pytest.fixture(scope="module")
@@ -426,10 +420,10 @@ def test_world_ui_listens_on_loopback_only_with_a_token_in_its_url(parked: Path)
         assert child.stdout is not None
         line = child.stdout.readline()
         url = re.search(r"http://\S+", line)
-        assert url is not None, line + (child.stderr.read() if child.poll() is not None else "")
+        assert url is not None, line
         found = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{20,})", url.group(0))
         assert found is not None, url.group(0)
-        port, _token = int(found.group(1)), found.group(2)
+        port = int(found.group(1))
         assert httpx.get(url.group(0), timeout=30).status_code == 200
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 403
         for address in _other_addresses():
@@ -437,7 +431,9 @@ def test_world_ui_listens_on_loopback_only_with_a_token_in_its_url(parked: Path)
                 pass
     finally:
         os.killpg(child.pid, signal.SIGINT)
-        child.communicate(timeout=30)  # reads and closes its pipes
+        out, err = child.communicate(timeout=30)
+    assert "stopped" in out
+    assert "Traceback" not in err
 
 
 def _other_addresses() -> list[str]:
@@ -456,34 +452,22 @@ def test_world_ui_json_says_where_it_listens_in_one_line_and_works_on_a_served_w
 ) -> None:
     served = subprocess.run([WORLD, "serve", str(parked), "--detach"], capture_output=True)
     assert served.returncode == 0, served.stderr
-    child = subprocess.Popen(
-        [WORLD, "ui", str(parked), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        assert child.stdout is not None
-        answer = json.loads(child.stdout.readline())
-        assert answer["ok"] is True
-        assert answer["url"] == f"http://127.0.0.1:{answer['port']}/?token={answer['token']}"
-        with httpx.Client(timeout=30) as client:
-            assert client.get(answer["url"]).status_code == 200
-            runs = client.get(f"http://127.0.0.1:{answer['port']}/api/runs").json()
-            assert [r["status"] for r in runs["runs"]] == ["waiting"]
-            effects = client.get(f"http://127.0.0.1:{answer['port']}/effects")
-            assert effects.status_code == 200
-        # the server still answers: the inspector took no lock from it
-        sent = subprocess.run(
-            [WORLD, "send", str(parked), "demo/CounterEvent@1", '{"key": "a", "op": "Clear"}'],
-            capture_output=True,
-            text=True,
-        )
-        assert sent.returncode == 0, sent.stderr
+        with Inspector(WORLD, parked) as inspector:
+            assert inspector.url == f"{inspector.base}/?token={inspector.token}"
+            with httpx.Client(timeout=30) as client:
+                assert client.get(inspector.url).status_code == 200
+                runs = client.get(f"{inspector.base}/api/runs").json()
+                assert [r["status"] for r in runs["runs"]] == ["waiting"]
+                assert client.get(f"{inspector.base}/effects").status_code == 200
+            # the server still answers: the inspector took no lock from it
+            sent = subprocess.run(
+                [WORLD, "send", str(parked), "demo/CounterEvent@1", '{"key": "a", "op": "Clear"}'],
+                capture_output=True,
+                text=True,
+            )
+            assert sent.returncode == 0, sent.stderr
     finally:
-        os.killpg(child.pid, signal.SIGINT)
-        child.communicate(timeout=30)
         subprocess.run([WORLD, "serve", str(parked), "--stop"], capture_output=True)
 
 

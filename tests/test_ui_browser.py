@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 import pytest
 from plans_kit import ORDER, ORDER_PLACED, Answer, Loopback
 from typer.testing import CliRunner
+from uikit import Inspector
 
 from cli.main import app
 
@@ -58,29 +56,6 @@ def _cli(*args: object) -> str:
     result = runner.invoke(app, [str(a) for a in args])
     assert result.exit_code == 0, result.output
     return result.output
-
-
-class Inspector:
-    """``world ui DIR`` as a child process; ``url`` is the one it printed."""
-
-    def __init__(self, path: Path, *extra: str) -> None:
-        self.child = subprocess.Popen(
-            [WORLD, "ui", str(path), *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert self.child.stdout is not None
-        line = self.child.stdout.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=\S+", line)
-        assert found is not None, line
-        self.url = found.group(0)
-        self.base = f"http://127.0.0.1:{found.group(1)}"
-
-    def close(self) -> None:
-        os.killpg(self.child.pid, signal.SIGINT)
-        self.child.communicate(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +98,7 @@ def page(browser: Any) -> Iterator[Any]:
 def test_from_the_world_page_to_the_step_and_back_to_the_http_receipt(
     orders: Path, page: Any, tmp_path: Path
 ) -> None:
-    inspector = Inspector(orders)
+    inspector = Inspector(WORLD, orders)
     try:
         page.goto(inspector.url)
         assert page.locator("h1").inner_text() == "World"
@@ -157,7 +132,7 @@ def test_from_the_world_page_to_the_step_and_back_to_the_http_receipt(
 def test_the_plan_page_shows_a_5xx_run_take_another_path_than_a_2xx_run(
     orders: Path, page: Any
 ) -> None:
-    inspector = Inspector(orders)
+    inspector = Inspector(WORLD, orders)
     try:
         page.goto(inspector.url)
         page.goto(inspector.base + "/runs")
@@ -184,7 +159,7 @@ def test_approving_a_parked_intent_from_the_page_lets_the_run_finish(
     _cli("init", path, "--air", _approval_air(tmp_path / "air"))
     _cli("send", path, "hello/Reminder@1", json.dumps({"key": "tea", "amount": 3, "at_ns": 5}))
     _cli("run", path, "--sim")
-    read_only = Inspector(path)
+    read_only = Inspector(WORLD, path)
     try:
         page.goto(read_only.url)
         page.goto(read_only.base + "/effects")
@@ -192,7 +167,7 @@ def test_approving_a_parked_intent_from_the_page_lets_the_run_finish(
         assert page.locator("#intents button").count() == 0  # no --allow-approvals
     finally:
         read_only.close()
-    inspector = Inspector(path, "--allow-approvals")
+    inspector = Inspector(WORLD, path, "--allow-approvals")
     try:
         page.goto(inspector.url)
         page.goto(inspector.base + "/effects")
@@ -212,7 +187,7 @@ def test_the_journal_page_shows_new_records_while_the_world_runs(orders: Path, p
     copy = orders.parent / "live"
     if not copy.exists():
         shutil.copytree(orders, copy)
-    inspector = Inspector(copy)
+    inspector = Inspector(WORLD, copy)
     try:
         page.goto(inspector.url)
         page.goto(inspector.base + "/journal")

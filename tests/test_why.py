@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -23,7 +22,7 @@ from kernel.errors import ReplayDivergence
 from world import World
 from world.history import why
 
-from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
+from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add, counter_with_plans
 
 runner = CliRunner()
 WORLD = str(Path(sys.executable).parent / "world")
@@ -101,32 +100,28 @@ RELAY = {
 def _two_plans_air(folder: Path) -> Path:
     """The counter world, with ``remind`` (timer, then an Add to the reminder's key) and
     ``relay`` (an Add to ``apples`` makes an Add to ``pears``)."""
-    shutil.copytree(COUNTER_AIR, folder)
-    docs = json.loads((folder / "counter.air.json").read_text())
-    module, manifest = docs
-    module["wasm"] = str((COUNTER_AIR / module["wasm"]).resolve())
-    manifest["triggers"] = [
-        {"event": "hello/Reminder@1", "plan": "hello/remind@1"},
-        {"event": "demo/CounterEvent@1", "plan": "hello/relay@1"},
-    ]
-    manifest["defaults"] = {
-        "policy": "hello/policy@1",
-        "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
-    }
-    (folder / "counter.air.json").write_text(json.dumps([module, manifest]))
     reminder = {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}}
-    extra = [
-        {"$kind": "defschema", "name": "hello/Reminder@1", "type": reminder},
-        REMIND,
-        RELAY,
+    return counter_with_plans(
+        folder,
+        [
+            {"event": "hello/Reminder@1", "plan": "hello/remind@1"},
+            {"event": "demo/CounterEvent@1", "plan": "hello/relay@1"},
+        ],
+        [
+            {"$kind": "defschema", "name": "hello/Reminder@1", "type": reminder},
+            REMIND,
+            RELAY,
+            {
+                "$kind": "defpolicy",
+                "name": "hello/policy@1",
+                "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "allow"}],
+            },
+        ],
         {
-            "$kind": "defpolicy",
-            "name": "hello/policy@1",
-            "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "allow"}],
+            "policy": "hello/policy@1",
+            "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
         },
-    ]
-    (folder / "plans.air.json").write_text(json.dumps(extra))
-    return folder
+    )
 
 
 def _cli(*args: object) -> Any:
@@ -420,16 +415,12 @@ def _await_air(folder: Path) -> Path:
     """The counter world with ``t/ask@1`` (started by ``t/Ask@1``: await ``t/Reply@1``, then
     Add its amount to the asker's key) and ``t/ack@1`` (a trigger for replies, so that one can
     be sent)."""
-    shutil.copytree(COUNTER_AIR, folder)
-    module, manifest = json.loads((folder / "counter.air.json").read_text())
-    module["wasm"] = str((COUNTER_AIR / module["wasm"]).resolve())
-    manifest["triggers"] = [
+    triggers = [
         {"event": "t/Ask@1", "plan": "t/ask@1"},
         {"event": "t/Reply@1", "plan": "t/ack@1"},
     ]
-    (folder / "counter.air.json").write_text(json.dumps([module, manifest]))
-    shutil.copy(ROOT / "tests" / "fixtures" / "await_air" / "ask.air.json", folder)
-    return folder
+    docs = json.loads((ROOT / "tests" / "fixtures" / "await_air" / "ask.air.json").read_text())
+    return counter_with_plans(folder, triggers, docs)
 
 
 def test_an_awaited_event_is_shown_beside_the_raise_with_the_record_that_sent_it(

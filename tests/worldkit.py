@@ -80,3 +80,25 @@ def schema(name: str, type_json: Any) -> dict[str, Any]:
 
 def manifest(routes: list[dict[str, Any]]) -> dict[str, Any]:
     return {"$kind": "manifest", "air_version": "1", "routing": {"events": routes}}
+
+
+def counter_with_plans(
+    folder: Path,
+    triggers: list[dict[str, Any]],
+    docs: list[dict[str, Any]],
+    defaults: dict[str, Any] | None = None,
+) -> Path:
+    """The bundled counter world's AIR in ``folder`` (its wasm by absolute path), with these
+    manifest ``triggers`` and ``defaults`` and ``docs`` (plans, schemas, policies) beside it."""
+    import json
+    import shutil
+
+    shutil.copytree(COUNTER_AIR, folder)
+    module_doc, manifest_doc = json.loads((folder / "counter.air.json").read_text())
+    module_doc["wasm"] = str((COUNTER_AIR / module_doc["wasm"]).resolve())
+    manifest_doc["triggers"] = triggers
+    if defaults is not None:
+        manifest_doc["defaults"] = defaults
+    (folder / "counter.air.json").write_text(json.dumps([module_doc, manifest_doc]))
+    (folder / "plans.air.json").write_text(json.dumps(docs))
+    return folder

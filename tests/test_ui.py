@@ -649,3 +649,31 @@ def test_every_page_reads_beside_a_writer_that_holds_the_world(tmp_path: Path) -
                 assert client.get(page, params=params).status_code == 200, page
             cell = client.get("/api/cell", params={"reducer": COUNTER, "key": "a"}).json()
             assert cell["state"] == {"count": round_ + 1, "events": round_ + 1}
+
+
+def test_world_ui_on_a_port_in_use_says_so_in_one_line(parked_base: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [WORLD, "ui", str(parked_base), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        as_json = subprocess.run(
+            [WORLD, "ui", str(parked_base), "--port", str(port), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(--port 0 takes any free one)"
+    )
+    assert as_json.returncode == 1
+    answer = json.loads(as_json.stdout)
+    assert answer["ok"] is False
+    assert str(port) in answer["detail"]

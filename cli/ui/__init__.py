@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import console, handle_errors
+from cli.common import console, fail, handle_errors
 
 __all__ = ["ui"]
 
@@ -59,7 +59,11 @@ def ui(
     app = make_app(directory, token, allow_approvals=allow_approvals)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror} (--port 0 takes any free one)")
     sock.listen(128)  # before the URL is printed: a browser opening it at once is queued
     port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/?token={token}"

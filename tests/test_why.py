@@ -17,6 +17,7 @@ import pytest
 from plans_kit import ORDER, ORDER_PLACED, Answer, Loopback
 from typer.testing import CliRunner
 
+from air import cbor
 from cli.main import app
 from kernel.errors import ReplayDivergence
 from world import World
@@ -478,3 +479,44 @@ def test_a_binding_from_before_bindings_named_their_event_replays_and_says_so(
 def _binds_an_event(record: Any) -> bool:
     body = record.body
     return record.kind == "plan.step" and body["op"] == "await_event" and "event" in body
+
+
+def test_a_re_pin_keeps_the_step_as_the_writer(tmp_path: Path, fixed_wasm: bytes) -> None:
+    """``cells upgrade`` with the same state schema re-pins the cell (``cell.upgraded`` with no
+    new state): the state is still the one its last step wrote."""
+    from test_upgrade_apply import counter_air
+
+    from world.gov import apply, propose, upgrade_cells
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 3))])
+        world.run_until_idle()
+        made, _diff = propose(world, counter_air(tmp_path, "v2", fixed_wasm))
+        apply(world, made.id)
+        upgrade_cells(world, COUNTER)
+        repin = [r for r in world.journal.read(0) if r.kind == "cell.upgraded"]
+    assert [entry[2] for entry in repin[0].body["cells"]] == [None]  # a re-pin
+    answer = why(path, COUNTER, "a")
+    assert [(c.kind, c.link) for c in answer.chain] == [
+        ("step", "wrote the state"),
+        ("event.in", "delivered it"),
+    ]
+
+
+def test_a_seq_the_index_gives_for_another_cell_is_not_taken_for_this_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history index names a cell by 8 bytes of its hash, so it can hand over another
+    cell's record: the walk checks each record's subject."""
+    from world.history import _why
+
+    with World.create(tmp_path / "w", COUNTER_AIR) as world:
+        world.send_many([(EVENT, add("a", 1)), (EVENT, add("b", 1))])
+        world.run_until_idle()
+        steps = {r.body["key"]: r.seq for r in world.journal.read(0) if r.kind == "step"}
+    a_step, b_step = steps[cbor.dumps("a")], steps[cbor.dumps("b")]
+    assert b_step > a_step  # b's is the newer: taken without the check, it would be the writer
+    real = _why.cell_seqs
+    monkeypatch.setattr(_why, "cell_seqs", lambda *args: sorted({*real(*args), b_step}))
+    assert why(tmp_path / "w", COUNTER, "a").chain[0].seq == a_step

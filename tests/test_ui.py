@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from starlette.testclient import TestClient
+from test_why import reminder_air
 from typer.testing import CliRunner
 from uikit import Inspector
 
@@ -30,7 +31,7 @@ from cli.ui._app import COOKIE, make_app
 from cli.ui._views import field_diff
 from world import World
 
-from worldkit import COUNTER, COUNTER_AIR, counter_with_plans
+from worldkit import COUNTER, COUNTER_AIR
 
 runner = CliRunner()
 WORLD = str(Path(sys.executable).parent / "world")
@@ -45,26 +46,7 @@ def _cli(*args: object) -> str:
 
 def _approval_air(folder: Path) -> Path:
     """The counter world with the tutorial's reminder plan, its timers parked for approval."""
-    from test_why import REMIND
-
-    reminder = {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}}
-    return counter_with_plans(
-        folder,
-        [{"event": "hello/Reminder@1", "plan": "hello/remind@1"}],
-        [
-            {"$kind": "defschema", "name": "hello/Reminder@1", "type": reminder},
-            REMIND,
-            {
-                "$kind": "defpolicy",
-                "name": "hello/policy@1",
-                "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "require_approval"}],
-            },
-        ],
-        {
-            "policy": "hello/policy@1",
-            "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
-        },
-    )
+    return reminder_air(folder, "require_approval")
 
 
 @pytest.fixture(scope="module")

@@ -98,31 +98,48 @@ RELAY = {
 """A second plan, started by every counter event: one for ``apples`` adds 1 to ``pears``."""
 
 
-def _two_plans_air(folder: Path) -> Path:
-    """The counter world, with ``remind`` (timer, then an Add to the reminder's key) and
-    ``relay`` (an Add to ``apples`` makes an Add to ``pears``)."""
+def reminder_air(
+    folder: Path,
+    decision: str,
+    plans: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    triggers: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> Path:
+    """The counter world with the tutorial's reminder plan (``REMIND``), its timers' policy
+    ``decision`` (``allow``, ``require_approval``), and more ``plans`` and ``triggers``."""
     reminder = {"record": {"key": "text", "amount": "nat", "at_ns": "nat"}}
+    policy = {
+        "$kind": "defpolicy",
+        "name": "hello/policy@1",
+        "rules": [{"when": {"effect_kind": "timer.set"}, "decision": decision}],
+    }
     return counter_with_plans(
         folder,
-        [
-            {"event": "hello/Reminder@1", "plan": "hello/remind@1"},
-            {"event": "demo/CounterEvent@1", "plan": "hello/relay@1"},
-        ],
+        [{"event": "hello/Reminder@1", "plan": "hello/remind@1"}, *triggers],
         [
             {"$kind": "defschema", "name": "hello/Reminder@1", "type": reminder},
             REMIND,
-            RELAY,
-            {
-                "$kind": "defpolicy",
-                "name": "hello/policy@1",
-                "rules": [{"when": {"effect_kind": "timer.set"}, "decision": "allow"}],
-            },
+            *plans,
+            policy,
         ],
         {
             "policy": "hello/policy@1",
             "cap_grants": [{"name": "timer", "cap": "sys/timer@1", "params": {}}],
         },
     )
+
+
+def _two_plans_air(folder: Path) -> Path:
+    """The counter world, with ``remind`` (timer, then an Add to the reminder's key) and
+    ``relay`` (an Add to ``apples`` makes an Add to ``pears``)."""
+    relay = {"event": "demo/CounterEvent@1", "plan": "hello/relay@1"}
+    return reminder_air(folder, "allow", [RELAY], [relay])
+
+
+def _old_world(fixture: Path, tmp_path: Path) -> Path:
+    """A world from a fixture archive (written by older code), extracted into ``tmp_path``."""
+    with tarfile.open(fixture) as archive:
+        archive.extractall(tmp_path, filter="data")
+    return tmp_path / "w"
 
 
 def _cli(*args: object) -> Any:
@@ -313,9 +330,7 @@ def test_a_new_run_names_its_trigger_and_replays(two_plans: Path) -> None:
 def test_a_journal_from_before_runs_named_their_trigger_replays_and_goes_on(
     tmp_path: Path,
 ) -> None:
-    with tarfile.open(OLD_WORLD) as archive:
-        archive.extractall(tmp_path, filter="data")
-    path = tmp_path / "w"
+    path = _old_world(OLD_WORLD, tmp_path)
     with World.open(path, readonly=True) as world:
         old = [r for r in world.journal.read(0) if r.kind == "plan.started"]
     assert len(old) == 2
@@ -449,9 +464,7 @@ def test_an_awaited_event_is_shown_beside_the_raise_with_the_record_that_sent_it
 def test_a_binding_from_before_bindings_named_their_event_replays_and_says_so(
     tmp_path: Path,
 ) -> None:
-    with tarfile.open(OLD_AWAIT_WORLD) as archive:
-        archive.extractall(tmp_path, filter="data")
-    path = tmp_path / "w"
+    path = _old_world(OLD_AWAIT_WORLD, tmp_path)
     with World.open(path, readonly=True) as world:
         [old] = [
             r

@@ -45,7 +45,7 @@ from kernel import OWED_KINDS, abi
 from kernel.cells import key_hash
 from kernel.journal import JournalRecord
 from kernel.subjects import cell_subject
-from world._history_index import cell_id, genesis_digest, read_cell
+from world._history_index import CellRecords, cell_id, genesis_digest, read_cell
 from world._world import World
 from world.errors import SeqPastEnd
 from world.journal import FileJournal
@@ -189,6 +189,16 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
     return state, last
 
 
+def _indexed(world: World, where: CellKey, seq: int) -> CellRecords | None:
+    """What the history index holds of the cell up to ``seq``; None where it does not describe
+    this journal (``world._history_index.read_cell``)."""
+    genesis = _read_one(world.journal, 0)
+    if genesis is None:
+        return None
+    journal = world.journal
+    return read_cell(world.path, where.cell_id, seq + 1, genesis_digest(genesis), journal.seq_next)
+
+
 def _cell_records(
     world: World, where: CellKey, seq: int
 ) -> tuple[bytes | None, list[JournalRecord]]:
@@ -196,12 +206,7 @@ def _cell_records(
     records after it, up to ``seq``: from the history index (``world._history_index``) where it
     covers the journal, else by reading the journal."""
     journal = world.journal
-    genesis = _read_one(journal, 0)
-    found = None
-    if genesis is not None:
-        found = read_cell(
-            world.path, where.cell_id, seq + 1, genesis_digest(genesis), journal.seq_next
-        )
+    found = _indexed(world, where, seq)
     if found is None:
         return None, list(_cell_range(journal, where, 0, seq + 1))
     state, start = None, -1
@@ -242,12 +247,7 @@ def cell_seqs(world: World, where: CellKey, seq: int) -> list[int]:
     reading the journal. The index names a cell by 8 bytes of its hash, so a seq here can be
     another cell's record: a reader of the records checks their subjects."""
     journal = world.journal
-    genesis = _read_one(journal, 0)
-    found = None
-    if genesis is not None:
-        found = read_cell(
-            world.path, where.cell_id, seq + 1, genesis_digest(genesis), journal.seq_next
-        )
+    found = _indexed(world, where, seq)
     if found is None:
         return [record.seq for record in _cell_range(journal, where, 0, seq + 1)]
     seqs = set(found.seqs)

@@ -58,6 +58,14 @@ def _cli(*args: object) -> str:
     return result.output
 
 
+def _follow(page: Any, link: Any) -> None:
+    """Click ``link`` and wait for the page it loads. A click returns once it is sent; a read
+    right after it can find the old page (the same ids are on both), so every navigating click
+    here goes through this."""
+    with page.expect_navigation():
+        link.click()
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
@@ -103,17 +111,17 @@ def test_from_the_world_page_to_the_step_and_back_to_the_http_receipt(
         page.goto(inspector.url)
         assert page.locator("h1").inner_text() == "World"
         page.screenshot(path=tmp_path / "world.png")
-        page.click(f"#reducers a:text('{ORDER}')")  # the reducer's cells
-        page.click("#cells a:text('\"o1\"')")  # the cell
+        _follow(page, page.locator(f"#reducers a:text('{ORDER}')"))  # the reducer's cells
+        _follow(page, page.locator("#cells a:text('\"o1\"')"))  # the cell
         assert '"Fetched"' in page.locator("#state").inner_text()
         page.screenshot(path=tmp_path / "cell.png")
         # Its timeline, newest first: the step that made it Fetched, and what it consumed.
         newest = page.locator("#timeline tr[data-seq]").first
         step_seq = int(newest.get_attribute("data-seq"))
-        newest.locator("a.at").click()  # the state then, and what that step changed
+        _follow(page, newest.locator("a.at"))  # the state then, and what that step changed
         assert page.locator("#diff").inner_text().count("Fetched") >= 1
         page.screenshot(path=tmp_path / "diff.png")
-        page.locator(f"#timeline tr[data-seq='{step_seq}'] a.why").click()
+        _follow(page, page.locator(f"#timeline tr[data-seq='{step_seq}'] a.why"))
         chain = page.locator("#chain > li.cause")
         kinds = [chain.nth(i).get_attribute("data-kind") for i in range(chain.count())]
         assert kinds == ["step", "plan.step", "plan.started", "step", "event.in"]
@@ -121,7 +129,7 @@ def test_from_the_world_page_to_the_step_and_back_to_the_http_receipt(
         receipt = page.locator("#chain li.cause[data-kind='receipt']").first
         assert "http answered intent" in receipt.inner_text()
         page.screenshot(path=tmp_path / "why.png")
-        receipt.locator("a").first.click()  # the receipt record itself
+        _follow(page, receipt.locator("a").first)  # the receipt record itself
         body = json.loads(page.locator("#body").inner_text())
         assert body["adapter_id"] == "http"
         assert body["payload"]["status"] == 200
@@ -141,7 +149,7 @@ def test_the_plan_page_shows_a_5xx_run_take_another_path_than_a_2xx_run(
         taken: dict[str, set[str]] = {}
         for run in ("0", "1"):
             page.goto(inspector.base + "/runs")
-            page.click(f"#runs tr[data-run='{run}'] a")
+            _follow(page, page.locator(f"#runs tr[data-run='{run}'] a"))
             nodes = page.locator("#dag g.node.taken")
             taken[run] = {nodes.nth(i).get_attribute("data-step") for i in range(nodes.count())}
         assert taken["0"] != taken["1"]
@@ -171,8 +179,7 @@ def test_approving_a_parked_intent_from_the_page_lets_the_run_finish(
     try:
         page.goto(inspector.url)
         page.goto(inspector.base + "/effects")
-        page.click("#intents tr[data-status='parked'] button[value='approve']")
-        page.wait_for_url(inspector.base + "/effects")
+        _follow(page, page.locator("#intents tr[data-status='parked'] button[value='approve']"))
         assert page.locator("#intents tr[data-status='parked']").count() == 0
         _cli("run", path, "--sim")
         page.goto(inspector.base + "/runs")

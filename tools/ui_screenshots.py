@@ -96,7 +96,8 @@ def main() -> None:
             for name, address in shots.items():
                 page.goto(address)
                 if name == "cell":  # the newest step: the state then, and what it changed
-                    page.locator("#timeline tr[data-seq] a.at").first.click()
+                    with page.expect_navigation():
+                        page.locator("#timeline tr[data-seq] a.at").first.click()
                 page.screenshot(path=out / f"{name}.png", full_page=name != "journal")
                 print(out / f"{name}.png")
         page.goto("about:blank")

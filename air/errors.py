@@ -50,6 +50,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   └── ArchiveRefused(archive, reason)           another world's archive, or not an archive
     ├── WorldUnavailable                              world.errors: the directory cannot be used now
     │   ├── NotAWorld(path)                           no world there
+    │   ├── NotACluster(path, reason)                 no partitioned world there
     │   ├── WorldExists(path)                         a new world needs an empty folder
     │   ├── WorldLocked(path, mode)                   a lock that conflicts is held
     │   │   └── WorldServed(path)                     held by `world serve`, not asked through it

@@ -23,7 +23,8 @@ Private parts: ``_core`` (``Kernel``: routing and ticks), ``_steps`` (one cell's
 ``_runs`` (live plan runs) and ``_plans`` (the pure run engine), ``_effects`` (intents,
 capabilities, policy, budgets), ``_grants`` (what a grant and a policy rule admit), ``_recorder`` (a tick's records: appended, or compared on
 replay), ``_scheduler`` (mailboxes, the fair ready queue), ``_deadletters``, ``_abi`` (the
-reducer envelope), ``_moves`` (records that move cells in), ``_divergence`` (what replay
+reducer envelope), ``_moves`` (records that move cells in), ``_partition`` (one partition of a partitioned
+world: key ownership, the outbox, cursors per source), ``_divergence`` (what replay
 compares), ``_urls`` (the one URL normaliser: the capability check reads a URL with it and the
 HTTP adapter sends what it returns).
 """
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from kernel._divergence import first_difference
     from kernel._effects import HTTP_BODY_BYTES_HEADER, Intent, Settled
     from kernel._moves import CELL_IMPORTED, check_cell, imported_record, migrated_record
+    from kernel._partition import OUTBOX_DELIVERED, PARTITIONS_MAX, Outgoing, Partition, owner_of
     from kernel._recorder import Record
     from kernel._runs import RUN_CANCELLED
     from kernel._scheduler import Delivery, Entity
@@ -47,7 +49,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CELL_IMPORTED",
     "HTTP_BODY_BYTES_HEADER",
+    "OUTBOX_DELIVERED",
     "OWED_KINDS",
+    "PARTITIONS_MAX",
     "RUN_CANCELLED",
     "TICK_KINDS",
     "DeadLetter",
@@ -56,6 +60,8 @@ __all__ = [
     "Intent",
     "Kernel",
     "KernelLimits",
+    "Outgoing",
+    "Partition",
     "Record",
     "Runner",
     "Settled",
@@ -65,6 +71,7 @@ __all__ = [
     "first_difference",
     "imported_record",
     "migrated_record",
+    "owner_of",
     "read_url",
 ]
 
@@ -81,6 +88,7 @@ def __getattr__(name: str) -> Any:
         _divergence,
         _effects,
         _moves,
+        _partition,
         _recorder,
         _runs,
         _scheduler,
@@ -94,6 +102,7 @@ def __getattr__(name: str) -> Any:
         _divergence,
         _effects,
         _moves,
+        _partition,
         _recorder,
         _runs,
         _scheduler,

@@ -62,6 +62,7 @@ from kernel._deadletters import DEAD_LETTER_KINDS, DeadLetter, DeadLetters
 from kernel._effects import CapDenied, EffectManager, Intent
 from kernel._eras import Era, Eras, LoadAir
 from kernel._moves import MOVE_KINDS, moved_cell
+from kernel._partition import OUTBOX_DELIVERED, Outgoing, Partition
 from kernel._plans import PlanEngine
 from kernel._recorder import Record, Recorder
 from kernel._runs import RUN_CANCELLED, PlanRuns
@@ -153,10 +154,13 @@ class Kernel:
         self.plans = PlanRuns(
             air, self._engine_of, self.scheduler, self.recorder, self.effects, self.dead_letters
         )
+        self.plans.place = self._place_raised
         self.steps_total = 0
         self._event_subjects: dict[str, str] = {}
         self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
         self._entities: dict[str, dict[bytes | None, Entity]] = {}
+        self.partition: Partition | None = None
+        """Set by the genesis record of a partitioned world (``kernel._partition``)."""
         self._enter(self.eras.current)
 
     def _enter(self, era: Era) -> None:
@@ -273,23 +277,120 @@ class Kernel:
             del ids[next(iter(ids))]
 
     def _route(
-        self, src_seq: int, first_index: int, schema: str, value_cbor: bytes, value: Any = None
+        self,
+        src_seq: int,
+        first_index: int,
+        schema: str,
+        value_cbor: bytes,
+        value: Any = None,
+        *,
+        forwarded: bool = False,
     ) -> int:
         """Deliver one event to every route for its schema; return the next delivery index.
-        ``value_cbor`` was validated when it entered the journal, so it is decoded trusted."""
+        ``value_cbor`` was validated when it entered the journal, so it is decoded trusted.
+        In a partition, a delivery another partition owns is owed to it instead (one entry
+        per owner), unless the event was ``forwarded`` here: its source owes each owner."""
         index = first_index
         routes = self._routes.get(schema, ())
         if value is None and any(r.key_field for r in routes):
             value = cbor2.loads(value_cbor)
+        part = self.partition
+        owed: list[int] = []
         for route in routes:
             key_cbor = native.dumps(value[route.key_field]) if route.key_field else None
-            self.scheduler.deliver(
-                self._entity(route.reducer, key_cbor), Delivery(src_seq, index, schema, value_cbor)
-            )
+            entity = self._entity(route.reducer, key_cbor)
+            if part is None or (owner := part.owner(key_cbor, entity.store_key_hash)) == part.index:
+                self.scheduler.deliver(entity, Delivery(src_seq, index, schema, value_cbor))
+            elif not forwarded and owner not in owed:
+                owed.append(owner)
             index += 1
-        if self.plans.watching(schema):
+        if owed:
+            assert part is not None
+            for owner in sorted(owed):
+                part.owe(Outgoing(owner, src_seq, first_index, schema, value_cbor))
+        if not forwarded and self.plans.watching(schema):
             index = self.plans.observe(src_seq, index, schema, value_cbor, value)
         return index
+
+    def _place_raised(self, entity: Entity, delivery: Delivery) -> None:
+        """A plan's ``raise_event`` to one cell: queued here, or owed to its owner."""
+        part = self.partition
+        owner = 0 if part is None else part.owner(entity.key_cbor, entity.store_key_hash)
+        if part is None or owner == part.index:
+            self.scheduler.deliver(entity, delivery)
+        else:
+            target = (entity.reducer, entity.key_cbor)
+            part.owe(
+                Outgoing(
+                    owner,
+                    delivery.src_seq,
+                    delivery.index,
+                    delivery.schema,
+                    delivery.value_cbor,
+                    target,
+                )
+            )
+
+    # --- partitions (``kernel._partition``) -------------------------------------------------
+
+    def ingest_forwarded(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
+        """Journal the entries partition ``source`` owes this one that are past its cursor
+        (in order; a second delivery is not journaled again) and route them. Returns the
+        cursor after them: the last origin of ``source`` journaled here."""
+        part = self._partitioned()
+        records: list[Record] = []
+        taken: list[Outgoing] = []
+        for entry in entries:
+            if entry.to != part.index:
+                raise UsageError(f"an entry for partition {entry.to} sent to {part.index}")
+            origin = (source, entry.seq, entry.idx)
+            if not part.is_new(origin) or (
+                taken and (entry.seq, entry.idx) <= (taken[-1].seq, taken[-1].idx)
+            ):
+                continue
+            body: dict[str, Any] = {
+                "schema": entry.schema,
+                "value": entry.value_cbor,
+                "origin": list(origin),
+            }
+            if entry.target is not None:
+                body["to"] = list(entry.target)
+            records.append(("event.in", self._event_subject(entry.schema), body))
+            taken.append(entry)
+        for seq, (_kind, _subject, body) in zip(
+            self.journal.append_many(records), records, strict=True
+        ):
+            self._route_forwarded(seq, body)
+        return part.cursor(source)
+
+    def _route_forwarded(self, seq: int, body: dict[str, Any]) -> None:
+        part = self._partitioned()
+        source, seq_there, idx = body["origin"]
+        part.take((source, seq_there, idx))
+        delivery = Delivery(seq, 0, body["schema"], body["value"])
+        if "to" in body:
+            reducer, key_cbor = body["to"]
+            self.scheduler.deliver(self._entity(reducer, key_cbor), delivery)
+        else:
+            self._route(seq, 0, body["schema"], body["value"], forwarded=True)
+
+    def ingest_outbox_delivered(self, to: int, seq: int, idx: int) -> int:
+        """Journal that partition ``to`` holds every entry owed to it up to origin
+        ``(seq, idx)``, and drop those from the outbox; its seq."""
+        self._partitioned()
+        body = {"to": to, "seq": seq, "idx": idx}
+        subject = make_subject("world", "outbox", str(to), "delivered")
+        appended = self.journal.append(OUTBOX_DELIVERED, subject, body)
+        self._apply_outbox_delivered(body)
+        return appended
+
+    def _apply_outbox_delivered(self, body: dict[str, Any]) -> None:
+        self._partitioned().delivered(body["to"], body["seq"], body["idx"])
+
+    def _partitioned(self) -> Partition:
+        if self.partition is None:
+            raise UsageError("this world is not a partition of a partitioned world")
+        return self.partition
 
     def _entity(self, reducer: str, key_cbor: bytes | None) -> Entity:
         """The entity of a cell, shared by its deliveries (an ``Entity`` hashes its key once).
@@ -608,7 +709,10 @@ class Kernel:
             body = record.body
             if "id" in body:
                 self._remember_id(body["id"], record.seq)
-            self._route(record.seq, 0, body["schema"], body["value"])
+            if "origin" in body:
+                self._route_forwarded(record.seq, body)
+            else:
+                self._route(record.seq, 0, body["schema"], body["value"])
         elif record.kind in TICK_KINDS:
             self.tick(expected=record)
         elif record.kind == "receipt":
@@ -625,9 +729,13 @@ class Kernel:
             self.plans.apply_cancel(record)
         elif record.kind in DEAD_LETTER_KINDS:
             self._apply_dead_letter(record)
+        elif record.kind == OUTBOX_DELIVERED:
+            self._apply_outbox_delivered(record.body)
+        elif record.kind == "world.created":
+            self.partition = Partition.from_genesis(record.body)
         elif record.kind in OWED_KINDS:
             raise ReplayDivergence(record.seq, record.subject, "a tick's record", record.kind)
-        # other kinds (world.created) carry no kernel state
+        # other kinds carry no kernel state
 
     def owed_records(self) -> list[Record]:
         """Records the last replayed tick produced that the journal does not hold (it was cut
@@ -687,6 +795,8 @@ class Kernel:
         eras = self.eras.to_obj()
         if eras:  # absent before the first upgrade: older snapshots' shape
             obj["eras"] = eras
+        if self.partition is not None:  # absent in an ordinary world
+            obj["partition"] = self.partition.to_obj()
         return obj
 
     def restore(self, obj: dict[str, Any]) -> None:
@@ -702,6 +812,8 @@ class Kernel:
         self.effects.restore(obj.get("effects"))
         self.effects.keep_runs(set(self.plans.runs))  # an older snapshot held every receipt
         self._event_ids = dict(obj.get("event_ids", []))
+        part = obj.get("partition")
+        self.partition = None if part is None else Partition.from_obj(part)
 
 
 _ENVIRONMENT_CODES: Final = frozenset(("engine", "instantiate"))

@@ -84,6 +84,9 @@ class PlanRuns:
         finishes on the plan it started with, ``kernel._eras``)."""
         self.engine_of = engine_of
         self.scheduler = scheduler
+        self.place: Callable[[Entity, Delivery], None] = scheduler.deliver
+        """Where a ``raise_event``'s delivery goes: the kernel's (queued, or owed to the
+        partition owning the cell: ``kernel._partition``)."""
         self.recorder = recorder
         self.effects = effects
         self.dead_letters = dead_letters
@@ -217,9 +220,7 @@ class PlanRuns:
             self.effects.add(intent)
         index = 0
         for schema, value_cbor, reducer, key_cbor in out.raised:
-            self.scheduler.deliver(
-                Entity(reducer, key_cbor), Delivery(seq, index, schema, value_cbor)
-            )
+            self.place(Entity(reducer, key_cbor), Delivery(seq, index, schema, value_cbor))
             index = self.observe(seq, index + 1, schema, value_cbor, None)
         if out.again:
             self.scheduler.deliver(entity, Delivery(seq, index, CONTINUE, b""))

@@ -59,8 +59,15 @@ STAGING_SUFFIX: Final = ".migrating"
 READY_SUFFIX: Final = ".ready"
 
 
-def build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLock:
-    """Write a new world's files into the (empty, private) folder ``path``; return its lock."""
+def build_world(
+    path: Path,
+    air: LoadedAir,
+    sources: list[AirSource],
+    partition: dict[str, int] | None = None,
+) -> WorldLock:
+    """Write a new world's files into the (empty, private) folder ``path``; return its lock.
+    ``partition`` (``{index, count}``) makes it one partition of a partitioned world: its
+    genesis record says so (``kernel._partition``)."""
     fileio.mkdir(path / "journal", exist_ok=True)
     lock = lock_world(path)
     try:
@@ -81,11 +88,10 @@ def build_world(path: Path, air: LoadedAir, sources: list[AirSource]) -> WorldLo
         atomic_write(path / "air" / "sources.json", json.dumps(doc, indent=1).encode())
         atomic_write(path / "air" / "manifest.cbor", air.manifest_cbor)
         with FileJournal.open(path / "journal") as journal:
-            journal.append(
-                "world.created",
-                make_subject("world", "manifest"),
-                {"manifest_hash": cbor.hash_to_raw(air.manifest_hash)},
-            )
+            genesis: dict[str, object] = {"manifest_hash": cbor.hash_to_raw(air.manifest_hash)}
+            if partition is not None:
+                genesis["partition"] = partition
+            journal.append("world.created", make_subject("world", "manifest"), genesis)
             journal.commit()
     except BaseException:
         lock.release()

@@ -76,7 +76,7 @@ from typing import Any, Final, TypeVar
 
 from air import AirSource, LoadedAir, cbor, load_air
 from air.errors import InvalidArgument, LimitExceeded, WorldError, WrongMode
-from kernel import Kernel, KernelLimits
+from kernel import Kernel, KernelLimits, Outgoing, Partition
 from kernel.cells import CellStore, MemoryCellStore
 from kernel.journal import MemoryJournal
 from world import _fileio as fileio
@@ -218,15 +218,18 @@ class World:
         limits: KernelLimits | None = None,
         *,
         modules: Mapping[str, str | os.PathLike[str]] | None = None,
+        partition: tuple[int, int] | None = None,
     ) -> World:
         """Create a world at ``path`` (absent or empty) from the AIR at ``air_path``.
 
         ``modules`` binds each module that names no wasm (as AgentOS's do) to a wasm file
-        (``world._airfiles.bind_module_wasm``: stored as if the AIR had named it)."""
+        (``world._airfiles.bind_module_wasm``: stored as if the AIR had named it).
+        ``partition`` ``(index, count)`` makes it one partition of a partitioned world
+        (``world.cluster``)."""
         sources = builtin_sources() + air_sources(Path(air_path))
         if modules:
             sources = bind_module_wasm(sources, modules)
-        return cls._create(Path(path), sources, _read_file, limits)
+        return cls._create(Path(path), sources, _read_file, limits, partition)
 
     @classmethod
     def _create(
@@ -235,7 +238,10 @@ class World:
         sources: list[AirSource],
         read_wasm: Callable[[str], bytes | None],
         limits: KernelLimits | None,
+        partition: tuple[int, int] | None = None,
     ) -> World:
+        if partition is not None:
+            Partition(*partition)  # checked before anything is written
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise WorldExists(str(path))
         air = load_air(sources, read_wasm, inspect_wasm)
@@ -255,11 +261,16 @@ class World:
         if missing:
             raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
         with storage_errors("init"):
-            return cls._place(path, air, sources, limits or KernelLimits())
+            return cls._place(path, air, sources, limits or KernelLimits(), partition)
 
     @classmethod
     def _place(
-        cls, path: Path, air: LoadedAir, sources: list[AirSource], limits: KernelLimits
+        cls,
+        path: Path,
+        air: LoadedAir,
+        sources: list[AirSource],
+        limits: KernelLimits,
+        partition: tuple[int, int] | None = None,
     ) -> World:
         """Build the world in a hidden sibling folder, then rename it to ``path``."""
         parent = path.absolute().parent
@@ -269,7 +280,8 @@ class World:
         placed = False
         lock: WorldLock | None = None
         try:
-            lock = build_world(staging, air, sources)
+            genesis = None if partition is None else {"index": partition[0], "count": partition[1]}
+            lock = build_world(staging, air, sources, genesis)
             sync_tree(staging)
             if path.exists():
                 path.rmdir()  # empty (checked above); rename cannot replace it otherwise
@@ -277,7 +289,10 @@ class World:
             placed = True
             fileio.fsync_dir(parent)
             lock.path = path.resolve()  # the locked inodes are the same, under their new name
-            return cls(path, air, lock, limits)
+            world = cls(path, air, lock, limits)
+            if partition is not None:
+                world._recover()  # the genesis record tells the kernel its partition
+            return world
         except BaseException:
             # All or nothing: a failed init leaves neither a world nor a lock behind.
             if lock is not None:
@@ -565,10 +580,15 @@ class World:
                 encoded.append((schema, *self.kernel.normalise_event(schema, value), event_id))
             except WorldError as exc:
                 raise EventRejected(index, exc) from exc
+        return self._inputs(lambda: self.kernel.ingest_many(encoded))
+
+    def _inputs(self, ingest: Callable[[], T]) -> T:
+        """Journal a batch of inputs by ``ingest()`` and commit it atomically; a failure after
+        something was appended makes the handle stale (memory is behind the journal)."""
         before = self.journal.seq_next
         self.kernel.consistent = False
         try:
-            seqs = self.kernel.ingest_many(encoded)
+            done = ingest()
         except BaseException as exc:
             if self.journal.seq_next != before:  # appended, not routed: memory is behind
                 self.stale = f"a batch failed after it was journaled: {type(exc).__name__}"
@@ -577,7 +597,24 @@ class World:
             raise
         self.kernel.consistent = True
         self.commit(atomic=True)
-        return seqs
+        return done
+
+    # --- partitions (``world.cluster``; ``kernel._partition``) ------------------------------
+
+    def take_forwarded(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
+        """Journal what partition ``source`` owes this one (entries past the cursor only), in
+        one atomic commit; the cursor of ``source`` after them. Durable on return."""
+        self._writable()
+        return self._inputs(lambda: self.kernel.ingest_forwarded(source, entries))
+
+    def outbox_delivered(self, to: int, cursor: tuple[int, int]) -> None:
+        """Partition ``to`` holds every entry owed to it up to ``cursor``: journal it (only
+        when it drops an entry) and drop them. Durable on return."""
+        self._writable()
+        part = self.kernel.partition
+        pending = [] if part is None else part.pending(to, 1)
+        if pending and (pending[0].seq, pending[0].idx) <= cursor:
+            self._inputs(lambda: self.kernel.ingest_outbox_delivered(to, *cursor))
 
     def step(self, ticks: int = 1) -> int:
         """Run up to ``ticks`` ticks; return how many ran. Durable on return."""

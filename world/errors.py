@@ -38,6 +38,7 @@ __all__ = [
     "JournalReplaced",
     "JournalWriteFailed",
     "MigrationRefused",
+    "NotACluster",
     "NotAWorld",
     "OutputExists",
     "ProtocolError",
@@ -278,6 +279,16 @@ class NotAWorld(WorldUnavailable):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"{path} is not a world (no air/sources.json); create one with world init")
+
+
+class NotACluster(WorldUnavailable):
+    """A directory that is not a partitioned world (``world.cluster``), or a world that is not
+    one of its partitions."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 class WorldExists(WorldUnavailable):

@@ -1,0 +1,290 @@
+"""A partitioned world driven in one process (``world.cluster.LocalCluster``): the same cell
+states as one world given the same events; a plan in one partition raising events to cells
+of the three others, each arriving exactly once; forwarding that survives a crash between the
+owner's commit and the source's record of it; every partition replaying exactly on its own.
+The Ray actors over the same directories: ``test_cluster_ray.py``."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel import Outgoing, Partition, owner_of
+from kernel.cells import key_hash
+from world import World
+from world.cluster import LocalCluster, forward, init_cluster, partition_dir
+from world.errors import NotACluster
+
+from worldkit import COUNTER, COUNTER_AIR, EVENT, add, counter_with_plans
+
+FAN = "hello/Fan@1"
+
+
+def owner(key: str, count: int = 4) -> int:
+    from air import cbor
+
+    return owner_of(key_hash(cbor.dumps(key)), count)
+
+
+def keys_owned_by(count: int = 4) -> dict[int, str]:
+    """One key owned by each partition."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < count:
+        found.setdefault(owner(f"k{n}", count), f"k{n}")
+        n += 1
+    return found
+
+
+def fan_air(folder: Path) -> Path:
+    """The counter world with a plan started by ``hello/Fan@1`` (no keyed route: it lives in
+    partition 0) that raises an ``Add`` to each of three cells named by the event."""
+    steps = [
+        {
+            "id": f"to_{slot}",
+            "op": "raise_event",
+            "reducer": COUNTER,
+            "key": {"ref": f"@plan.input.{slot}"},
+            "event": {
+                "record": {
+                    "key": {"ref": f"@plan.input.{slot}"},
+                    "op": {"variant": {"tag": "Add", "value": {"nat": 1}}},
+                }
+            },
+        }
+        for slot in ("a", "b", "c")
+    ]
+    plan = {
+        "$kind": "defplan",
+        "name": "hello/fan@1",
+        "input": FAN,
+        "steps": steps,
+        "edges": [{"from": "to_a", "to": "to_b"}, {"from": "to_b", "to": "to_c"}],
+    }
+    fan = {"record": {"a": "text", "b": "text", "c": "text"}}
+    return counter_with_plans(
+        folder,
+        [{"event": FAN, "plan": "hello/fan@1"}],
+        [{"$kind": "defschema", "name": FAN, "type": fan}, plan],
+    )
+
+
+def workload(n: int, keys: int, seed: int = 7) -> list[tuple[str, Any]]:
+    rng = random.Random(seed)
+    return [(EVENT, add(f"u{rng.randrange(keys)}", rng.randrange(1, 9))) for _ in range(n)]
+
+
+def counter_air(tmp_path: Path) -> Path:
+    return counter_with_plans(tmp_path / "air", [], [])
+
+
+def test_ownership_is_the_documented_function_of_the_key_hash() -> None:
+    # The function is part of the on-disk contract: pinned values, not the code's own output.
+    assert [owner_of(bytes([b]) + bytes(31), 4) for b in (0x00, 0x3F, 0x40, 0x80, 0xFF)] == [
+        0,
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert owner_of(bytes(32), 1) == 0
+    assert owner_of(b"\xff" * 32, 1024) == 1023
+    part = Partition(2, 4)
+    assert part.owner(None, b"\xff" * 32) == 0  # non-keyed: partition 0
+    with pytest.raises(Exception, match="between 1 and 1024"):
+        Partition(0, 0)
+    with pytest.raises(Exception, match="between 0 and 3"):
+        Partition(4, 4)
+
+
+def test_a_keyed_workload_gives_the_same_cells_as_one_world(tmp_path: Path) -> None:
+    air = counter_air(tmp_path)
+    events = workload(600, 40)
+    with World.create(tmp_path / "one", air) as one:
+        one.send_many(events)
+        one.run_until_idle()
+        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    init_cluster(tmp_path / "c", air, 4)
+    with LocalCluster(tmp_path / "c") as cluster:
+        placed = cluster.send_many(events)
+        assert {p for p, _seq in placed} == {0, 1, 2, 3}
+        cluster.run_until_idle()
+        got = {json.dumps(c.key): c.state for c in cluster.cells(COUNTER)}
+        assert got == expected
+        assert cluster.state(COUNTER, "u3") == expected['"u3"']
+        for node in cluster.nodes:  # each holds only its own keys
+            for cell in node.world.cells(COUNTER):
+                assert owner(cell.key) == node.index
+
+
+def test_a_plan_in_one_partition_raises_to_three_others_exactly_once(tmp_path: Path) -> None:
+    owned = keys_owned_by(4)
+    init_cluster(tmp_path / "c", fan_air(tmp_path / "air"), 4)
+    with LocalCluster(tmp_path / "c") as cluster:
+        fan = {"a": owned[1], "b": owned[2], "c": owned[3]}
+        assert cluster.send_many([(FAN, fan), (FAN, fan)]) == [(0, 1), (0, 2)]
+        cluster.run_until_idle()
+        for index in (1, 2, 3):
+            assert cluster.state(COUNTER, owned[index]) == {"count": 2, "events": 2}
+        infos = cluster.info()
+        assert [i["outbox_backlog"] for i in infos] == [0, 0, 0, 0]
+        assert [sorted(i["cursors"]) for i in infos] == [[], ["0"], ["0"], ["0"]]
+        # Each owner journaled two forwarded events, each naming its origin in partition 0.
+        for index in (1, 2, 3):
+            forwarded = [
+                r.body["origin"]
+                for r in cluster.nodes[index].world.journal.read(0)
+                if r.kind == "event.in"
+            ]
+            assert len(forwarded) == 2
+            assert all(o[0] == 0 for o in forwarded)
+            assert forwarded[0] < forwarded[1]
+    for index in range(4):  # each partition replays exactly on its own
+        _verify(partition_dir(tmp_path / "c", index))
+
+
+def test_a_plan_runs_once_where_its_trigger_was_first_journaled(tmp_path: Path) -> None:
+    """Every counter event starts the relay plan (apples -> one more pear): in the partition
+    the event was sent to, never again where it was forwarded; the cells end as in one
+    world."""
+    from test_why import RELAY
+
+    air = counter_with_plans(tmp_path / "air", [{"event": EVENT, "plan": RELAY["name"]}], [RELAY])
+    events = [(EVENT, add(k, 1)) for k in ("apples", "figs", "apples", "kiwis", "apples")]
+    with World.create(tmp_path / "one", air) as one:
+        one.send_many(events)
+        one.run_until_idle()
+        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    init_cluster(tmp_path / "c", air, 4)
+    with LocalCluster(tmp_path / "c") as cluster:
+        for index, event in enumerate(events):  # each to a partition, owner or not
+            cluster.nodes[index % 4].send([event], [None])
+        cluster.run_until_idle()
+        assert {json.dumps(c.key): c.state for c in cluster.cells(COUNTER)} == expected
+        started = sum(n.world.kernel.plans.started for n in cluster.nodes)
+        assert started == len(events) + 3  # and pears' three adds, each from a run's raise
+    for index in range(4):
+        _verify(partition_dir(tmp_path / "c", index))
+
+
+def test_an_event_sent_to_a_partition_that_does_not_own_its_key_is_forwarded(
+    tmp_path: Path,
+) -> None:
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    with World.open(partition_dir(tmp_path / "c", 0)) as p0:  # as `world send c/p0` would
+        p0.send(EVENT, add(owned[1], 5))
+        p0.run_until_idle()
+        assert p0.kernel.partition is not None
+        assert p0.kernel.partition.backlog() == {1: 1}
+        assert p0.state(COUNTER, owned[1]) is None
+    with LocalCluster(tmp_path / "c") as cluster:
+        cluster.run_until_idle()
+        assert cluster.state(COUNTER, owned[1]) == {"count": 5, "events": 1}
+        assert cluster.nodes[0].partition.backlog() == {}
+
+
+def test_a_second_delivery_of_the_same_origin_is_not_journaled_again(tmp_path: Path) -> None:
+    """The crash between the owner's commit and the source's ``outbox.delivered``: the
+    source still owes the entry, sends it again, and the owner takes nothing twice."""
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    root = tmp_path / "c"
+    with World.open(partition_dir(root, 0)) as p0, World.open(partition_dir(root, 1)) as p1:
+        p0.send_many([(EVENT, add(owned[1], 1)), (EVENT, add(owned[1], 2))])
+        assert p0.kernel.partition is not None
+        entries = p0.kernel.partition.pending(1, 10)
+        assert [e.seq for e in entries] == [1, 2]
+        assert p1.take_forwarded(0, entries[:1]) == (1, 0)
+        height = p1.journal.seq_next
+        assert p1.take_forwarded(0, entries) == (2, 0)  # the first again, and the second
+        assert p1.journal.seq_next == height + 1
+        assert p1.take_forwarded(0, entries) == (2, 0)  # all of it again: nothing
+        assert p1.journal.seq_next == height + 1
+        p1.run_until_idle()
+        assert p1.state(COUNTER, owned[1]) == {"count": 3, "events": 2}
+        # p0 never journaled that p1 has them (the crash): it still owes both.
+        assert p0.kernel.partition.backlog() == {1: 2}
+    with LocalCluster(root) as cluster:  # opening asks p1's cursor first: nothing resent
+        assert cluster.nodes[0].partition.backlog() == {}
+        before = cluster.nodes[1].world.journal.seq_next
+        cluster.run_until_idle()
+        assert cluster.nodes[1].world.journal.seq_next == before
+        assert cluster.state(COUNTER, owned[1]) == {"count": 3, "events": 2}
+    for index in range(2):
+        _verify(partition_dir(root, index))
+
+
+def test_an_entry_for_another_partition_is_refused(tmp_path: Path) -> None:
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    with World.open(partition_dir(tmp_path / "c", 1)) as p1:
+        stray = Outgoing(0, 1, 0, EVENT, b"\xa0")
+        with pytest.raises(Exception, match="an entry for partition 0 sent to 1"):
+            p1.take_forwarded(0, [stray])
+
+
+def test_outbox_and_cursors_survive_a_checkpoint_and_a_reopen(tmp_path: Path) -> None:
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    root = tmp_path / "c"
+    with World.open(partition_dir(root, 0)) as p0:
+        p0.send_many([(EVENT, add(owned[1], n)) for n in (1, 2, 3)])
+        p0.snapshot()
+        assert p0.kernel.partition is not None
+        p0.outbox_delivered(1, (1, 0))  # after the checkpoint: replayed at open
+    with World.open(partition_dir(root, 0)) as p0:
+        assert p0.kernel.partition is not None
+        assert [e.seq for e in p0.kernel.partition.pending(1, 9)] == [2, 3]
+    with LocalCluster(root) as cluster:
+        cluster.run_until_idle()
+        assert cluster.state(COUNTER, owned[1]) == {"count": 5, "events": 2}
+    for index in range(2):
+        _verify(partition_dir(root, index))
+
+
+def test_forwarding_goes_in_batches_and_keeps_the_source_order(tmp_path: Path) -> None:
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    with LocalCluster(tmp_path / "c") as cluster:
+        cluster.nodes[0].send([(EVENT, add(owned[1], n)) for n in range(1, 8)], [None] * 7)
+        assert forward(cluster.nodes[0], cluster.node, limit=3) == 3
+        assert cluster.nodes[0].partition.backlog() == {1: 4}
+        cluster.run_until_idle()
+        values = [
+            r.body["origin"][1]
+            for r in cluster.nodes[1].world.journal.read(0)
+            if r.kind == "event.in"
+        ]
+        assert values == sorted(values)
+        assert len(values) == 7
+        assert cluster.state(COUNTER, owned[1]) == {"count": 28, "events": 7}
+
+
+def test_not_a_cluster_and_not_a_partition_are_named(tmp_path: Path) -> None:
+    with pytest.raises(NotACluster, match="not a partitioned world"):
+        LocalCluster(tmp_path)
+    air = counter_air(tmp_path)
+    World.create(tmp_path / "plain", air).close()
+    from world.cluster import PartitionNode
+
+    with pytest.raises(NotACluster, match="not a partition"):
+        PartitionNode(tmp_path / "plain")
+    with pytest.raises(Exception, match="between 1 and 1024"):
+        init_cluster(tmp_path / "c", air, 0)
+
+
+def _verify(path: Path) -> None:
+    """``world replay --verify`` of one partition: from genesis, every record compared."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    result = CliRunner().invoke(app, ["replay", str(path), "--verify"])
+    assert result.exit_code == 0, result.output
+
+
+assert COUNTER_AIR.exists()

@@ -1,0 +1,151 @@
+"""The partitioned world on a local Ray instance with 2 CPUs (``world.cluster.ray``): four
+partition actors and a router over the same directories ``test_cluster.py`` drives in one
+process. The cells end as one world's given the same events; a plan's events to three other
+partitions arrive once each; SIGKILL of a partition's process in the middle of a run, and of
+the router, loses nothing acknowledged and applies nothing twice, and every partition replays
+exactly; a partition whose directory is damaged says what a single world says, and the others
+go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cluster import FAN, _verify, counter_air, fan_air, keys_owned_by, workload
+
+from world import World
+from world.cluster import init_cluster, partition_dir
+
+from worldkit import COUNTER, EVENT, add
+
+ray = pytest.importorskip("ray")
+from world.cluster.ray import NAMESPACE, RayCluster, start_actors  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace=NAMESPACE,
+        object_store_memory=80 * 1024 * 1024,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+def up(root: Path) -> RayCluster:
+    from world.cluster import Layout
+
+    return RayCluster(root, start_actors(Layout.read(root), detached=False))
+
+
+def one_world(tmp_path: Path, air: Path, events: list[tuple[str, Any]]) -> dict[str, Any]:
+    with World.create(tmp_path / "one", air) as one:
+        one.send_many(events)
+        one.run_until_idle()
+        return {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+
+
+def cells_of(root: Path) -> dict[str, Any]:
+    """Every partition's cells, read from disk after the actors closed."""
+    found: dict[str, Any] = {}
+    for index in range(4):
+        with World.open(partition_dir(root, index), readonly=True) as world:
+            found.update({json.dumps(c.key): c.state for c in world.cells(COUNTER)})
+    return found
+
+
+def test_four_partitions_on_ray_match_one_world_and_fan_out_exactly_once(
+    local_ray: None, tmp_path: Path
+) -> None:
+    air = fan_air(tmp_path / "air")
+    owned = keys_owned_by(4)
+    fan = {"a": owned[1], "b": owned[2], "c": owned[3]}
+    events = [*workload(400, 30), (FAN, fan), (FAN, fan)]
+    expected = one_world(tmp_path, air, events)
+    root = tmp_path / "c"
+    init_cluster(root, air, 4)
+    cluster = up(root)
+    try:
+        placed = cluster.send_many(events[:200])
+        placed += cluster.send_many(events[200:])
+        assert {p for p, _ in placed} == {0, 1, 2, 3}
+        infos = cluster.wait_idle()
+        assert all(i["ok"] for i in infos), infos
+        assert len({i["pid"] for i in infos}) == 4  # a process each
+        for index in (1, 2, 3):
+            assert cluster.state(COUNTER, owned[index]) == expected[json.dumps(owned[index])]
+    finally:
+        cluster.close_actors()
+    assert cells_of(root) == expected
+    for index in range(4):
+        _verify(partition_dir(root, index))
+
+
+@pytest.mark.long
+def test_sigkill_of_a_partition_and_of_the_router_loses_nothing_and_repeats_nothing(
+    local_ray: None, tmp_path: Path
+) -> None:
+    import random
+
+    air = fan_air(tmp_path / "air")
+    rng = random.Random(5)
+    events = workload(6000, 200, seed=3)
+    for at in range(0, 6000, 12):  # a plan in partition 0 raising to three cells anywhere
+        fan = {slot: f"u{rng.randrange(200)}" for slot in ("a", "b", "c")}
+        events.insert(at, (FAN, fan))
+    expected = one_world(tmp_path, air, events)
+    root = tmp_path / "c"
+    init_cluster(root, air, 4)
+    cluster = up(root)
+    try:
+        pids = [ray.get(cluster.actor(what).pid.remote()) for what in ("p1", "router")]
+        batches = [events[at : at + 250] for at in range(0, len(events), 250)]
+        for number, batch in enumerate(batches):
+            if number in (4, 14):  # while p1 runs the batches before, a send in flight
+                victim = pids[0] if number == 4 else pids[1]
+                threading.Timer(0.02, os.kill, (victim, signal.SIGKILL)).start()
+            cluster.send_many(batch)  # acknowledged: durable in its partitions
+        assert ray.get(cluster.actor("p1").pid.remote()) != pids[0]  # restarted by Ray
+        assert ray.get(cluster.actor("router").pid.remote()) != pids[1]
+        infos = cluster.wait_idle()
+        assert all(i["ok"] for i in infos), infos
+    finally:
+        cluster.close_actors()
+    assert cells_of(root) == expected
+    for index in range(4):
+        _verify(partition_dir(root, index))
+
+
+def test_a_damaged_partition_says_what_a_single_world_says_and_the_others_go_on(
+    local_ray: None, tmp_path: Path
+) -> None:
+    air = counter_air(tmp_path)
+    owned = keys_owned_by(4)
+    root = tmp_path / "c"
+    init_cluster(root, air, 4)
+    (partition_dir(root, 2) / "air" / "manifest.cbor").write_bytes(b"\x00garbage")
+    with pytest.raises(Exception) as single:
+        World.open(partition_dir(root, 2))
+    cluster = up(root)
+    try:
+        info = ray.get(cluster.partition(2).info.remote())
+        assert info["ok"] is False
+        assert info["failure"] == str(single.value)
+        cluster.send_many([(EVENT, add(owned[1], 2)), (EVENT, add(owned[3], 4))])
+        with pytest.raises(Exception, match="partition 2 stopped"):
+            cluster.send_many([(EVENT, add(owned[2], 1))])
+        cluster.wait_idle()
+        assert cluster.state(COUNTER, owned[1]) == {"count": 2, "events": 1}
+        assert cluster.state(COUNTER, owned[3]) == {"count": 4, "events": 1}
+    finally:
+        cluster.close_actors()

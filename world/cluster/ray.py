@@ -1,0 +1,480 @@
+"""A partitioned world on Ray (the ``cluster`` extra): each partition a Ray actor that opens
+its directory and runs the world's loop, a router actor that sends each event to the partition
+owning its key, and the client the ``world cluster`` commands use.
+
+Actors. ``PartitionActor`` ``i`` (named ``<cluster id>-p<i>`` in the ``world-cluster``
+namespace) opens ``<dir>/p<i>`` for writing in its constructor and drives it from one
+thread: a cycle of the world's loop, then one batch of forwarding to each partition it owes
+(``world.cluster._node.forward``: the owner's ``take`` commits before it answers), then
+waits for work. Calls from outside (``send``, ``take``, reads) run in Ray's threads under one
+lock with that loop, so the world sees one thread at a time. ``RouterActor`` holds only the
+AIR: it is stateless.
+
+Failures. Every actor is created with ``max_restarts=-1`` and ``max_task_retries=-1``: a killed
+process is restarted by Ray, reopens its world from disk (checkpoint plus journal: what was
+acknowledged is there) and asks each owner's cursor before forwarding again; a call that was
+in flight is retried. A retried ``send`` is exactly once because every event carries an id
+(the client makes one when the user gave none): a partition does not journal an id it
+remembers (``Kernel.ingest_many``). A retried ``take`` is exactly once by origin. A partition
+whose directory cannot be opened does not restart in a loop: its actor stays up and answers
+every call with the error a single world gives for that directory (``failure``); the others
+go on, and what they owe it waits in their outboxes.
+
+Placement. Partitions are spread over the nodes (``SPREAD``); each opens ``<dir>/p<i>`` on the
+node it lands on, so ``<dir>`` must be at the same path on every node: storage every node
+mounts (NFS and the like) lets a partition move when its node dies. On one machine this is the
+local disk. Nothing is replicated by us: durability is the disk's (``fsync``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import ray
+
+from air.errors import UsageError
+from kernel import Outgoing
+from world._reading import key_cbor as _key_cbor
+from world.cluster._layout import Layout, Router, partition_dir
+from world.cluster._node import PartitionNode, resync
+
+__all__ = [
+    "NAMESPACE",
+    "PartitionActor",
+    "RayCluster",
+    "RouterActor",
+    "cluster_down",
+    "cluster_up",
+]
+
+NAMESPACE: Final = "world-cluster"
+IDLE_WAIT_S: Final = 0.2
+"""How long an idle partition sleeps when nothing wakes it (a send or a take wakes it at once;
+this bounds how late a due timer or a retry of a failed forward is)."""
+RETRY_WAIT_S: Final = 0.5
+CONNECT_WAIT_S: Final = 60.0
+ACTOR_OPTIONS: Final[dict[str, Any]] = {
+    "max_restarts": -1,
+    "max_task_retries": -1,
+    "num_cpus": 0,
+    "max_concurrency": 8,
+}
+"""``num_cpus`` 0: a partition mostly waits on its disk; Ray's CPU count would otherwise cap
+partitions at one per core."""
+
+
+def actor_name(cluster_id: str, what: str) -> str:
+    return f"{cluster_id}-{what}"
+
+
+class PartitionActor:
+    def __init__(self, root: str, index: int, cluster_id: str) -> None:
+        self.index = index
+        self.cluster_id = cluster_id
+        self.failure: str | None = None
+        self.node: PartitionNode | None = None
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._peers: dict[int, Any] = {}
+        self._peer_errors: dict[int, str] = {}
+        self._started = time.monotonic()
+        self._events_at_start = 0
+        try:
+            self.node = PartitionNode(partition_dir(Path(root), index))
+        except Exception as exc:  # the world's own message; the actor stays to say it
+            self.failure = str(exc)
+            return
+        self._events_at_start = self.node.world.journal.seq_next
+        self._thread = threading.Thread(target=self._loop, name=f"p{index}", daemon=True)
+        self._thread.start()
+
+    # --- calls --------------------------------------------------------------------------------
+
+    def _open(self) -> PartitionNode:
+        if self.node is None:
+            raise UsageError(f"partition {self.index} stopped: {self.failure}")
+        return self.node
+
+    def send(self, events: Sequence[tuple[str, Any]], ids: Sequence[str | None]) -> list[int]:
+        with self._lock:
+            seqs = self._open().send(list(events), list(ids))
+        self._wake.set()
+        return seqs
+
+    def take(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
+        with self._lock:
+            cursor = self._open().take(source, list(entries))
+        self._wake.set()
+        return cursor
+
+    def cursor(self, source: int) -> tuple[int, int] | None:
+        with self._lock:
+            return self._open().cursor(source)
+
+    def state(self, reducer: str, key: Any) -> Any:
+        with self._lock:
+            return self._open().world.state(reducer, key)
+
+    def cells(self, reducer: str, limit: int) -> list[tuple[Any, Any]]:
+        with self._lock:
+            world = self._open().world
+            found: list[tuple[Any, Any]] = []
+            for cell in world.cells(reducer):
+                if len(found) >= limit:
+                    break
+                found.append((cell.key, cell.state))
+            return found
+
+    def info(self) -> dict[str, Any]:
+        base: dict[str, Any] = {"partition": self.index, "pid": os.getpid()}
+        if self.node is None:
+            return {**base, "ok": False, "failure": self.failure}
+        with self._lock:
+            data = {**self.node.info(), **base, "ok": self.failure is None}
+            elapsed = max(time.monotonic() - self._started, 1e-9)
+            journaled = self.node.world.journal.seq_next - self._events_at_start
+        data["records_per_s"] = round(journaled / elapsed, 1)
+        data["idle"] = self.node.idle() and not data["outbox_backlog"]
+        if self.failure is not None:
+            data["failure"] = self.failure
+        if self._peer_errors:
+            data["forward_errors"] = {str(k): v for k, v in self._peer_errors.items()}
+        return data
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        """Stop the loop and close the world (a checkpoint, as any writer's close)."""
+        self._stop.set()
+        self._wake.set()
+        if self.node is not None:
+            self._thread.join()
+            with self._lock:
+                self.node.close()
+                self.node = None
+                self.failure = "closed"
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def _peer(self, to: int) -> Any:
+        peer = self._peers.get(to)
+        if peer is None:
+            name = actor_name(self.cluster_id, f"p{to}")
+            peer = self._peers[to] = ray.get_actor(name, namespace=NAMESPACE)
+        return peer
+
+    def _remote(self, to: int) -> Any:
+        actor = self
+
+        class Remote:
+            def take(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
+                cursor: tuple[int, int] | None = ray.get(
+                    actor._peer(to).take.remote(source, entries)
+                )
+                return cursor
+
+            def cursor(self, source: int) -> tuple[int, int] | None:
+                found: tuple[int, int] | None = ray.get(actor._peer(to).cursor.remote(source))
+                return found
+
+        return Remote()
+
+    def _loop(self) -> None:
+        node = self.node
+        assert node is not None
+        synced = False
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    ran = node.cycle()
+                if not synced:
+                    with self._lock:
+                        resync(node, self._remote)
+                    synced = True
+                moved = self._forward(node)
+            except Exception as exc:  # the world stopped (I/O, damage): say so, stop
+                self.failure = f"{type(exc).__name__}: {exc}"
+                return
+            if not ran and not moved:
+                wait = RETRY_WAIT_S if self._peer_errors else IDLE_WAIT_S
+                self._wake.wait(wait)
+                self._wake.clear()
+
+    def _forward(self, node: PartitionNode) -> int:
+        """One batch to each owner; an owner that fails is retried next turn (its entries
+        stay owed), the others go on."""
+        moved = 0
+        with self._lock:
+            owed = node.owed()
+        for to, entries in owed.items():
+            try:
+                cursor = self._remote(to).take(self.index, entries)
+            except Exception as exc:
+                self._peer_errors[to] = str(exc).splitlines()[0][:300]
+                continue
+            self._peer_errors.pop(to, None)
+            with self._lock:
+                node.delivered(to, cursor)
+            moved += len(entries)
+        return moved
+
+
+class RouterActor:
+    def __init__(self, root: str, cluster_id: str) -> None:
+        layout = Layout.read(Path(root))
+        self.router = Router(layout.air(), layout.count)
+        self.cluster_id = cluster_id
+        self._peers: dict[int, Any] = {}
+
+    def _peer(self, index: int) -> Any:
+        peer = self._peers.get(index)
+        if peer is None:
+            name = actor_name(self.cluster_id, f"p{index}")
+            peer = self._peers[index] = ray.get_actor(name, namespace=NAMESPACE)
+        return peer
+
+    def send(
+        self, events: Sequence[tuple[str, Any]], ids: Sequence[str | None]
+    ) -> list[tuple[int, int]]:
+        """Each event to its home partition (one batch each); ``(partition, seq)`` of each."""
+        homes = [self.router.home(schema, value) for schema, value in events]
+        groups: dict[int, list[int]] = {}
+        for i, home in enumerate(homes):
+            groups.setdefault(home, []).append(i)
+        refs = {
+            home: self._peer(home).send.remote([events[i] for i in mine], [ids[i] for i in mine])
+            for home, mine in groups.items()
+        }
+        placed: list[tuple[int, int]] = [(0, 0)] * len(events)
+        for home, ref in refs.items():
+            for i, seq in zip(groups[home], ray.get(ref), strict=True):
+                placed[i] = (home, seq)
+        return placed
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+_Partition = ray.remote(PartitionActor)
+_Router = ray.remote(RouterActor)
+
+
+def start_actors(layout: Layout, *, detached: bool) -> list[Any]:
+    """Create the partition actors and the router (Ray must be initialised); their handles.
+    Actors that are not ``detached`` live while a handle does (keep the list)."""
+    lifetime = {"lifetime": "detached"} if detached else {}
+    root = str(layout.root.resolve())
+    handles = []
+    for index in range(layout.count):
+        handle = _Partition.options(
+            name=actor_name(layout.id, f"p{index}"),
+            namespace=NAMESPACE,
+            scheduling_strategy="SPREAD",
+            **ACTOR_OPTIONS,
+            **lifetime,
+        ).remote(root, index, layout.id)
+        handles.append(handle)
+    router = _Router.options(
+        name=actor_name(layout.id, "router"), namespace=NAMESPACE, **ACTOR_OPTIONS, **lifetime
+    ).remote(root, layout.id)
+    return [*handles, router]
+
+
+class RayCluster:
+    """The client: a partitioned world whose actors run on Ray (``ray.init`` done)."""
+
+    def __init__(self, root: Path, handles: Sequence[Any] = ()) -> None:
+        """``handles``: of actors this client started (``start_actors``), kept alive by it."""
+        self.layout = Layout.read(Path(root))
+        self._handles = list(handles)
+        self._air = self.layout.air()
+        self._router = Router(self._air, self.layout.count)
+
+    def actor(self, what: str) -> Any:
+        return ray.get_actor(actor_name(self.layout.id, what), namespace=NAMESPACE)
+
+    def partition(self, index: int) -> Any:
+        return self.actor(f"p{index}")
+
+    def send_many(
+        self, events: Sequence[tuple[str, Any]], ids: Sequence[str | None] | None = None
+    ) -> list[tuple[int, int]]:
+        """Through the router; every event gets an id when it has none, so a retry after a
+        crash journals it once."""
+        given = list(ids) if ids is not None else [None] * len(events)
+        ids = [i if i is not None else f"cluster:{uuid.uuid4().hex}" for i in given]
+        placed: list[tuple[int, int]] = ray.get(self.actor("router").send.remote(list(events), ids))
+        return [tuple(p) for p in placed]  # type: ignore[misc]
+
+    def owner(self, reducer: str, key: Any) -> int:
+        if key is None:
+            return 0
+        from kernel import owner_of
+        from kernel.cells import key_hash
+
+        return owner_of(key_hash(_key_cbor(self._air, reducer, key)), self.layout.count)
+
+    def state(self, reducer: str, key: Any = None) -> Any:
+        return ray.get(self.partition(self.owner(reducer, key)).state.remote(reducer, key))
+
+    def cells(self, reducer: str, limit: int) -> list[tuple[int, Any, Any]]:
+        refs = [self.partition(i).cells.remote(reducer, limit) for i in range(self.layout.count)]
+        return [(i, k, s) for i, ref in enumerate(refs) for k, s in ray.get(ref)][:limit]
+
+    def info(self) -> list[dict[str, Any]]:
+        refs = [self.partition(i).info.remote() for i in range(self.layout.count)]
+        return list(ray.get(refs))
+
+    def wait_idle(self, timeout_s: float = 600.0, poll_s: float = 0.1) -> list[dict[str, Any]]:
+        """Until every partition is idle with nothing owed (twice in a row: a forward in
+        flight between two polls shows as work on the second); the last infos."""
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while True:
+            infos = self.info()
+            if all(i.get("idle") or not i["ok"] for i in infos):
+                quiet += 1
+                if quiet >= 2:
+                    return infos
+            else:
+                quiet = 0
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the partitions were still busy after {timeout_s} s")
+            time.sleep(poll_s)
+
+    def close_actors(self) -> None:
+        for index in range(self.layout.count):
+            with contextlib.suppress(Exception):
+                actor = self.partition(index)
+                ray.get(actor.close.remote())
+                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            ray.kill(self.actor("router"), no_restart=True)
+
+
+# --- up and down (the CLI's) --------------------------------------------------------------------
+
+
+def connect(address: str) -> None:
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+
+
+def cluster_up(
+    root: Path, address: str | None = None, num_cpus: int | None = None
+) -> dict[str, Any]:
+    """Start the actors of the cluster at ``root`` on the Ray instance at ``address`` (a new
+    local one, kept running in the background until ``cluster_down``, when None); what it
+    wrote in ``up.json``."""
+    layout = Layout.read(root)
+    if layout.up() is not None:
+        raise UsageError(f"{root} is up already ({layout.up_file}); world cluster down first")
+    up: dict[str, Any] = {"address": address, "head_pid": None}
+    if address is None:
+        up["address"], up["head_pid"] = _start_head(layout, num_cpus or os.cpu_count() or 1)
+    try:
+        connect(up["address"])
+        start_actors(layout, detached=True)
+        client = RayCluster(root)
+        client.info()  # every partition has opened its world (or said why not)
+    except BaseException:
+        _stop_head(up.get("head_pid"))
+        raise
+    layout.up_file.write_text(json.dumps(up))
+    return up
+
+
+def cluster_down(root: Path) -> None:
+    layout = Layout.read(root)
+    up = layout.up()
+    if up is None:
+        raise UsageError(f"{root} is not up (no {layout.up_file.name})")
+    try:
+        connect(up["address"])
+        RayCluster(root).close_actors()
+    finally:
+        ray.shutdown()
+        _stop_head(up.get("head_pid"))
+        layout.up_file.unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_head(layout: Layout, num_cpus: int) -> tuple[str, int]:
+    """``ray start --head --block`` in its own session (its own process group: ``down``
+    stops this instance only, never another Ray on the machine)."""
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    if ray_bin is None:
+        raise UsageError("the ray command is not installed: pip install 'world-kernel[cluster]'")
+    port = _free_port()
+    log = open(layout.root / "ray-head.log", "ab")  # noqa: SIM115 - the child keeps it
+    head = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--num-cpus={num_cpus}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log.close()
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + CONNECT_WAIT_S
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            raise UsageError(f"ray start failed; see {layout.root / 'ray-head.log'}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return address, head.pid
+        time.sleep(0.2)
+    _stop_head(head.pid)
+    raise UsageError(f"the Ray head did not start in {CONNECT_WAIT_S:.0f} s")
+
+
+def _stop_head(pid: int | None) -> None:
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

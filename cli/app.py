@@ -152,6 +152,7 @@ app.add_typer(__import__("cli.deadletters", fromlist=["app"]).app, name="dead-le
 app.add_typer(__import__("cli.runs", fromlist=["app"]).app, name="runs")  # `world runs`
 app.command("why")(__import__("cli.why", fromlist=["why"]).why)
 app.command("ui")(__import__("cli.ui", fromlist=["ui"]).ui)
+app.add_typer(__import__("cli.cluster", fromlist=["app"]).app, name="cluster")
 
 
 def _give_help_options(typer_app: typer.Typer) -> None:

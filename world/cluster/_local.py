@@ -22,14 +22,15 @@ ROUNDS_MAX: Final = 1_000_000
 
 
 class LocalCluster:
-    def __init__(self, root: Path, *, sim: bool = False) -> None:
+    def __init__(self, root: Path, *, sim: bool = False, readonly: bool = False) -> None:
+        """``readonly``: every partition opened for reads only (writes nothing)."""
         self.layout = Layout.read(Path(root))
         self.router = Router(self.layout.air(), self.layout.count)
         self.nodes: list[PartitionNode] = []
         try:
             for path in self.layout.partitions():
-                self.nodes.append(PartitionNode(path, sim=sim))
-            for node in self.nodes:
+                self.nodes.append(PartitionNode(path, sim=sim, readonly=readonly))
+            for node in [] if readonly else self.nodes:
                 resync(node, self.node)
         except BaseException:
             self.close()

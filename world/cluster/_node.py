@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from air.errors import WrongMode
 from kernel import Outgoing, Partition
 from world._engine import Engine
 from world._world import World
@@ -38,19 +39,27 @@ class Peer(Protocol):
 class PartitionNode:
     """Partition ``index`` of ``count``, open for writing, with its loop."""
 
-    def __init__(self, path: Path, *, sim: bool = False) -> None:
-        self.world = World.open(Path(path))
+    def __init__(self, path: Path, *, sim: bool = False, readonly: bool = False) -> None:
+        """``readonly``: for reads only (no loop; it writes nothing, beside a writer)."""
+        self.world = World.open(Path(path), readonly=readonly)
+        self.engine: Engine | None = None
         try:
             part = self.world.kernel.partition
             if part is None:
                 raise NotACluster(str(path), "a world that is not a partition of one")
             self.partition: Partition = part
-            mode = choose_mode(path, None, sim=sim)
-            self.engine = Engine(self.world, sim=sim, effects=mode.mode)
-            self.engine.start()
+            if not readonly:
+                mode = choose_mode(path, None, sim=sim)
+                self.engine = Engine(self.world, sim=sim, effects=mode.mode)
+                self.engine.start()
         except BaseException:
             self.world.close()
             raise
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise WrongMode("run a partition", "open read-only")
+        return self.engine
 
     @property
     def index(self) -> int:
@@ -62,11 +71,11 @@ class PartitionNode:
 
     def cycle(self) -> int:
         """One cycle of the world's loop; the steps it ran."""
-        return self.engine.process_one_cycle()
+        return self._engine().process_one_cycle()
 
     def idle(self) -> bool:
         """Nothing ready and no effect in flight (what it owes may still be unsent)."""
-        return self.world.kernel.idle() and self.engine.pump.in_flight == 0
+        return self.world.kernel.idle() and self._engine().pump.in_flight == 0
 
     def owed(self, limit: int = FORWARD_BATCH) -> dict[int, list[Outgoing]]:
         """The oldest entries owed to each other partition (``limit`` each)."""
@@ -96,7 +105,8 @@ class PartitionNode:
 
     def close(self) -> None:
         try:
-            self.engine.close()
+            if self.engine is not None:
+                self.engine.close()
         finally:
             self.world.close()
 

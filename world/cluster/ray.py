@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -43,8 +44,6 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
-
-import ray
 
 from air.errors import UsageError
 from kernel import Outgoing
@@ -67,6 +66,7 @@ IDLE_WAIT_S: Final = 0.2
 this bounds how late a due timer or a retry of a failed forward is)."""
 RETRY_WAIT_S: Final = 0.5
 CONNECT_WAIT_S: Final = 60.0
+HEAD_STOP_WAIT_S: Final = 3.0
 ACTOR_OPTIONS: Final[dict[str, Any]] = {
     "max_restarts": -1,
     "max_task_retries": -1,
@@ -176,21 +176,21 @@ class PartitionActor:
         peer = self._peers.get(to)
         if peer is None:
             name = actor_name(self.cluster_id, f"p{to}")
-            peer = self._peers[to] = ray.get_actor(name, namespace=NAMESPACE)
+            peer = self._peers[to] = _ray().get_actor(name, namespace=NAMESPACE)
         return peer
 
-    def _remote(self, to: int) -> Any:
+    def _owner(self, to: int) -> Any:
         actor = self
 
         class Remote:
             def take(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
-                cursor: tuple[int, int] | None = ray.get(
+                cursor: tuple[int, int] | None = _ray().get(
                     actor._peer(to).take.remote(source, entries)
                 )
                 return cursor
 
             def cursor(self, source: int) -> tuple[int, int] | None:
-                found: tuple[int, int] | None = ray.get(actor._peer(to).cursor.remote(source))
+                found: tuple[int, int] | None = _ray().get(actor._peer(to).cursor.remote(source))
                 return found
 
         return Remote()
@@ -205,7 +205,7 @@ class PartitionActor:
                     ran = node.cycle()
                 if not synced:
                     with self._lock:
-                        resync(node, self._remote)
+                        resync(node, self._owner)
                     synced = True
                 moved = self._forward(node)
             except Exception as exc:  # the world stopped (I/O, damage): say so, stop
@@ -224,7 +224,7 @@ class PartitionActor:
             owed = node.owed()
         for to, entries in owed.items():
             try:
-                cursor = self._remote(to).take(self.index, entries)
+                cursor = self._owner(to).take(self.index, entries)
             except Exception as exc:
                 self._peer_errors[to] = str(exc).splitlines()[0][:300]
                 continue
@@ -246,7 +246,7 @@ class RouterActor:
         peer = self._peers.get(index)
         if peer is None:
             name = actor_name(self.cluster_id, f"p{index}")
-            peer = self._peers[index] = ray.get_actor(name, namespace=NAMESPACE)
+            peer = self._peers[index] = _ray().get_actor(name, namespace=NAMESPACE)
         return peer
 
     def send(
@@ -263,7 +263,7 @@ class RouterActor:
         }
         placed: list[tuple[int, int]] = [(0, 0)] * len(events)
         for home, ref in refs.items():
-            for i, seq in zip(groups[home], ray.get(ref), strict=True):
+            for i, seq in zip(groups[home], _ray().get(ref), strict=True):
                 placed[i] = (home, seq)
         return placed
 
@@ -271,8 +271,12 @@ class RouterActor:
         return os.getpid()
 
 
-_Partition = ray.remote(PartitionActor)
-_Router = ray.remote(RouterActor)
+def _ray() -> Any:
+    """Ray, imported on first use: its token settings are read from the environment when it
+    is imported, and ``connect`` sets them first."""
+    import ray
+
+    return ray
 
 
 def start_actors(layout: Layout, *, detached: bool) -> list[Any]:
@@ -281,8 +285,10 @@ def start_actors(layout: Layout, *, detached: bool) -> list[Any]:
     lifetime = {"lifetime": "detached"} if detached else {}
     root = str(layout.root.resolve())
     handles = []
+    ray = _ray()
+    partition_class, router_class = ray.remote(PartitionActor), ray.remote(RouterActor)
     for index in range(layout.count):
-        handle = _Partition.options(
+        handle = partition_class.options(
             name=actor_name(layout.id, f"p{index}"),
             namespace=NAMESPACE,
             scheduling_strategy="SPREAD",
@@ -290,7 +296,7 @@ def start_actors(layout: Layout, *, detached: bool) -> list[Any]:
             **lifetime,
         ).remote(root, index, layout.id)
         handles.append(handle)
-    router = _Router.options(
+    router = router_class.options(
         name=actor_name(layout.id, "router"), namespace=NAMESPACE, **ACTOR_OPTIONS, **lifetime
     ).remote(root, layout.id)
     return [*handles, router]
@@ -307,7 +313,7 @@ class RayCluster:
         self._router = Router(self._air, self.layout.count)
 
     def actor(self, what: str) -> Any:
-        return ray.get_actor(actor_name(self.layout.id, what), namespace=NAMESPACE)
+        return _ray().get_actor(actor_name(self.layout.id, what), namespace=NAMESPACE)
 
     def partition(self, index: int) -> Any:
         return self.actor(f"p{index}")
@@ -319,7 +325,9 @@ class RayCluster:
         crash journals it once."""
         given = list(ids) if ids is not None else [None] * len(events)
         ids = [i if i is not None else f"cluster:{uuid.uuid4().hex}" for i in given]
-        placed: list[tuple[int, int]] = ray.get(self.actor("router").send.remote(list(events), ids))
+        placed: list[tuple[int, int]] = _ray().get(
+            self.actor("router").send.remote(list(events), ids)
+        )
         return [tuple(p) for p in placed]  # type: ignore[misc]
 
     def owner(self, reducer: str, key: Any) -> int:
@@ -331,15 +339,15 @@ class RayCluster:
         return owner_of(key_hash(_key_cbor(self._air, reducer, key)), self.layout.count)
 
     def state(self, reducer: str, key: Any = None) -> Any:
-        return ray.get(self.partition(self.owner(reducer, key)).state.remote(reducer, key))
+        return _ray().get(self.partition(self.owner(reducer, key)).state.remote(reducer, key))
 
     def cells(self, reducer: str, limit: int) -> list[tuple[int, Any, Any]]:
         refs = [self.partition(i).cells.remote(reducer, limit) for i in range(self.layout.count)]
-        return [(i, k, s) for i, ref in enumerate(refs) for k, s in ray.get(ref)][:limit]
+        return [(i, k, s) for i, ref in enumerate(refs) for k, s in _ray().get(ref)][:limit]
 
     def info(self) -> list[dict[str, Any]]:
         refs = [self.partition(i).info.remote() for i in range(self.layout.count)]
-        return list(ray.get(refs))
+        return list(_ray().get(refs))
 
     def wait_idle(self, timeout_s: float = 600.0, poll_s: float = 0.1) -> list[dict[str, Any]]:
         """Until every partition is idle with nothing owed (twice in a row: a forward in
@@ -362,18 +370,23 @@ class RayCluster:
         for index in range(self.layout.count):
             with contextlib.suppress(Exception):
                 actor = self.partition(index)
-                ray.get(actor.close.remote())
-                ray.kill(actor, no_restart=True)
+                _ray().get(actor.close.remote())
+                _ray().kill(actor, no_restart=True)
         with contextlib.suppress(Exception):
-            ray.kill(self.actor("router"), no_restart=True)
+            _ray().kill(self.actor("router"), no_restart=True)
 
 
 # --- up and down (the CLI's) --------------------------------------------------------------------
 
 
-def connect(address: str) -> None:
-    if not ray.is_initialized():
-        ray.init(
+def connect(address: str, token_path: str | None = None) -> None:
+    """Join the Ray instance at ``address`` as a driver; ``token_path``: the file holding the
+    token of a Ray that ``cluster_up`` started (Ray's token authentication)."""
+    if token_path is not None:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
+    if not _ray().is_initialized():
+        _ray().init(
             address=address,
             namespace=NAMESPACE,
             logging_level=logging.ERROR,
@@ -391,11 +404,14 @@ def cluster_up(
     layout = Layout.read(root)
     if layout.up() is not None:
         raise UsageError(f"{root} is up already ({layout.up_file}); world cluster down first")
-    up: dict[str, Any] = {"address": address, "head_pid": None}
+    up: dict[str, Any] = {"address": address, "head_pid": None, "token_path": None}
     if address is None:
-        up["address"], up["head_pid"] = _start_head(layout, num_cpus or os.cpu_count() or 1)
+        up["token_path"] = str(_token_file(layout))
+        up["address"], up["head_pid"] = _start_head(
+            layout, num_cpus or os.cpu_count() or 1, up["token_path"]
+        )
     try:
-        connect(up["address"])
+        connect(up["address"], up["token_path"])
         start_actors(layout, detached=True)
         client = RayCluster(root)
         client.info()  # every partition has opened its world (or said why not)
@@ -412,10 +428,10 @@ def cluster_down(root: Path) -> None:
     if up is None:
         raise UsageError(f"{root} is not up (no {layout.up_file.name})")
     try:
-        connect(up["address"])
+        connect(up["address"], up.get("token_path"))
         RayCluster(root).close_actors()
     finally:
-        ray.shutdown()
+        _ray().shutdown()
         _stop_head(up.get("head_pid"))
         layout.up_file.unlink(missing_ok=True)
 
@@ -427,9 +443,21 @@ def _free_port() -> int:
         return port
 
 
-def _start_head(layout: Layout, num_cpus: int) -> tuple[str, int]:
+def _token_file(layout: Layout) -> Path:
+    """A new random token for a local Ray, in a file only this user reads: the Ray ``up``
+    starts takes no call without it (Ray's token authentication)."""
+    path = layout.root / "ray-token"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+    return path
+
+
+def _start_head(layout: Layout, num_cpus: int, token_path: str) -> tuple[str, int]:
     """``ray start --head --block`` in its own session (its own process group: ``down``
-    stops this instance only, never another Ray on the machine)."""
+    stops this instance only, never another Ray on the machine), with token
+    authentication."""
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_bin is None:
         raise UsageError("the ray command is not installed: pip install 'world-kernel[cluster]'")
@@ -450,6 +478,7 @@ def _start_head(layout: Layout, num_cpus: int) -> tuple[str, int]:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path},
     )
     log.close()
     address = f"127.0.0.1:{port}"
@@ -465,11 +494,14 @@ def _start_head(layout: Layout, num_cpus: int) -> tuple[str, int]:
 
 
 def _stop_head(pid: int | None) -> None:
+    """Stop the Ray ``up`` started: SIGTERM to its process group, SIGKILL after
+    ``HEAD_STOP_WAIT_S`` (Ray drains for 30 s otherwise; the actors closed their worlds
+    before, so nothing of ours is in it)."""
     if pid is None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HEAD_STOP_WAIT_S
     while time.monotonic() < deadline:
         try:
             os.killpg(pid, 0)

@@ -1,0 +1,288 @@
+"""``world cluster ...``: a partitioned world (``world.cluster``). Each command works on the
+directories directly, in this process, while the cluster is not up (``run`` then drives every
+partition here until idle), and through its Ray actors while it is (``up`` .. ``down``);
+``init``, ``replay`` and ``info`` of a stopped cluster need no Ray at all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import console, emit_json, fail, handle_errors, signals_deferred
+from cli.core import ModuleOpt, _read_jsonl, _split_ids, module_bindings, parse_json_arg
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="A world partitioned by key across processes and machines (on Ray).",
+    no_args_is_help=True,
+)
+cells_app = typer.Typer(help="The cells of every partition.", no_args_is_help=True)
+app.add_typer(cells_app, name="cells")
+
+DirArg = Annotated[Path, typer.Argument(help="The partitioned world's directory")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+@contextmanager
+def _client(directory: Path, *, readonly: bool = False) -> Iterator[Any]:
+    """The cluster's Ray client while it is up; else every partition opened here."""
+    from world.cluster import Layout, LocalCluster
+
+    layout = Layout.read(directory)
+    up = layout.up()
+    if up is None:
+        with LocalCluster(directory, readonly=readonly) as local:
+            yield local
+        return
+    from world.cluster.ray import RayCluster, connect
+
+    connect(up["address"], up.get("token_path"))
+    yield RayCluster(directory)
+
+
+@app.command("init")
+def init(
+    directory: DirArg,
+    air: Annotated[Path, typer.Option("--air", help="AIR file or folder")],
+    partitions: Annotated[int, typer.Option("--partitions", help="How many (fixed)")],
+    module: ModuleOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create a partitioned world: PARTITIONS worlds of the same AIR in DIR/p0 .. p<N-1>."""
+    from world.cluster import init_cluster
+
+    with handle_errors(json_output), signals_deferred():
+        layout = init_cluster(directory, air, partitions, module_bindings(module or []))
+    if json_output:
+        emit_json({"ok": True, "id": layout.id, "partitions": layout.count})
+        return
+    console.print(
+        f"created partitioned world {directory}: {layout.count} partitions "
+        f"(p0 .. p{layout.count - 1})"
+    )
+
+
+@app.command("up")
+def up(
+    directory: DirArg,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", help="A Ray cluster's address (default: start a local one)"),
+    ] = None,
+    cpus: Annotated[int | None, typer.Option("--cpus", help="CPUs of a local Ray")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Start a Ray actor per partition and a router (detached: they run until `down`)."""
+    from world.cluster.ray import RayCluster, cluster_up
+
+    with handle_errors(json_output):
+        started = cluster_up(directory, address, cpus)
+        infos = RayCluster(directory).info()
+    failed = [i for i in infos if not i["ok"]]
+    if json_output:
+        emit_json({"ok": not failed, **started, "partitions": infos})
+        return
+    console.print(f"up on Ray at {started['address']}: {len(infos)} partitions")
+    for info in failed:
+        console.print(f"partition {info['partition']} stopped: {info['failure']}")
+
+
+@app.command("down")
+def down(directory: DirArg, json_output: JsonOpt = False) -> None:
+    """Stop the actors (each closes its world: a checkpoint) and the local Ray `up` started."""
+    from world.cluster.ray import cluster_down
+
+    with handle_errors(json_output):
+        cluster_down(directory)
+    if json_output:
+        emit_json({"ok": True})
+        return
+    console.print(f"{directory} is down")
+
+
+@app.command("send")
+def send(
+    directory: DirArg,
+    schema: Annotated[str, typer.Argument(help="Event schema")],
+    value: Annotated[str | None, typer.Argument(help="The event value as JSON")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help='JSON Lines, one value per line ("$id": its id); - stdin'),
+    ] = None,
+    event_id: Annotated[str | None, typer.Option("--id", help="Idempotency key of VALUE")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Send events, each to the partition owning its key (one durable batch per partition)."""
+    if (value is None) == (file is None):
+        fail("give exactly one of VALUE or --file")
+    with handle_errors(json_output), signals_deferred():
+        lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
+        lines, ids = _split_ids(lines, event_id)
+        with _client(directory) as cluster:
+            placed = cluster.send_many([(schema, v) for _n, v in lines], ids)
+    if json_output:
+        emit_json({"ok": True, "sent": [{"partition": p, "seq": s} for p, s in placed]})
+        return
+    if len(placed) == 1:
+        console.print(f"sent to partition {placed[0][0]} at seq {placed[0][1]}")
+    else:
+        used = sorted({p for p, _ in placed})
+        console.print(f"sent {len(placed)} events to partitions {', '.join(map(str, used))}")
+
+
+@app.command("run")
+def run(directory: DirArg, json_output: JsonOpt = False) -> None:
+    """Drive every partition in this process until all are idle and nothing is owed (the
+    cluster must not be up: its actors run it then)."""
+    from world.cluster import Layout, LocalCluster
+
+    with handle_errors(json_output), signals_deferred():
+        if Layout.read(directory).up() is not None:
+            fail(f"{directory} is up on Ray: its partitions run there (world cluster down)")
+        with LocalCluster(directory) as cluster:
+            steps = cluster.run_until_idle()
+    if json_output:
+        emit_json({"ok": True, "steps": steps})
+        return
+    console.print(f"ran {steps} step(s); every partition is idle, nothing owed")
+
+
+@app.command("state")
+def state(
+    directory: DirArg,
+    reducer: Annotated[str, typer.Argument(help="Reducer name")],
+    key: Annotated[str | None, typer.Option("--key", help="The cell's key as JSON")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """A cell's state, read in the partition owning its key."""
+    import json
+
+    with handle_errors(json_output):
+        parsed = None if key is None else parse_json_arg(key, source="--key")
+        with _client(directory, readonly=True) as cluster:
+            found = cluster.state(reducer, parsed)
+    if found is None:
+        if json_output:
+            emit_json({"ok": False, "error": {"code": "no_cell", "message": "no such cell"}})
+            raise typer.Exit(1)
+        fail("no such cell", "no_cell")
+    if json_output:
+        emit_json({"ok": True, "state": found})
+        return
+    console.print(json.dumps(found, indent=1), markup=False, highlight=False)
+
+
+@app.command("info")
+def info(directory: DirArg, json_output: JsonOpt = False) -> None:
+    """Per partition: journal height, cells, records/s (while up), outbox backlog, status."""
+    with handle_errors(json_output), _client(directory, readonly=True) as cluster:
+        infos = cluster.info()
+    rows = [_row(i) for i in infos]
+    if json_output:
+        emit_json({"ok": all(r["ok"] for r in rows), "partitions": rows})
+        return
+    from rich.table import Table
+
+    table = Table("partition", "height", "cells", "records/s", "outbox", "status")
+    for row in rows:
+        table.add_row(
+            str(row["partition"]),
+            str(row.get("height", "-")),
+            str(row.get("cells", "-")),
+            str(row.get("records_per_s", "-")),
+            str(row.get("outbox_backlog", "-")),
+            "ok" if row["ok"] else f"stopped: {row.get('failure')}",
+        )
+    console.print(table)
+
+
+def _row(info: dict[str, Any]) -> dict[str, Any]:
+    """The figures ``info`` shows of one partition (and ``ok``)."""
+    row = {"partition": info["partition"], "ok": info.get("ok", True)}
+    if "journal_seq_next" in info:
+        row["height"] = info["journal_seq_next"]
+    if "reducers" in info:
+        row["cells"] = sum(r.get("cells", 0) for r in info["reducers"].values())
+    for field in ("records_per_s", "outbox_backlog", "outbox", "cursors", "failure"):
+        if field in info:
+            row[field] = info[field]
+    return row
+
+
+@cells_app.command("ls")
+def cells_ls(
+    directory: DirArg,
+    reducer: Annotated[str, typer.Argument(help="Reducer name")],
+    limit: Annotated[int, typer.Option("--limit", help="At most this many")] = 100,
+    json_output: JsonOpt = False,
+) -> None:
+    """The cells of REDUCER, partition by partition."""
+    import json
+
+    with handle_errors(json_output), _client(directory, readonly=True) as cluster:
+        rows = _cells(cluster, reducer, limit)
+    if json_output:
+        emit_json({"ok": True, "cells": rows})
+        return
+    for row in rows:
+        console.print(
+            f"p{row['partition']}  {json.dumps(row['key'])}  {json.dumps(row['state'])}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _cells(cluster: Any, reducer: str, limit: int) -> list[dict[str, Any]]:
+    from world.cluster import LocalCluster
+
+    if isinstance(cluster, LocalCluster):
+        found: list[dict[str, Any]] = []
+        for node in cluster.nodes:
+            for cell in node.world.cells(reducer):
+                if len(found) >= limit:
+                    return found
+                found.append({"partition": node.index, "key": cell.key, "state": cell.state})
+        return found
+    return [{"partition": p, "key": k, "state": s} for p, k, s in cluster.cells(reducer, limit)]
+
+
+@app.command("replay")
+def replay(directory: DirArg, json_output: JsonOpt = False) -> None:
+    """`world replay --verify` of every partition (each replays exactly on its own); a
+    partition that cannot be replayed is named with the error a single world gives, and the
+    others are replayed still."""
+    from air.errors import WorldError
+    from world.cluster import Layout
+    from world.history import verify_world
+
+    rows: list[dict[str, Any]] = []
+    with handle_errors(json_output):
+        layout = Layout.read(directory)
+        for index, path in enumerate(layout.partitions()):
+            try:
+                report = verify_world(path, None)
+            except WorldError as exc:
+                rows.append({"partition": index, "ok": False, "error": str(exc)})
+                continue
+            row = {"partition": index, "ok": report.ok, "records": report.records}
+            rows.append({**row, "steps": report.steps})
+    ok = all(r["ok"] for r in rows)
+    if json_output:
+        emit_json({"ok": ok, "partitions": rows})
+        if not ok:
+            raise typer.Exit(1)
+        return
+    for row in rows:
+        if "error" in row:
+            said = row["error"]
+        else:
+            verdict = "ok" if row["ok"] else "DIFFERS (world replay --verify DIR/p<i> says where)"
+            said = f"{row['records']} records, {row['steps']} steps, {verdict}"
+        console.print(f"p{row['partition']}: {said}", markup=False, highlight=False)
+    if not ok:
+        fail(f"{sum(not r['ok'] for r in rows)} partition(s) did not replay exactly")

@@ -13,7 +13,14 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import console, emit_json, fail, handle_errors, signals_deferred
-from cli.core import ModuleOpt, _read_jsonl, _split_ids, module_bindings, parse_json_arg
+from cli.core import (
+    ModuleOpt,
+    _read_jsonl,
+    _split_ids,
+    module_bindings,
+    parse_json_arg,
+    parse_key_arg,
+)
 
 __all__ = ["app"]
 
@@ -156,25 +163,38 @@ def run(directory: DirArg, json_output: JsonOpt = False) -> None:
 def state(
     directory: DirArg,
     reducer: Annotated[str, typer.Argument(help="Reducer name")],
-    key: Annotated[str | None, typer.Option("--key", help="The cell's key as JSON")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="The cell key, JSON read through the key schema")
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A cell's state, read in the partition owning its key."""
+    """A reducer's state, or one cell's with --key, read in the partition owning the key
+    (exit 1 when there is none, as `world state`)."""
     import json
 
     with handle_errors(json_output):
-        parsed = None if key is None else parse_json_arg(key, source="--key")
+        key_value = None if key is None else parse_key_arg(key)
         with _client(directory, readonly=True) as cluster:
-            found = cluster.state(reducer, parsed)
+            found = cluster.state(reducer, key_value)
     if found is None:
+        detail = "no such state (the cell does not exist or was deleted)"
         if json_output:
-            emit_json({"ok": False, "error": {"code": "no_cell", "message": "no such cell"}})
+            emit_json(
+                {
+                    "ok": False,
+                    "error": "NoSuchState",
+                    "code": "state.missing",
+                    "detail": detail,
+                    "fields": {"reducer": reducer, "key": key_value},
+                    "state": None,
+                }
+            )
             raise typer.Exit(1)
-        fail("no such cell", "no_cell")
+        fail(detail)
     if json_output:
         emit_json({"ok": True, "state": found})
         return
-    console.print(json.dumps(found, indent=1), markup=False, highlight=False)
+    console.print_json(json.dumps(found))
 
 
 @app.command("info")
@@ -199,6 +219,12 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
             "ok" if row["ok"] else f"stopped: {row.get('failure')}",
         )
     console.print(table)
+    eras = {row["manifest_hash"] for row in rows if "manifest_hash" in row}
+    if len(eras) > 1:
+        console.print(
+            f"the partitions run {len(eras)} AIRs: an upgrade stopped half-way "
+            "(world cluster upgrade again finishes it)"
+        )
 
 
 def _row(info: dict[str, Any]) -> dict[str, Any]:
@@ -208,10 +234,47 @@ def _row(info: dict[str, Any]) -> dict[str, Any]:
         row["height"] = info["journal_seq_next"]
     if "reducers" in info:
         row["cells"] = sum(r.get("cells", 0) for r in info["reducers"].values())
-    for field in ("records_per_s", "outbox_backlog", "outbox", "cursors", "failure"):
+    for field in (
+        "manifest_hash",
+        "records_per_s",
+        "outbox_backlog",
+        "outbox",
+        "cursors",
+        "failure",
+    ):
         if field in info:
             row[field] = info[field]
     return row
+
+
+@app.command("upgrade")
+def upgrade(
+    directory: DirArg,
+    air: Annotated[Path, typer.Option("--air", help="The new AIR: a folder or one file")],
+    note: Annotated[str | None, typer.Option("--note", help="Why: kept with it")] = None,
+    module: ModuleOpt = None,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Journal an approval in each partition first")
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Propose the AIR to every partition, then apply it in each (one era for the whole world;
+    the cluster must be down). Run again, it finishes an upgrade that stopped half-way."""
+    from world.cluster import upgrade_cluster
+
+    with handle_errors(json_output), signals_deferred():
+        bindings = {n: str(Path(f).absolute()) for n, f in module_bindings(module or []).items()}
+        rows = upgrade_cluster(directory, air, note, modules=bindings, approve=approve)
+    if json_output:
+        emit_json({"ok": True, "partitions": rows})
+        return
+    for row in rows:
+        if row.get("skipped"):
+            console.print(f"p{row['partition']}: runs this AIR already")
+        else:
+            console.print(
+                f"p{row['partition']}: proposal {row['proposal']} applied at seq {row['applied']}"
+            )
 
 
 @cells_app.command("ls")
@@ -269,8 +332,14 @@ def replay(directory: DirArg, json_output: JsonOpt = False) -> None:
             except WorldError as exc:
                 rows.append({"partition": index, "ok": False, "error": str(exc)})
                 continue
-            row = {"partition": index, "ok": report.ok, "records": report.records}
-            rows.append({**row, "steps": report.steps})
+            rows.append(
+                {
+                    "partition": index,
+                    "ok": report.ok,
+                    "records": report.records,
+                    "steps": report.steps,
+                }
+            )
     ok = all(r["ok"] for r in rows)
     if json_output:
         emit_json({"ok": ok, "partitions": rows})

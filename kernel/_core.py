@@ -49,6 +49,7 @@ import cbor2
 from air import LoadedAir, SchemaCheckers, cbor, same_state_shape
 from air.errors import (
     CborError,
+    InvalidArgument,
     LimitExceeded,
     UnknownName,
     UsageError,
@@ -336,27 +337,21 @@ class Kernel:
     def ingest_forwarded(self, source: int, entries: Sequence[Outgoing]) -> tuple[int, int] | None:
         """Journal the entries partition ``source`` owes this one that are past its cursor
         (in order; a second delivery is not journaled again) and route them. Returns the
-        cursor after them: the last origin of ``source`` journaled here."""
+        cursor after them: the last origin of ``source`` journaled here. An entry is input:
+        its schema and value are checked as a step's output is, nothing appended if one
+        fails."""
         part = self._partitioned()
         records: list[Record] = []
-        taken: list[Outgoing] = []
-        for entry in entries:
-            if entry.to != part.index:
-                raise UsageError(f"an entry for partition {entry.to} sent to {part.index}")
-            origin = (source, entry.seq, entry.idx)
-            if not part.is_new(origin) or (
-                taken and (entry.seq, entry.idx) <= (taken[-1].seq, taken[-1].idx)
-            ):
-                continue
-            body: dict[str, Any] = {
-                "schema": entry.schema,
-                "value": entry.value_cbor,
-                "origin": list(origin),
-            }
-            if entry.target is not None:
-                body["to"] = list(entry.target)
+        for entry in part.new_entries(source, entries):
+            try:
+                self.steps.check_schema(entry.schema, cbor.loads(entry.value_cbor))
+                if entry.target is not None and entry.target[0] not in self.air.modules:
+                    raise UnknownName("reducer", entry.target[0], sorted(self.air.modules))
+            except WorldError as exc:
+                where = f"from partition {source}, its seq {entry.seq} index {entry.idx}"
+                raise InvalidArgument("entry", where, f"{entry.schema}: {exc}") from exc
+            body = Partition.forwarded_body(source, entry)
             records.append(("event.in", self._event_subject(entry.schema), body))
-            taken.append(entry)
         for seq, (_kind, _subject, body) in zip(
             self.journal.append_many(records), records, strict=True
         ):
@@ -624,7 +619,10 @@ class Kernel:
     def ingest_moves(self, records: Sequence[Record]) -> list[int]:
         """Journal records that move cells in (``kernel._moves``) and apply them; their seqs.
         Every record is encoded before any is appended (one too large leaves none pending);
-        the caller checked the cells (``check_cell``), which applying checks again."""
+        the caller checked the cells (``check_cell``), which applying checks again. In a
+        partition, a cell whose key another partition owns is refused, nothing appended."""
+        if self.partition is not None:
+            self.partition.refuse_foreign(records)
         seqs = list(self.journal.append_many(records))
         for seq, (kind, subject, body) in zip(seqs, records, strict=True):
             self._apply_move(JournalRecord(seq, subject, kind, body))

@@ -37,10 +37,14 @@ Ordering promise: per source partition, in the source's journal order; none acro
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from air.errors import InvalidArgument
+from air import cbor
+from air.cbor import digest
+from air.errors import InvalidArgument, UsageError
+from kernel._moves import CELL_IMPORTED
 
 __all__ = [
     "OUTBOX_DELIVERED",
@@ -139,10 +143,48 @@ class Partition:
 
     # --- cursors (this partition as an owner) -----------------------------------------------
 
-    def is_new(self, origin: Origin) -> bool:
-        """Whether ``origin`` is past this partition's cursor of its source."""
-        source, seq, idx = origin
-        return (seq, idx) > self.cursors.get(source, (-1, -1))
+    def new_entries(self, source: int, entries: Sequence[Outgoing]) -> list[Outgoing]:
+        """The entries from ``source`` past its cursor, in order (one at or before the
+        cursor, or before an earlier one of the batch, is a second delivery: left out)."""
+        if not isinstance(source, int) or not 0 <= source < self.count or source == self.index:
+            raise InvalidArgument("source", source, f"another partition of {self.count}")
+        last = self.cursors.get(source, (-1, -1))
+        taken = []
+        for entry in entries:
+            if entry.to != self.index:
+                raise UsageError(f"an entry for partition {entry.to} sent to {self.index}")
+            if (entry.seq, entry.idx) > last:
+                taken.append(entry)
+                last = (entry.seq, entry.idx)
+        return taken
+
+    @staticmethod
+    def forwarded_body(source: int, entry: Outgoing) -> dict[str, Any]:
+        """The ``event.in`` body an owner journals for an entry."""
+        body: dict[str, Any] = {
+            "schema": entry.schema,
+            "value": entry.value_cbor,
+            "origin": [source, entry.seq, entry.idx],
+        }
+        if entry.target is not None:
+            body["to"] = list(entry.target)
+        return body
+
+    def refuse_foreign(self, records: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+        """Refuse (before anything is journaled) a ``cell.imported`` of a cell another
+        partition owns: it would live where no event for it is routed."""
+        for kind, _subject, body in records:
+            key_cbor = body.get("key")
+            if kind != CELL_IMPORTED or key_cbor is None:
+                continue
+            owner = owner_of(digest(key_cbor), self.count)
+            if owner != self.index:
+                raise InvalidArgument(
+                    "cell",
+                    f"{body['reducer']} {cbor.loads(key_cbor)!r}",
+                    f"partition {owner} of {self.count} owns it, not this one ({self.index}): "
+                    "import it there",
+                )
 
     def take(self, origin: Origin) -> None:
         source, seq, idx = origin

@@ -51,7 +51,14 @@ WAIT_S = 60.0
 ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 ENV.pop("WORLD_DEBUG", None)  # it would turn the one-line errors into tracebacks
 
+CLUSTER_TEST = "test_a_partitioned_world_from_init_to_replay_and_upgrade"
 COVERED: dict[str, str] = {
+    **{
+        f"cluster {name}": CLUSTER_TEST
+        for name in ("init", "send", "run", "state", "info", "cells", "replay", "upgrade")
+    },
+    "cluster up": "test_cluster_up_and_down_on_a_local_ray",
+    "cluster down": "test_cluster_up_and_down_on_a_local_ray",
     "validate": "test_validate_reports_the_manifest_hash",
     "why": "test_why_names_the_step_and_the_event_it_consumed",
     "ui": "test_ui_serves_the_world_page_at_the_url_it_prints",
@@ -768,3 +775,64 @@ def test_an_error_with_json_is_one_object_on_stdout(built: Built) -> None:
     assert (error["ok"], error["error"], error["code"]) == (False, "UnknownName", "UnknownName")
     assert error["fields"]["name"] == "demo/Nope@1"
     assert COUNTER in error["fields"]["known"]
+
+
+def test_a_partitioned_world_from_init_to_replay_and_upgrade(tmp_path: Path) -> None:
+    """(Forwarding, ownership, crashes and Ray: ``test_cluster.py``, ``test_cluster_ray.py``.)"""
+    root = tmp_path / "c"
+    assert world_json("cluster", "init", root, "--air", COUNTER_AIR, "--partitions", 3)["ok"]
+    events = tmp_path / "e.jsonl"
+    events.write_text("\n".join(json.dumps(add(k, 2)) for k in ("a", "b", "c", "d", "a")))
+    sent = world_json("cluster", "send", root, EVENT, "--file", events)["sent"]
+    assert len(sent) == 5
+    assert sent[0]["partition"] == sent[4]["partition"]  # one key, one partition
+    assert world_json("cluster", "run", root)["steps"] == 5
+    assert world_json("cluster", "state", root, COUNTER, "--key", "a")["state"] == {
+        "count": 4,
+        "events": 2,
+    }
+    info = world_json("cluster", "info", root)["partitions"]
+    assert sum(p["cells"] for p in info) == 4
+    cells = world_json("cluster", "cells", "ls", root, COUNTER)["cells"]
+    assert sorted(c["key"] for c in cells) == ["a", "b", "c", "d"]
+    v2 = tmp_path / "v2"
+    shutil.copytree(COUNTER_AIR, v2)
+    extra = {"$kind": "defschema", "name": "demo/Note@1", "type": {"record": {"text": "text"}}}
+    (v2 / "note.air.json").write_text(json.dumps([extra]))
+    upgraded = world_json("cluster", "upgrade", root, "--air", v2)["partitions"]
+    assert [row["partition"] for row in upgraded] == [0, 1, 2]
+    assert all("applied" in row for row in upgraded)
+    replayed = world_json("cluster", "replay", root)
+    assert replayed["ok"] is True
+    assert len(replayed["partitions"]) == 3
+
+
+@pytest.mark.long
+def test_cluster_up_and_down_on_a_local_ray(tmp_path: Path) -> None:
+    """``up`` starts a Ray instance of its own (a process group ``down`` stops) and an actor
+    per partition; the commands go through them while it is up."""
+    pytest.importorskip("ray")
+    root = tmp_path / "c"
+    world("cluster", "init", root, "--air", COUNTER_AIR, "--partitions", 4)
+    up = world_json("cluster", "up", root, "--cpus", 2)
+    try:
+        assert up["ok"] is True
+        assert len({p["pid"] for p in up["partitions"]}) == 4
+        assert (root / "up.json").exists()
+        world_json("cluster", "send", root, EVENT, json.dumps(add("k", 3)))
+        for _ in range(600):  # until the owner has stepped it (its loop runs on its own)
+            if sum(p["cells"] for p in world_json("cluster", "info", root)["partitions"]):
+                break
+        assert world_json("cluster", "state", root, COUNTER, "--key", "k")["state"] == {
+            "count": 3,
+            "events": 1,
+        }
+        refused = world("cluster", "run", root, code=1)
+        assert "is up on Ray" in refused.stderr
+    finally:
+        world_json("cluster", "down", root)
+    assert not (root / "up.json").exists()
+    head = up["head_pid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(head, 0)  # the Ray it started is gone
+    assert world_json("cluster", "state", root, COUNTER, "--key", "k")["state"]["count"] == 3

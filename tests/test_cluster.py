@@ -288,3 +288,129 @@ def _verify(path: Path) -> None:
 
 
 assert COUNTER_AIR.exists()
+
+
+def test_the_rounds_limit_stops_a_busy_cluster(tmp_path: Path) -> None:
+    from air.errors import LimitExceeded
+
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    with LocalCluster(tmp_path / "c") as cluster:
+        cluster.send_many(workload(20, 5))
+        with pytest.raises(LimitExceeded, match="rounds"):
+            cluster.run_until_idle(max_rounds=1)
+        cluster.run_until_idle()  # and goes on from there
+        assert sum(1 for _ in cluster.cells(COUNTER)) == 5
+
+
+HOSTILE_ENTRIES = [
+    # (what a peer sends, what the owner says); nothing of the batch is journaled
+    (Outgoing(1, 5, 0, "no/Such@1", b"\xa0"), "unknown schema no/Such@1"),
+    (Outgoing(1, 5, 0, EVENT, b"\xff\xff"), "break code"),
+    (Outgoing(1, 5, 0, EVENT, b"\x19\x00\x05"), "canonical|shortest"),  # 5 in 2 bytes
+    (Outgoing(1, 5, 0, EVENT, b"\xa1akaq"), "unknown field 'k'"),  # not a CounterEvent
+    (Outgoing(1, 5, 0, EVENT, b"", ("no/Reducer@1", None)), "premature end"),
+    (Outgoing(0, 5, 0, EVENT, b"\xa0"), "an entry for partition 0 sent to 1"),
+]
+
+
+@pytest.mark.parametrize(("entry", "said"), HOSTILE_ENTRIES)
+def test_a_hostile_entry_is_refused_and_nothing_of_its_batch_is_journaled(
+    tmp_path: Path, entry: Outgoing, said: str
+) -> None:
+    from air import cbor
+
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    good = Outgoing(1, 4, 0, EVENT, cbor.dumps(add(owned[1], 1)))
+    with World.open(partition_dir(tmp_path / "c", 1)) as p1:
+        height = p1.journal.seq_next
+        with pytest.raises(Exception, match=f"(?i){said}") as refused:
+            p1.take_forwarded(0, [good, entry])
+        if entry.to == 1:  # the message names the entry
+            assert "from partition 0, its seq 5 index 0" in str(refused.value)
+        assert p1.journal.seq_next == height
+        assert p1.stale is None  # refused before anything was appended
+        assert p1.take_forwarded(0, [good]) == (4, 0)
+
+
+def test_a_target_naming_no_reducer_is_refused(tmp_path: Path) -> None:
+    from air import cbor
+
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    value = cbor.dumps(add(owned[1], 1))
+    with World.open(partition_dir(tmp_path / "c", 1)) as p1:
+        with pytest.raises(Exception, match="no/Reducer@1"):
+            p1.take_forwarded(0, [Outgoing(1, 4, 0, EVENT, value, ("no/Reducer@1", None))])
+        with pytest.raises(Exception, match="another partition of 2"):
+            p1.take_forwarded(1, [Outgoing(1, 4, 0, EVENT, value)])  # from itself
+
+
+def test_a_cell_another_partition_owns_is_not_imported(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    owned = keys_owned_by(2)
+    root = tmp_path / "c"
+    init_cluster(root, counter_air(tmp_path), 2)
+    with LocalCluster(root) as cluster:
+        cluster.send_many([(EVENT, add(owned[0], 2)), (EVENT, add(owned[1], 3))])
+        cluster.run_until_idle()
+    runner = CliRunner()
+    out = tmp_path / "p1.cells"
+    key = json.dumps(owned[1])
+    done = runner.invoke(app, ["cells", "export", str(root / "p1"), COUNTER, key, "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    refused = runner.invoke(app, ["cells", "import", str(root / "p0"), str(out), "--trust"])
+    assert refused.exit_code == 1
+    assert "partition 1 of 2 owns it, not this one (0)" in refused.output
+    with World.open(root / "p0", readonly=True) as p0:
+        assert p0.state(COUNTER, owned[1]) is None
+    again = runner.invoke(app, ["cells", "import", str(root / "p1"), str(out), "--force"])
+    assert again.exit_code == 0, again.output
+
+
+def test_an_upgrade_is_proposed_to_every_partition_then_applied_in_each(
+    tmp_path: Path, fixed_wasm: bytes
+) -> None:
+    from test_upgrade_apply import counter_air as versioned
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from world.cluster import upgrade_cluster
+    from world.gov import applied, proposals
+
+    owned = keys_owned_by(4)
+    root = tmp_path / "c"
+    init_cluster(root, versioned(tmp_path, "v1"), 4)
+    with LocalCluster(root) as cluster:
+        cluster.send_many([(EVENT, add(owned[i], 1)) for i in range(4)])
+        cluster.run_until_idle()
+    v2 = versioned(tmp_path, "v2", fixed_wasm)
+    # A partition that fails its apply half-way (here: its proposal applied by hand first
+    # in p0 only, as if the upgrade had stopped after p0).
+    with World.open(partition_dir(root, 0)) as p0:
+        from world.gov import apply, propose
+
+        made, _ = propose(p0, v2, "fix")
+        apply(p0, made.id)
+    info = CliRunner().invoke(app, ["cluster", "info", str(root)])
+    assert "the partitions run 2 AIRs" in info.output
+    rows = upgrade_cluster(root, v2, "fix")
+    assert rows[0] == {"partition": 0, "skipped": True}
+    assert all("applied" in row for row in rows[1:])
+    hashes = set()
+    for index in range(4):
+        with World.open(partition_dir(root, index), readonly=True) as world:
+            hashes.add(world.air.manifest_hash)
+            assert len(applied(world)) == 1  # one apply record per partition
+            assert len(proposals(world)) == 1
+    assert len(hashes) == 1
+    again = upgrade_cluster(root, v2, "fix")  # run again: every partition runs it already
+    assert all(row.get("skipped") for row in again)
+    with LocalCluster(root) as cluster:  # new steps run the fixed module; the world goes on
+        cluster.send_many([(EVENT, add(owned[i], 0)) for i in range(4)])
+        cluster.run_until_idle()
+    for index in range(4):
+        _verify(partition_dir(root, index))

@@ -1,15 +1,13 @@
-"""``world cluster``: the commands on a stopped cluster (every partition opened in the process)
-and, as a user runs them, ``up`` .. ``down`` on a local Ray the command starts."""
+"""``world cluster``: the commands on a stopped cluster (every partition opened in the process).
+``up`` .. ``down`` on a local Ray, in real processes: ``test_cli_subprocess.py``."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from test_cluster import FAN, fan_air, keys_owned_by
 from typer.testing import CliRunner
 
@@ -90,47 +88,3 @@ def test_a_damaged_partition_is_named_by_replay(tmp_path: Path) -> None:
     assert "p0: 1 records, 0 steps, ok" in out
     assert "p1: journal corrupt: " in out
     assert "1 partition(s) did not replay exactly" in out
-
-
-@pytest.mark.long
-def test_up_send_info_state_down_on_a_local_ray(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    owned = keys_owned_by(4)
-    root = tmp_path / "c"
-    cli("cluster", "init", root, "--air", fan_air(tmp_path / "air"), "--partitions", 4)
-
-    def world(*args: object) -> Any:
-        done = subprocess.run(
-            [WORLD, "cluster", *map(str, args), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-        return json.loads(done.stdout)
-
-    up = world("up", root, "--cpus", 2)
-    try:
-        assert up["ok"] is True
-        assert len({p["pid"] for p in up["partitions"]}) == 4
-        fan = {"a": owned[1], "b": owned[2], "c": owned[3]}
-        assert world("send", root, FAN, json.dumps(fan))["sent"][0]["partition"] == 0
-        for _ in range(600):  # until the partitions are idle and owe nothing
-            infos = world("info", root)["partitions"]
-            if sum(p["cells"] for p in infos) == 3 and not any(p["outbox_backlog"] for p in infos):
-                break
-        state = world("state", root, COUNTER, "--key", json.dumps(owned[3]))
-        assert state["state"] == {"count": 1, "events": 1}
-        refused = subprocess.run(
-            [WORLD, "cluster", "run", root], capture_output=True, text=True, check=False
-        )
-        assert refused.returncode == 1
-        assert "is up on Ray" in refused.stderr
-    finally:
-        world("down", root)
-    assert not (root / "up.json").exists()
-    assert json.loads(cli("cluster", "state", root, COUNTER, "--key", json.dumps(owned[1]))) == {
-        "count": 1,
-        "events": 1,
-    }

@@ -31,6 +31,7 @@ from world.cluster.ray import NAMESPACE, RayCluster, start_actors  # noqa: E402
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray.init(
+        address="local",  # a new instance, never one `world cluster up` started
         num_cpus=2,
         include_dashboard=False,
         namespace=NAMESPACE,

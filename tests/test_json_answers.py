@@ -42,7 +42,8 @@ NO_JSON: dict[str, str] = {
 # name -> (a failing invocation, a succeeding one or None). Placeholders: {w} a counter world,
 # {a} a world with two plan runs parked on approval, {b} an account world with a refused
 # withdrawal, {letter} that letter's id, {air} the counter's AIR, {none} a path that does not
-# exist, {new} a fresh path (a new one for each invocation).
+# exist, {new} a fresh path (a new one for each invocation), {c} a partitioned counter world of
+# two partitions (not up) with the cell a.
 ROWS: dict[str, tuple[list[str], list[str] | None]] = {
     "archive": (["archive", "{none}", "--to", "{new}"], ["archive", "{w}", "--to", "{new}"]),
     "cells export": (
@@ -118,6 +119,25 @@ ROWS: dict[str, tuple[list[str], list[str] | None]] = {
     "validate": (["validate", "{none}"], ["validate", "{air}"]),
     "ui": (["ui", "{none}"], None),  # it serves until stopped: tests/test_ui.py reads its line
     "why": (["why", "{w}", COUNTER, "nobody"], ["why", "{w}", COUNTER, "a"]),
+    "cluster init": (
+        ["cluster", "init", "{new}", "--air", "{none}", "--partitions", "2"],
+        ["cluster", "init", "{new}", "--air", "{air}", "--partitions", "2"],
+    ),
+    "cluster up": (["cluster", "up", "{none}"], None),  # Ray: tests/test_cluster_cli.py
+    "cluster down": (["cluster", "down", "{c}"], None),  # not up
+    "cluster send": (["cluster", "send", "{c}", EVENT, '{"no": 1}'], None),
+    "cluster run": (["cluster", "run", "{none}"], ["cluster", "run", "{c}"]),
+    "cluster state": (
+        ["cluster", "state", "{c}", COUNTER, "--key", "nobody"],
+        ["cluster", "state", "{c}", COUNTER, "--key", "a"],
+    ),
+    "cluster info": (["cluster", "info", "{none}"], ["cluster", "info", "{c}"]),
+    "cluster cells ls": (
+        ["cluster", "cells", "ls", "{none}", COUNTER],
+        ["cluster", "cells", "ls", "{c}", COUNTER],
+    ),
+    "cluster replay": (["cluster", "replay", "{none}"], ["cluster", "replay", "{c}"]),
+    "cluster upgrade": (["cluster", "upgrade", "{c}", "--air", "{none}"], None),
 }
 
 
@@ -175,8 +195,16 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         world.send(ACCOUNT_EVENT, {"key": "z", "op": {"$tag": "Withdraw", "$value": 1}})
         world.run_until_idle()
         (letter,) = world.kernel.dead_letters.letters
+    from world.cluster import LocalCluster, init_cluster
+
+    c = tmp / "c"
+    init_cluster(c, COUNTER_AIR, 2)
+    with LocalCluster(c) as cluster:
+        cluster.send_many([(EVENT, add("a", 2))])
+        cluster.run_until_idle()
     return {
         "w": str(w),
+        "c": str(c),
         "a": str(a),
         "b": str(b),
         "letter": letter.id,

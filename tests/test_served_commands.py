@@ -86,6 +86,12 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "reducer check": (NOT_A_WORLD, []),
     "reducer new": (NOT_A_WORLD, []),
     "sdk include": (NOT_A_WORLD, []),
+    **{
+        f"cluster {name}": (NOT_A_WORLD, [])  # a partitioned world's folder (world.cluster)
+        for name in ("init", "up", "down", "send", "run", "state", "info", "cells ls")
+    },
+    "cluster replay": (NOT_A_WORLD, []),
+    "cluster upgrade": (NOT_A_WORLD, []),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from world.cluster._layout import CLUSTER_FILE, Layout, Router, init_cluster, partition_dir
 from world.cluster._local import LocalCluster
 from world.cluster._node import FORWARD_BATCH, PartitionNode, forward, resync
+from world.cluster._upgrade import upgrade_cluster
 
 __all__ = [
     "CLUSTER_FILE",
@@ -23,4 +24,5 @@ __all__ = [
     "init_cluster",
     "partition_dir",
     "resync",
+    "upgrade_cluster",
 ]

@@ -67,6 +67,9 @@ this bounds how late a due timer or a retry of a failed forward is)."""
 RETRY_WAIT_S: Final = 0.5
 CONNECT_WAIT_S: Final = 60.0
 HEAD_STOP_WAIT_S: Final = 3.0
+RAY_TEMP_DIR: Final = "/tmp/ray"
+"""Ray's sessions, sockets and logs, whatever ``TMPDIR`` says: Ray's Unix socket paths go under
+it and may not exceed 107 bytes, which a deep ``TMPDIR`` (a test's scratch folder) did."""
 ACTOR_OPTIONS: Final[dict[str, Any]] = {
     "max_restarts": -1,
     "max_task_retries": -1,
@@ -473,6 +476,7 @@ def _start_head(layout: Layout, num_cpus: int, token_path: str) -> tuple[str, in
             f"--num-cpus={num_cpus}",
             "--include-dashboard=false",
             "--disable-usage-stats",
+            f"--temp-dir={RAY_TEMP_DIR}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -496,17 +500,18 @@ def _start_head(layout: Layout, num_cpus: int, token_path: str) -> tuple[str, in
 def _stop_head(pid: int | None) -> None:
     """Stop the Ray ``up`` started: SIGTERM to its process group, SIGKILL after
     ``HEAD_STOP_WAIT_S`` (Ray drains for 30 s otherwise; the actors closed their worlds
-    before, so nothing of ours is in it)."""
+    before, so nothing of ours is in it); returns once no process of the group is left."""
     if pid is None:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + HEAD_STOP_WAIT_S
-    while time.monotonic() < deadline:
+    for sig, wait_s in ((signal.SIGTERM, HEAD_STOP_WAIT_S), (signal.SIGKILL, 30.0)):
         try:
-            os.killpg(pid, 0)
+            os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
             return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.1)

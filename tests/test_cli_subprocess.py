@@ -795,10 +795,10 @@ def test_a_partitioned_world_from_init_to_replay_and_upgrade(tmp_path: Path) -> 
     assert sum(p["cells"] for p in info) == 4
     cells = world_json("cluster", "cells", "ls", root, COUNTER)["cells"]
     assert sorted(c["key"] for c in cells) == ["a", "b", "c", "d"]
-    v2 = tmp_path / "v2"
-    shutil.copytree(COUNTER_AIR, v2)
+    from worldkit import counter_with_plans
+
     extra = {"$kind": "defschema", "name": "demo/Note@1", "type": {"record": {"text": "text"}}}
-    (v2 / "note.air.json").write_text(json.dumps([extra]))
+    v2 = counter_with_plans(tmp_path / "v2", [], [extra])  # one schema more
     upgraded = world_json("cluster", "upgrade", root, "--air", v2)["partitions"]
     assert [row["partition"] for row in upgraded] == [0, 1, 2]
     assert all("applied" in row for row in upgraded)

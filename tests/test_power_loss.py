@@ -350,6 +350,76 @@ def fork(root: Path, acked: Acked) -> None:
     acked.facts["forked_through"] = forked.seq_through
 
 
+def owed_partitions(root: Path, acked: Acked) -> None:
+    """A partitioned counter world of two partitions; partition 0 journaled events for keys
+    of both (those of partition 1 are owed to it, not yet forwarded)."""
+    from test_cluster import keys_owned_by
+
+    from world.cluster import init_cluster
+
+    init_cluster(root / "c", COUNTER_AIR, 2)
+    owned = keys_owned_by(2)
+    sent = [(owned[i % 2], i + 1) for i in range(8)]
+    with World.open(root / "c" / "p0") as p0:
+        p0.send_many([(EVENT, add(key, n)) for key, n in sent])
+        _ack(acked, "c/p0", p0)
+    with World.open(root / "c" / "p1", readonly=True) as p1:
+        _ack(acked, "c/p1", p1)
+    totals: dict[str, int] = {}
+    for key, n in sent:
+        totals[key] = totals.get(key, 0) + n
+    acked.facts["totals"] = totals
+
+
+def forwarding(root: Path, acked: Acked) -> None:
+    """Both partitions run and partition 0 forwards what it owes: partition 1 journals the
+    events (one commit), then partition 0 journals that it has them (another)."""
+    from world.cluster import LocalCluster
+
+    with LocalCluster(root / "c") as cluster:
+        cluster.run_until_idle()
+        for node in cluster.nodes:
+            _ack(acked, f"c/p{node.index}", node.world)
+
+
+def check_forwarding(image: Path, acked: Acked) -> None:
+    """Both partitions open whole with what they acknowledged, and, run to the end, every
+    cell holds its events' sum: none lost, none taken twice, whichever commit the cut fell
+    between."""
+    from world.cluster import LocalCluster
+
+    check_worlds(image, acked)
+    with LocalCluster(image / "c") as cluster:
+        cluster.run_until_idle()
+        for key, total in acked.facts["totals"].items():
+            assert (cluster.state(COUNTER, key) or {}).get("count") == total, key
+    for index in range(2):
+        assert verify_world(image / "c" / f"p{index}").ok
+
+
+def cluster_init(root: Path, acked: Acked) -> None:
+    from world.cluster import init_cluster
+
+    init_cluster(root / "c", COUNTER_AIR, 3)
+    acked.facts["inited"] = True
+
+
+def check_cluster_init(image: Path, acked: Acked) -> None:
+    """A cluster whose ``cluster.json`` is there is whole: every partition opens, as the
+    partition its genesis record says; an acknowledged init left one."""
+    from world.cluster import Layout
+
+    if not (image / "c" / "cluster.json").exists():
+        assert not acked.facts.get("inited")
+        return
+    layout = Layout.read(image / "c")
+    for index, path in enumerate(layout.partitions()):
+        with World.open(path) as world:
+            assert [n for n in world.notices if "damaged" in n] == []
+            assert world.kernel.partition is not None
+            assert (world.kernel.partition.index, world.kernel.partition.count) == (index, 3)
+
+
 # --- checks -----------------------------------------------------------------------------------
 
 
@@ -447,6 +517,8 @@ SCENARIOS: dict[str, Scenario] = {
     "proposal": Scenario(air_v2, proposal, check_proposal),
     "apply": Scenario(upgrade_world, apply_run, check_upgrade),
     "cell_upgrade": Scenario(applied_world, cell_upgrade, check_upgrade),
+    "forwarding": Scenario(owed_partitions, forwarding, check_forwarding),
+    "cluster_init": Scenario(None, cluster_init, check_cluster_init),
 }
 
 

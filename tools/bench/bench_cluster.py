@@ -76,6 +76,45 @@ def partitioned(
     return took, infos
 
 
+def routing(folder: Path, count: int, sent: list[tuple[str, Any]], batch: int) -> dict[str, float]:
+    """Sends only (the partitions journal; their loops step meanwhile): through the router
+    actor, and straight from the client to the owners (``Router.home`` here)."""
+    import ray
+
+    from world.cluster import Layout, Router, init_cluster
+    from world.cluster.ray import RayCluster, start_actors
+
+    root = folder / f"r{count}"
+    init_cluster(root, AIR, count)
+    layout = Layout.read(root)
+    cluster = RayCluster(root, start_actors(layout, detached=False))
+    cluster.info()
+    router = Router(layout.air(), count)
+    times = {}
+    half = len(sent) // 2
+    start = time.perf_counter()
+    for at in range(0, half, batch):
+        cluster.send_many(sent[at : at + batch], [f"a{i}" for i in range(at, at + batch)])
+    times["router"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for at in range(half, 2 * half, batch):
+        chunk = sent[at : at + batch]
+        groups: dict[int, list[int]] = {}
+        for i, (schema, value) in enumerate(chunk):
+            groups.setdefault(router.home(schema, value), []).append(i)
+        refs = [
+            cluster.partition(home).send.remote(
+                [chunk[i] for i in mine], [f"b{at + i}" for i in mine]
+            )
+            for home, mine in groups.items()
+        ]
+        ray.get(refs)
+    times["direct"] = time.perf_counter() - start
+    cluster.wait_idle(poll_s=0.05)
+    cluster.close_actors()
+    return {k: half / v for k, v in times.items()}
+
+
 def cross_partition(folder: Path, n: int, keys: int) -> dict[str, float]:
     from air import cbor
     from kernel import owner_of
@@ -145,6 +184,13 @@ def main() -> None:
                 f"({cells} cells)",
                 flush=True,
             )
+        sends = routing(folder, 2, sent, args.batch)
+        results["sends_per_s"] = {k: round(v) for k, v in sends.items()}
+        print(
+            f"sends only, 2 partitions: through the router {sends['router']:,.0f} events/s, "
+            f"client to owners {sends['direct']:,.0f} events/s",
+            flush=True,
+        )
         ray.shutdown()
         cross = cross_partition(folder, args.cross_events, 1000)
         per_local = cross["local"] / args.cross_events * 1e6

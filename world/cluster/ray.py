@@ -49,7 +49,7 @@ from air.errors import UsageError
 from kernel import Outgoing
 from world._reading import key_cbor as _key_cbor
 from world.cluster._layout import Layout, Router, partition_dir
-from world.cluster._node import PartitionNode, resync
+from world.cluster._node import PartitionNode
 
 __all__ = [
     "NAMESPACE",
@@ -207,8 +207,7 @@ class PartitionActor:
                 with self._lock:
                     ran = node.cycle()
                 if not synced:
-                    with self._lock:
-                        resync(node, self._owner)
+                    self._resync(node)
                     synced = True
                 moved = self._forward(node)
             except Exception as exc:  # the world stopped (I/O, damage): say so, stop
@@ -218,6 +217,15 @@ class PartitionActor:
                 wait = RETRY_WAIT_S if self._peer_errors else IDLE_WAIT_S
                 self._wake.wait(wait)
                 self._wake.clear()
+
+    def _resync(self, node: PartitionNode) -> None:
+        """``world.cluster._node.resync``, asking each owner without holding the lock."""
+        with self._lock:
+            owners = list(node.partition.backlog())
+        for to in owners:
+            cursor = self._owner(to).cursor(self.index)
+            with self._lock:
+                node.delivered(to, cursor)
 
     def _forward(self, node: PartitionNode) -> int:
         """One batch to each owner; an owner that fails is retried next turn (its entries

@@ -78,10 +78,8 @@ def partitioned(
 
 def routing(folder: Path, count: int, sent: list[tuple[str, Any]], batch: int) -> dict[str, float]:
     """Sends only (the partitions journal; their loops step meanwhile): through the router
-    actor, and straight from the client to the owners (``Router.home`` here)."""
-    import ray
-
-    from world.cluster import Layout, Router, init_cluster
+    actor, and routed by the client straight to the owners (``send_many(direct=True)``)."""
+    from world.cluster import Layout, init_cluster
     from world.cluster.ray import RayCluster, start_actors
 
     root = folder / f"r{count}"
@@ -89,7 +87,6 @@ def routing(folder: Path, count: int, sent: list[tuple[str, Any]], batch: int) -
     layout = Layout.read(root)
     cluster = RayCluster(root, start_actors(layout, detached=False))
     cluster.info()
-    router = Router(layout.air(), count)
     times = {}
     half = len(sent) // 2
     start = time.perf_counter()
@@ -98,17 +95,8 @@ def routing(folder: Path, count: int, sent: list[tuple[str, Any]], batch: int) -
     times["router"] = time.perf_counter() - start
     start = time.perf_counter()
     for at in range(half, 2 * half, batch):
-        chunk = sent[at : at + batch]
-        groups: dict[int, list[int]] = {}
-        for i, (schema, value) in enumerate(chunk):
-            groups.setdefault(router.home(schema, value), []).append(i)
-        refs = [
-            cluster.partition(home).send.remote(
-                [chunk[i] for i in mine], [f"b{at + i}" for i in mine]
-            )
-            for home, mine in groups.items()
-        ]
-        ray.get(refs)
+        ids = [f"b{i}" for i in range(at, at + batch)]
+        cluster.send_many(sent[at : at + batch], ids, direct=True)
     times["direct"] = time.perf_counter() - start
     cluster.wait_idle(poll_s=0.05)
     cluster.close_actors()

@@ -264,22 +264,30 @@ class RouterActor:
         self, events: Sequence[tuple[str, Any]], ids: Sequence[str | None]
     ) -> list[tuple[int, int]]:
         """Each event to its home partition (one batch each); ``(partition, seq)`` of each."""
-        homes = [self.router.home(schema, value) for schema, value in events]
-        groups: dict[int, list[int]] = {}
-        for i, home in enumerate(homes):
-            groups.setdefault(home, []).append(i)
-        refs = {
-            home: self._peer(home).send.remote([events[i] for i in mine], [ids[i] for i in mine])
-            for home, mine in groups.items()
-        }
-        placed: list[tuple[int, int]] = [(0, 0)] * len(events)
-        for home, ref in refs.items():
-            for i, seq in zip(groups[home], _ray().get(ref), strict=True):
-                placed[i] = (home, seq)
-        return placed
+        return route(self.router, self._peer, events, ids)
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def route(
+    router: Router, partition: Any, events: Sequence[tuple[str, Any]], ids: Sequence[str | None]
+) -> list[tuple[int, int]]:
+    """Send each event to its home partition (``partition(i)``: its actor), one batch per
+    partition, all at once; ``(partition, seq)`` of each, in the order given."""
+    homes = [router.home(schema, value) for schema, value in events]
+    groups: dict[int, list[int]] = {}
+    for i, home in enumerate(homes):
+        groups.setdefault(home, []).append(i)
+    refs = {
+        home: partition(home).send.remote([events[i] for i in mine], [ids[i] for i in mine])
+        for home, mine in groups.items()
+    }
+    placed: list[tuple[int, int]] = [(0, 0)] * len(events)
+    for home, ref in refs.items():
+        for i, seq in zip(groups[home], _ray().get(ref), strict=True):
+            placed[i] = (home, seq)
+    return placed
 
 
 def _ray() -> Any:
@@ -330,12 +338,20 @@ class RayCluster:
         return self.actor(f"p{index}")
 
     def send_many(
-        self, events: Sequence[tuple[str, Any]], ids: Sequence[str | None] | None = None
+        self,
+        events: Sequence[tuple[str, Any]],
+        ids: Sequence[str | None] | None = None,
+        *,
+        direct: bool = False,
     ) -> list[tuple[int, int]]:
-        """Through the router; every event gets an id when it has none, so a retry after a
-        crash journals it once."""
+        """Through the router actor, or (``direct``) routed here, straight to the owners
+        (one hop less, and no single router for every client: BENCHMARKS.md, "Partitioned
+        worlds"). Every event gets an id when it has none, so a retry after a crash journals
+        it once."""
         given = list(ids) if ids is not None else [None] * len(events)
         ids = [i if i is not None else f"cluster:{uuid.uuid4().hex}" for i in given]
+        if direct:
+            return route(self._router, self.partition, list(events), ids)
         placed: list[tuple[int, int]] = _ray().get(
             self.actor("router").send.remote(list(events), ids)
         )

@@ -414,3 +414,71 @@ def test_an_upgrade_is_proposed_to_every_partition_then_applied_in_each(
         cluster.run_until_idle()
     for index in range(4):
         _verify(partition_dir(root, index))
+
+
+def fanning_reducer_air(folder: Path, keys: list[str]) -> Path:
+    """The counter world and a non-keyed reducer (hostile in volume: the most events a step
+    may emit) whose every step emits an ``Add`` of 1 to each of ``keys``."""
+    from worldkit import const_wasm, output
+
+    counter_with_plans(folder, [], [])
+    emitted = [(EVENT, add(key, 1)) for key in keys]
+    (folder / "fan.wasm").write_bytes(const_wasm(output({}, emitted)))
+    module_doc, manifest_doc = json.loads((folder / "counter.air.json").read_text())
+    manifest_doc["routing"]["events"].append({"event": "t/Go@1", "reducer": "t/Fan@1"})
+    (folder / "counter.air.json").write_text(json.dumps([module_doc, manifest_doc]))
+    docs = [
+        {"$kind": "defschema", "name": "t/Go@1", "type": {"record": {"n": "nat"}}},
+        {"$kind": "defschema", "name": "t/FanState@1", "type": {"record": {}}},
+        {
+            "$kind": "defmodule",
+            "name": "t/Fan@1",
+            "module_kind": "reducer",
+            "wasm": "fan.wasm",
+            "abi": {"reducer": {"state": "t/FanState@1", "event": "t/Go@1"}},
+        },
+    ]
+    (folder / "plans.air.json").write_text(json.dumps(docs))
+    return folder
+
+
+def test_a_step_emitting_the_most_events_a_step_may_to_every_partition_is_forwarded_once(
+    tmp_path: Path,
+) -> None:
+    from kernel._core import EVENTS_PER_STEP_MAX
+
+    keys = [f"h{i}" for i in range(EVENTS_PER_STEP_MAX)]
+    air = fanning_reducer_air(tmp_path / "air", keys)
+    init_cluster(tmp_path / "c", air, 4)
+    with LocalCluster(tmp_path / "c") as cluster:
+        cluster.send_many([("t/Go@1", {"n": 1}), ("t/Go@1", {"n": 2})])
+        cluster.run_until_idle()
+        assert {owner(k) for k in keys} == {0, 1, 2, 3}
+        for key in keys:
+            assert cluster.state(COUNTER, key) == {"count": 2, "events": 2}, key
+        step = next(
+            r for r in cluster.nodes[0].world.journal.read(0) if r.body.get("reducer") == "t/Fan@1"
+        )
+        assert len(step.body["events"]) == EVENTS_PER_STEP_MAX  # the step's record holds them
+    for index in range(4):
+        _verify(partition_dir(tmp_path / "c", index))
+
+
+def test_why_ends_at_a_forwarded_event_naming_the_partition_it_came_from(tmp_path: Path) -> None:
+    from world.history import why
+
+    owned = keys_owned_by(4)
+    init_cluster(tmp_path / "c", fan_air(tmp_path / "air"), 4)
+    with LocalCluster(tmp_path / "c") as cluster:
+        [(_p, fan_seq)] = cluster.send_many([(FAN, {"a": owned[1], "b": owned[2], "c": owned[3]})])
+        cluster.run_until_idle()
+    answer = why(partition_dir(tmp_path / "c", 2), COUNTER, owned[2])
+    assert [c.kind for c in answer.chain] == ["step", "event.in"]
+    assert answer.ends.startswith("forwarded from partition 0 (its record ")
+    # ... and in partition 0 that record is the plan's step that raised it, from the fan event.
+    seq = int(answer.ends.split("its record ")[1].split(",")[0])
+    with World.open(partition_dir(tmp_path / "c", 0), readonly=True) as p0:
+        raised = next(iter(p0.journal.read(seq)))
+        assert raised.kind == "plan.step"
+        started = next(r for r in p0.journal.read(0) if r.kind == "plan.started")
+        assert started.body["src"] == fan_seq

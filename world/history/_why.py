@@ -9,7 +9,8 @@ Every link is read from the journal, never guessed from timing:
   where it covers the journal), or by a later ``cell.upgraded`` that gave it a new state (the
   upgrade hook's), whose own cause is then that step;
 - a ``step``'s ``src`` is the record whose delivery it consumed: an ``event.in`` (sent from
-  outside: the chain ends there), a ``step`` that emitted the event (its own ``src`` next), a
+  outside, or forwarded by another partition of a partitioned world: the chain ends there,
+  naming the partition and its record), a ``step`` that emitted the event (its own ``src`` next), a
   ``plan.step`` that raised it (then the run's ``plan.started``, whose ``src`` is the record
   that journaled the run's trigger event), a ``receipt`` (an effect the cell asked for:
   ``sys/TimerFired@1`` & co.), or a ``deadletter.retried`` (then the ``step.failed`` that made
@@ -186,6 +187,10 @@ class _Walk:
             src = _read_one(self.journal, record.body.get("src"))
             if src is None:
                 return "the journal no longer holds the record it consumed"
+            if src.kind == "event.in" and "origin" in src.body:
+                ends = _forwarded(src.body["origin"])
+                chain.append(self._cause(src, "delivered it", ends))
+                return ends
             if src.kind == "event.in":
                 sent = src.body.get("id")
                 says = "sent from outside" + (f" with id {sent!r}" if sent is not None else "")
@@ -377,6 +382,16 @@ class _Names:
                     self.bound.setdefault(body["run_id"], []).append((record.seq, intent))
             elif kind == "plan.step" and body.get("op") == "await_event" and "event" in body:
                 self.awaited.setdefault(body["run_id"], []).append(record.seq)
+
+
+def _forwarded(origin: list[int]) -> str:
+    """How a chain ends at an event another partition forwarded (``kernel._partition``): its
+    cause is in that partition's journal, where ``world why`` goes on."""
+    source, seq, idx = origin
+    return (
+        f"forwarded from partition {source} (its record {seq}, delivery {idx}): the chain goes "
+        f"on in that partition, p{source}"
+    )
 
 
 def _letter_seq(letter_id: Any) -> int | None:

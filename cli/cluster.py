@@ -82,21 +82,31 @@ def up(
         typer.Option("--address", help="A Ray cluster's address (default: start a local one)"),
     ] = None,
     cpus: Annotated[int | None, typer.Option("--cpus", help="CPUs of a local Ray")] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared",
+            help="DIR is on storage every node mounts: partitions are not pinned to a node, "
+            "and one whose node dies restarts on another",
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Start a Ray actor per partition and a router (detached: they run until `down`)."""
+    """Start a Ray actor per partition and a router (detached: they run until `down`). By
+    default partition i is pinned to the i-th node, whose own disk holds DIR/p<i>."""
     from world.cluster.ray import RayCluster, cluster_up
 
     with handle_errors(json_output):
-        started = cluster_up(directory, address, cpus)
+        started = cluster_up(directory, address, cpus, "shared" if shared else "local")
         infos = RayCluster(directory).info()
     failed = [i for i in infos if not i["ok"]]
     if json_output:
         emit_json({"ok": not failed, **started, "partitions": infos})
         return
     console.print(f"up on Ray at {started['address']}: {len(infos)} partitions")
-    for info in failed:
-        console.print(f"partition {info['partition']} stopped: {info['failure']}")
+    for info in infos:
+        said = "runs" if info["ok"] else f"stopped: {info['failure']}"
+        console.print(f"p{info['partition']} {said} on node {info['node']} (pid {info['pid']})")
 
 
 @app.command("down")

@@ -20,10 +20,15 @@ whose directory cannot be opened does not restart in a loop: its actor stays up 
 every call with the error a single world gives for that directory (``failure``); the others
 go on, and what they owe it waits in their outboxes.
 
-Placement. Partitions are spread over the nodes (``SPREAD``); each opens ``<dir>/p<i>`` on the
-node it lands on, so ``<dir>`` must be at the same path on every node: storage every node
-mounts (NFS and the like) lets a partition move when its node dies. On one machine this is the
-local disk. Nothing is replicated by us: durability is the disk's (``fsync``).
+Placement (``placement``). Each partition opens ``<dir>/p<i>`` on the machine it runs on, so
+``<dir>`` is at the same path on every machine. ``local`` (the default: each machine's own disk)
+pins partition ``i`` to the ``i``-th machine, one partition per machine while there are as many,
+and for good: Ray restarts it there, and while that machine is down the partition waits for it
+(the others go on; what they owe it waits in their outboxes); its directory must be on that
+machine (``up`` prints where each partition runs). ``shared`` (storage every machine mounts)
+pins none: partitions are spread, and one whose machine dies restarts on another and reopens
+its directory there. On one machine both are the local disk. Nothing is replicated by us:
+durability is the disk's (``fsync``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any, Final
 
 from air.errors import UsageError
 from kernel import Outgoing
+from world._fsutil import atomic_write
 from world._reading import key_cbor as _key_cbor
 from world.cluster._layout import Layout, Router, partition_dir
 from world.cluster._node import PartitionNode
@@ -67,6 +73,10 @@ this bounds how late a due timer or a retry of a failed forward is)."""
 RETRY_WAIT_S: Final = 0.5
 CONNECT_WAIT_S: Final = 60.0
 HEAD_STOP_WAIT_S: Final = 3.0
+PLACEMENTS: Final = ("local", "shared")
+PIN_SHARE: Final = 0.001
+"""How much of a machine's ``node:<address>`` resource a pinned partition asks: any share
+pins it there, and a thousand partitions fit on one machine."""
 RAY_TEMP_DIR: Final = "/tmp/ray"
 """Ray's sessions, sockets and logs, whatever ``TMPDIR`` says: Ray's Unix socket paths go under
 it and may not exceed 107 bytes, which a deep ``TMPDIR`` (a test's scratch folder) did."""
@@ -144,7 +154,13 @@ class PartitionActor:
             return found
 
     def info(self) -> dict[str, Any]:
-        base: dict[str, Any] = {"partition": self.index, "pid": os.getpid()}
+        ray = _ray()
+        base: dict[str, Any] = {
+            "partition": self.index,
+            "pid": os.getpid(),
+            "node": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
         if self.node is None:
             return {**base, "ok": False, "failure": self.failure}
         with self._lock:
@@ -298,19 +314,41 @@ def _ray() -> Any:
     return ray
 
 
-def start_actors(layout: Layout, *, detached: bool) -> list[Any]:
+def placement(layout: Layout, mode: str = "local") -> list[str | None]:
+    """Per partition, the address of the machine it is pinned to: ``local`` (a directory on
+    each machine's own disk) pins partition ``i`` to the ``i``-th machine of Ray's live nodes
+    (by address, in order) modulo their number, by Ray's ``node:<address>`` resource, so a
+    restart goes back to that machine, and while it is down the partition waits for it (a node
+    id would not do: a machine that comes back is a new node); ``shared`` (a directory every
+    machine mounts) pins none, so a partition restarts wherever Ray has room (None each)."""
+    if mode not in PLACEMENTS:
+        raise UsageError(f"placement {mode!r}: one of {', '.join(PLACEMENTS)}")
+    if mode == "shared":
+        return [None] * layout.count
+    machines = sorted({node["NodeManagerAddress"] for node in _ray().nodes() if node["Alive"]})
+    return [machines[i % len(machines)] for i in range(layout.count)]
+
+
+def start_actors(
+    layout: Layout, *, detached: bool, nodes: Sequence[str | None] | None = None
+) -> list[Any]:
     """Create the partition actors and the router (Ray must be initialised); their handles.
-    Actors that are not ``detached`` live while a handle does (keep the list)."""
+    Actors that are not ``detached`` live while a handle does (keep the list). ``nodes``: the
+    machine each partition is pinned to (``placement``; None, or no list: spread, not
+    pinned)."""
     lifetime = {"lifetime": "detached"} if detached else {}
     root = str(layout.root.resolve())
     handles = []
     ray = _ray()
     partition_class, router_class = ray.remote(PartitionActor), ray.remote(RouterActor)
     for index in range(layout.count):
+        node = None if nodes is None else nodes[index]
+        pinned = {} if node is None else {"resources": {f"node:{node}": PIN_SHARE}}
         handle = partition_class.options(
             name=actor_name(layout.id, f"p{index}"),
             namespace=NAMESPACE,
             scheduling_strategy="SPREAD",
+            **pinned,
             **ACTOR_OPTIONS,
             **lifetime,
         ).remote(root, index, layout.id)
@@ -423,14 +461,19 @@ def connect(address: str, token_path: str | None = None) -> None:
 
 
 def cluster_up(
-    root: Path, address: str | None = None, num_cpus: int | None = None
+    root: Path,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    placement_mode: str = "local",
 ) -> dict[str, Any]:
     """Start the actors of the cluster at ``root`` on the Ray instance at ``address`` (a new
-    local one, kept running in the background until ``cluster_down``, when None); what it
-    wrote in ``up.json``."""
+    local one, kept running in the background until ``cluster_down``, when None), placed by
+    ``placement_mode`` (``placement``); what it wrote in ``up.json``."""
     layout = Layout.read(root)
     if layout.up() is not None:
         raise UsageError(f"{root} is up already ({layout.up_file}); world cluster down first")
+    if placement_mode not in PLACEMENTS:
+        raise UsageError(f"placement {placement_mode!r}: one of {', '.join(PLACEMENTS)}")
     up: dict[str, Any] = {"address": address, "head_pid": None, "token_path": None}
     if address is None:
         up["token_path"] = str(_token_file(layout))
@@ -439,13 +482,15 @@ def cluster_up(
         )
     try:
         connect(up["address"], up["token_path"])
-        start_actors(layout, detached=True)
+        up["placement"] = placement_mode
+        up["nodes"] = placement(layout, placement_mode)
+        start_actors(layout, detached=True, nodes=up["nodes"])
         client = RayCluster(root)
         client.info()  # every partition has opened its world (or said why not)
     except BaseException:
         _stop_head(up.get("head_pid"))
         raise
-    layout.up_file.write_text(json.dumps(up))
+    atomic_write(layout.up_file, json.dumps(up).encode())
     return up
 
 

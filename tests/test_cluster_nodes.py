@@ -1,0 +1,69 @@
+"""A partitioned world over two Ray nodes (``ray.cluster_utils.Cluster``: two raylets on this
+machine, as two machines would be): partitions spread over both with ``shared`` placement; one
+node dies in the middle of the sends, its partitions restart on the other node and reopen their
+directories there, and nothing acknowledged is lost or applied twice. Long: two raylets take
+~20 s to start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cluster import _verify, counter_air, workload
+
+from world import World
+from world.cluster import Layout, init_cluster, partition_dir
+
+from worldkit import COUNTER
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+from world.cluster.ray import NAMESPACE, RayCluster, placement, start_actors  # noqa: E402
+
+pytestmark = pytest.mark.long
+
+NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+
+
+def test_a_partition_whose_node_dies_restarts_on_the_other_with_shared_placement(
+    tmp_path: Path,
+) -> None:
+    air = counter_air(tmp_path)
+    events = workload(2000, 60, seed=11)
+    with World.create(tmp_path / "one", air) as one:
+        one.send_many(events)
+        one.run_until_idle()
+        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    root = tmp_path / "c"
+    init_cluster(root, air, 4)
+    nodes = cluster_utils.Cluster(
+        initialize_head=True, head_node_args={**NODE, "include_dashboard": False}
+    )
+    try:
+        worker = nodes.add_node(**NODE)
+        ray.init(address=nodes.address, namespace=NAMESPACE, log_to_driver=False)
+        layout = Layout.read(root)
+        assert placement(layout, "shared") == [None] * 4
+        cluster = RayCluster(root, start_actors(layout, detached=False, nodes=None))
+        before = {i["partition"]: i for i in cluster.info()}
+        on_worker = [p for p, i in before.items() if i["node_id"] == worker.node_id]
+        assert on_worker, "spread placed no partition on the second node"
+        cluster.send_many(events[:1000])
+        nodes.remove_node(worker)  # its partitions' processes die with it
+        cluster.send_many(events[1000:])
+        after = {i["partition"]: i for i in cluster.wait_idle()}
+        assert all(i["ok"] for i in after.values())
+        for p in on_worker:  # restarted on the head node, from their directories
+            assert after[p]["node_id"] != worker.node_id
+            assert after[p]["pid"] != before[p]["pid"]
+        cluster.close_actors()
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+    found: dict[str, object] = {}
+    for index in range(4):
+        with World.open(partition_dir(root, index), readonly=True) as world:
+            found.update({json.dumps(c.key): c.state for c in world.cells(COUNTER)})
+        _verify(partition_dir(root, index))
+    assert found == expected

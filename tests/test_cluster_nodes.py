@@ -19,7 +19,14 @@ from worldkit import COUNTER
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
-from world.cluster.ray import NAMESPACE, RayCluster, placement, start_actors  # noqa: E402
+from world.cluster.ray import (  # noqa: E402
+    NAMESPACE,
+    RayCluster,
+    disconnect,
+    placement,
+    signal_handlers_kept,
+    start_actors,
+)
 
 pytestmark = pytest.mark.long
 
@@ -42,7 +49,8 @@ def test_a_partition_whose_node_dies_restarts_on_the_other_with_shared_placement
     )
     try:
         worker = nodes.add_node(**NODE)
-        ray.init(address=nodes.address, namespace=NAMESPACE, log_to_driver=False)
+        with signal_handlers_kept():
+            ray.init(address=nodes.address, namespace=NAMESPACE, log_to_driver=False)
         layout = Layout.read(root)
         assert placement(layout, "shared") == [None] * 4
         cluster = RayCluster(root, start_actors(layout, detached=False, nodes=None))
@@ -59,8 +67,9 @@ def test_a_partition_whose_node_dies_restarts_on_the_other_with_shared_placement
             assert after[p]["pid"] != before[p]["pid"]
         cluster.close_actors()
     finally:
-        ray.shutdown()
-        nodes.shutdown()
+        disconnect()
+        with signal_handlers_kept():
+            nodes.shutdown()
     found: dict[str, object] = {}
     for index in range(4):
         with World.open(partition_dir(root, index), readonly=True) as world:

@@ -25,22 +25,29 @@ from world.cluster import init_cluster, partition_dir
 from worldkit import COUNTER, EVENT, add
 
 ray = pytest.importorskip("ray")
-from world.cluster.ray import NAMESPACE, RayCluster, start_actors  # noqa: E402
+from world.cluster.ray import (  # noqa: E402
+    NAMESPACE,
+    RayCluster,
+    disconnect,
+    signal_handlers_kept,
+    start_actors,
+)
 
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(
-        address="local",  # a new instance, never one `world cluster up` started
-        num_cpus=2,
-        include_dashboard=False,
-        namespace=NAMESPACE,
-        object_store_memory=80 * 1024 * 1024,
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
+    with signal_handlers_kept():  # wasm traps in this process stay exceptions
+        ray.init(
+            address="local",  # a new instance, never one `world cluster up` started
+            num_cpus=2,
+            include_dashboard=False,
+            namespace=NAMESPACE,
+            object_store_memory=80 * 1024 * 1024,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
     yield
-    ray.shutdown()
+    disconnect()
 
 
 def up(root: Path) -> RayCluster:
@@ -150,3 +157,77 @@ def test_a_damaged_partition_says_what_a_single_world_says_and_the_others_go_on(
         assert cluster.state(COUNTER, owned[3]) == {"count": 4, "events": 1}
     finally:
         cluster.close_actors()
+
+
+def test_a_trapping_reducer_is_a_dead_letter_on_ray_and_in_this_process_after_it(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """A reducer's ``unreachable`` is a ``step.failed`` in a partition actor (Ray's crash
+    handlers are there before the actor's wasm engine, whose handlers go over them), and in
+    this process after Ray started here (the order that killed a process: the next test)."""
+    from worldkit import body_wasm, manifest, module, schema, write_world_air
+
+    air = write_world_air(
+        tmp_path / "air",
+        {"t/Trap@1": body_wasm("unreachable")},
+        [
+            schema("t/E@1", {"record": {"k": "text"}}),
+            schema("t/S@1", {"record": {}}),
+            module("t/Trap@1", "t/S@1", "t/E@1", "text"),
+            manifest([{"event": "t/E@1", "reducer": "t/Trap@1", "key_field": "k"}]),
+        ],
+    )
+    root = tmp_path / "c"
+    init_cluster(root, air, 2)
+    cluster = up(root)
+    try:
+        cluster.send_many([("t/E@1", {"k": f"k{i}"}) for i in range(6)])
+        infos = cluster.wait_idle()
+        assert all(i["ok"] for i in infos), infos
+        assert sum(i["steps_failed"] for i in infos) == 6
+    finally:
+        cluster.close_actors()
+    with World.create(tmp_path / "one", air) as one:  # here, after ray.init in this process
+        one.send("t/E@1", {"k": "a"})
+        one.run_until_idle()
+        assert one.info()["steps_failed"] == 1
+
+
+TRAPS_AROUND_RAY = """
+import sys, wasmtime
+from world.cluster.ray import disconnect, signal_handlers_kept
+import ray
+
+wasm = wasmtime.wat2wasm('(module (func (export "f") unreachable))')
+engine = wasmtime.Engine()  # wasmtime's fault handlers are installed now, before Ray's
+
+
+def trap(when):
+    store = wasmtime.Store(engine)
+    instance = wasmtime.Instance(store, wasmtime.Module(engine, wasm), [])
+    try:
+        instance.exports(store)["f"](store)
+    except wasmtime.Trap:
+        print("trap " + when, flush=True)
+
+
+trap("before")
+with signal_handlers_kept():
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+trap("after init")
+disconnect()
+trap("after shutdown")
+"""
+
+
+def test_a_wasm_trap_stays_an_exception_in_a_process_that_started_ray() -> None:
+    """In a fresh process, a wasm engine first, then Ray: without ``signal_handlers_kept``
+    the trap after ``ray.init`` was a SIGILL that killed the process (a CI worker died so)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", TRAPS_AROUND_RAY], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["trap before", "trap after init", "trap after shutdown"]

@@ -154,14 +154,17 @@ def main() -> None:
         results["one_world_s"] = round(took, 2)
         results["one_world_events_per_s"] = round(args.events / took)
         print(f"one world: {took:.2f} s, {args.events / took:,.0f} events/s", flush=True)
-        ray.init(
-            address="local",
-            num_cpus=args.cpus,
-            include_dashboard=False,
-            logging_level="ERROR",
-            log_to_driver=False,
-            object_store_memory=200 * 1024 * 1024,
-        )
+        from world.cluster.ray import disconnect, signal_handlers_kept
+
+        with signal_handlers_kept():
+            ray.init(
+                address="local",
+                num_cpus=args.cpus,
+                include_dashboard=False,
+                logging_level="ERROR",
+                log_to_driver=False,
+                object_store_memory=200 * 1024 * 1024,
+            )
         for count in args.partitions:
             took, infos = partitioned(folder, count, sent, args.batch)
             results[f"p{count}_s"] = round(took, 2)
@@ -179,7 +182,7 @@ def main() -> None:
             f"client to owners {sends['direct']:,.0f} events/s",
             flush=True,
         )
-        ray.shutdown()
+        disconnect()
         cross = cross_partition(folder, args.cross_events, 1000)
         per_local = cross["local"] / args.cross_events * 1e6
         per_cross = cross["cross"] / args.cross_events * 1e6

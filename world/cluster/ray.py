@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,11 +59,18 @@ from world.cluster._node import PartitionNode
 
 __all__ = [
     "NAMESPACE",
+    "PLACEMENTS",
     "PartitionActor",
     "RayCluster",
     "RouterActor",
     "cluster_down",
     "cluster_up",
+    "connect",
+    "disconnect",
+    "placement",
+    "route",
+    "signal_handlers_kept",
+    "start_actors",
 ]
 
 NAMESPACE: Final = "world-cluster"
@@ -77,6 +84,8 @@ PLACEMENTS: Final = ("local", "shared")
 PIN_SHARE: Final = 0.001
 """How much of a machine's ``node:<address>`` resource a pinned partition asks: any share
 pins it there, and a thousand partitions fit on one machine."""
+SIGACTION_BYTES: Final = 256
+"""Room for a C ``struct sigaction`` (152 bytes on x86-64 and arm64 Linux)."""
 RAY_TEMP_DIR: Final = "/tmp/ray"
 """Ray's sessions, sockets and logs, whatever ``TMPDIR`` says: Ray's Unix socket paths go under
 it and may not exceed 107 bytes, which a deep ``TMPDIR`` (a test's scratch folder) did."""
@@ -444,6 +453,43 @@ class RayCluster:
 # --- up and down (the CLI's) --------------------------------------------------------------------
 
 
+FAULT_SIGNALS: Final = ("SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE", "SIGTRAP")
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put the process's handlers of the fault signals back as they were after the block.
+
+    wasmtime turns a reducer's trap into an exception with its own handlers of these signals
+    (a trap is a SIGILL or SIGSEGV in the wasm code); ``ray.init`` and ``ray.shutdown`` put Ray's
+    crash reporters over them, and the next trap in this process killed it (an ``unreachable``
+    in a reducer: "Illegal instruction"). So every ``ray.init`` and ``ray.shutdown`` of ours
+    runs inside this. Python's ``signal`` module sees only handlers written in Python, so the
+    C ``sigaction`` structures are saved and restored whole (``ctypes``; where there is no
+    ``sigaction``, nothing is kept). A partition actor needs none of it: Ray's handlers are
+    there before its world creates a wasm engine, whose handlers then go over them."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        sigaction = libc.sigaction
+    except (OSError, AttributeError):
+        yield
+        return
+    saved = []
+    for name in FAULT_SIGNALS:
+        number = getattr(signal, name, None)
+        state = ctypes.create_string_buffer(SIGACTION_BYTES)
+        if number is not None and sigaction(int(number), None, state) == 0:
+            saved.append((int(number), state))
+    try:
+        yield
+    finally:
+        for number, state in saved:
+            sigaction(number, state, None)
+
+
 def connect(address: str, token_path: str | None = None) -> None:
     """Join the Ray instance at ``address`` as a driver; ``token_path``: the file holding the
     token of a Ray that ``cluster_up`` started (Ray's token authentication)."""
@@ -451,13 +497,20 @@ def connect(address: str, token_path: str | None = None) -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
     if not _ray().is_initialized():
-        _ray().init(
-            address=address,
-            namespace=NAMESPACE,
-            logging_level=logging.ERROR,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        with signal_handlers_kept():
+            _ray().init(
+                address=address,
+                namespace=NAMESPACE,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+
+
+def disconnect() -> None:
+    """``ray.shutdown``, keeping the process's fault handlers (``signal_handlers_kept``)."""
+    with signal_handlers_kept():
+        _ray().shutdown()
 
 
 def cluster_up(
@@ -503,7 +556,7 @@ def cluster_down(root: Path) -> None:
         connect(up["address"], up.get("token_path"))
         RayCluster(root).close_actors()
     finally:
-        _ray().shutdown()
+        disconnect()
         _stop_head(up.get("head_pid"))
         layout.up_file.unlink(missing_ok=True)
 

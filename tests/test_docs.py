@@ -11,7 +11,8 @@ background are killed when it ends. A block that uses ``$W`` without setting it 
 counter world there. Files a block reads but does not write (``events.jsonl``) are in
 ``FILES``.
 
-A few lines are not run as written; ``NOT_RUN`` says which and why (installing is what CI does
+A block that starts a Ray instance runs in the long variants (``LONG_BLOCKS``), every other in
+the main suite. A few lines are not run as written; ``NOT_RUN`` says which and why (installing is what CI does
 before the suite; the suite itself). A test checks that each of them is still in the docs, so
 the list cannot hide a line that changed.
 """
@@ -78,6 +79,14 @@ def _blocks() -> list[tuple[str, int, list[str]]]:
 
 
 BLOCKS = _blocks()
+LONG_BLOCKS: dict[str, str] = {
+    "world cluster up": "it starts a Ray instance of its own (~25 s): the long variants run it",
+}
+"""A block with one of these commands runs with ``-m long`` (``.ci/run`` runs both), and why."""
+
+
+def _marks(lines: list[str]) -> list[pytest.MarkDecorator]:
+    return [pytest.mark.long] if any(c in "\n".join(lines) for c in LONG_BLOCKS) else []
 
 
 def _code(line: str) -> str:
@@ -112,7 +121,9 @@ def _script(lines: list[str], scratch: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    ("doc", "fence", "lines"), BLOCKS, ids=[f"{doc}:{fence}" for doc, fence, _ in BLOCKS]
+    ("doc", "fence", "lines"),
+    [pytest.param(*block, marks=_marks(block[2])) for block in BLOCKS],
+    ids=[f"{doc}:{fence}" for doc, fence, _ in BLOCKS],
 )
 def test_the_command_block_runs(doc: str, fence: int, lines: list[str], tmp_path: Path) -> None:
     scratch = tmp_path

@@ -482,3 +482,16 @@ def test_why_ends_at_a_forwarded_event_naming_the_partition_it_came_from(tmp_pat
         assert raised.kind == "plan.step"
         started = next(r for r in p0.journal.read(0) if r.kind == "plan.started")
         assert started.body["src"] == fan_seq
+
+
+def test_a_partition_is_not_migrated_to_cells(tmp_path: Path) -> None:
+    """A migration writes a new genesis: the partition would stop being one."""
+    from world.errors import MigrationRefused
+    from world.moves import migrate_cells
+
+    from worldkit import ROOT
+
+    init_cluster(tmp_path / "c", ROOT / "manifests" / "counter_v1", 2)
+    with pytest.raises(MigrationRefused, match="a partition of a partitioned world"):
+        migrate_cells(partition_dir(tmp_path / "c", 0), COUNTER, "key")
+    assert (partition_dir(tmp_path / "c", 0) / "journal").is_dir()  # untouched

@@ -215,6 +215,14 @@ def plan_migration(world: World, reducer: str, key_field: str) -> MigrationPlan:
         raise UnknownName("reducer", reducer, sorted(air.modules))
     if module.key_schema is not None:
         raise MigrationRefused(reducer, "it is keyed already")
+    if world.kernel.partition is not None:
+        # A migrated world is a new journal from a new genesis: it would stop being a
+        # partition, and every key would land in it whoever owns it (``kernel._partition``).
+        raise MigrationRefused(
+            reducer,
+            "the world is a partition of a partitioned world; migrate the world before "
+            "partitioning it",
+        )
     state_name = module.abi.reducer.state
     state_type = resolve(Ref(state_name), air.schemas)
     if not isinstance(state_type, MapT):

@@ -608,6 +608,14 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         table.add_row(
             f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"
         )
+    part = data.get("partition")
+    if part is not None:
+        owed = sum(part["outbox"].values())
+        table.add_row(
+            "partition",
+            f"{part['index']} of {part['count']}; owes {owed} event(s) to others "
+            "(world cluster run or up forwards them)",
+        )
     console.print(table)
     for letter in data["dead_letters"]:
         console.print(

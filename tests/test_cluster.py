@@ -495,3 +495,27 @@ def test_a_partition_is_not_migrated_to_cells(tmp_path: Path) -> None:
     with pytest.raises(MigrationRefused, match="a partition of a partitioned world"):
         migrate_cells(partition_dir(tmp_path / "c", 0), COUNTER, "key")
     assert (partition_dir(tmp_path / "c", 0) / "journal").is_dir()  # untouched
+
+
+def test_world_info_of_a_partition_says_which_it_is_and_what_it_owes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    owned = keys_owned_by(2)
+    init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
+    with World.open(partition_dir(tmp_path / "c", 0)) as p0:
+        p0.send(EVENT, add(owned[1], 5))
+    runner = CliRunner()
+    done = runner.invoke(app, ["info", str(tmp_path / "c" / "p0"), "--json"])
+    assert json.loads(done.stdout)["partition"] == {
+        "index": 0,
+        "count": 2,
+        "outbox": {"1": 1},
+        "cursors": {},
+    }
+    shown = runner.invoke(app, ["info", str(tmp_path / "c" / "p0")]).stdout
+    assert "0 of 2; owes 1 event(s) to others" in shown
+    plain = tmp_path / "plain"
+    World.create(plain, counter_air(tmp_path / "x")).close()
+    assert "partition" not in json.loads(runner.invoke(app, ["info", str(plain), "--json"]).stdout)

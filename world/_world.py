@@ -495,6 +495,14 @@ class World:
         data = _reading.info(self)
         data["runs_failed"] = self.kernel.plans.failed_total  # derived: ``kernel._runs``
         data.update(self.kernel.dead_letters.counts())  # steps_failed, dead_letters_kept
+        part = self.kernel.partition
+        if part is not None:  # one partition of a partitioned world (``world.cluster``)
+            data["partition"] = {
+                "index": part.index,
+                "count": part.count,
+                "outbox": {str(to): n for to, n in part.backlog().items()},
+                "cursors": {str(s): list(c) for s, c in sorted(part.cursors.items())},
+            }
         return data
 
     def retry_dead_letter(self, letter_id: str) -> int:

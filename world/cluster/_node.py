@@ -99,14 +99,14 @@ class PartitionNode:
             self.world.outbox_delivered(to, cursor)
 
     def info(self) -> dict[str, Any]:
-        """The world's ``info`` with this partition's index, backlog and cursors."""
+        """The world's ``info`` (its ``partition``: index, count, outbox, cursors), with the
+        index, the count and the entries owed in all at the top."""
         data = self.world.info()
-        part = self.partition
-        data["partition"] = part.index
-        data["partitions"] = part.count
-        data["outbox"] = {str(to): n for to, n in part.backlog().items()}
-        data["outbox_backlog"] = sum(part.backlog().values())
-        data["cursors"] = {str(s): list(c) for s, c in sorted(part.cursors.items())}
+        mine = data["partition"]
+        data["partitions"] = mine["count"]
+        data["outbox"], data["cursors"] = mine["outbox"], mine["cursors"]
+        data["outbox_backlog"] = sum(mine["outbox"].values())
+        data["partition"] = mine["index"]
         return data
 
     def close(self) -> None:

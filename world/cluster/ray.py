@@ -92,11 +92,12 @@ it and may not exceed 107 bytes, which a deep ``TMPDIR`` (a test's scratch folde
 ACTOR_OPTIONS: Final[dict[str, Any]] = {
     "max_restarts": -1,
     "max_task_retries": -1,
-    "num_cpus": 0,
+    "num_cpus": 0.001,
     "max_concurrency": 8,
 }
-"""``num_cpus`` 0: a partition mostly waits on its disk; Ray's CPU count would otherwise cap
-partitions at one per core."""
+"""``num_cpus``: a thousandth of a core, so a thousand partitions fit on one (a partition
+mostly waits on its disk; a whole CPU each would cap them at one per core), and a node that
+offers no CPU (a head kept for drivers) hosts none."""
 
 
 def actor_name(cluster_id: str, what: str) -> str:
@@ -323,41 +324,48 @@ def _ray() -> Any:
     return ray
 
 
-def placement(layout: Layout, mode: str = "local") -> list[str | None]:
-    """Per partition, the address of the machine it is pinned to: ``local`` (a directory on
-    each machine's own disk) pins partition ``i`` to the ``i``-th machine of Ray's live nodes
-    (by address, in order) modulo their number, by Ray's ``node:<address>`` resource, so a
-    restart goes back to that machine, and while it is down the partition waits for it (a node
-    id would not do: a machine that comes back is a new node); ``shared`` (a directory every
-    machine mounts) pins none, so a partition restarts wherever Ray has room (None each)."""
+def placement(layout: Layout, mode: str = "local") -> list[dict[str, str] | None]:
+    """Where each partition runs, one entry per partition:
+
+    - ``local`` (a directory on each machine's own disk): ``{"machine": address}``, the live
+      machines taken in turn, pinned to that machine for good by Ray's ``node:<address>``
+      resource, so a restart goes back there and, while it is down, waits for it (a node id
+      would not do: a machine that comes back is a new node);
+    - ``shared`` (a directory every machine mounts): None, not pinned: Ray spreads the
+      partitions, and one whose node dies restarts on another (soft node affinity was tried
+      for an even start: Ray put such actors on another node as often as not)."""
     if mode not in PLACEMENTS:
         raise UsageError(f"placement {mode!r}: one of {', '.join(PLACEMENTS)}")
     if mode == "shared":
         return [None] * layout.count
-    machines = sorted({node["NodeManagerAddress"] for node in _ray().nodes() if node["Alive"]})
-    return [machines[i % len(machines)] for i in range(layout.count)]
+    alive = [node for node in _ray().nodes() if node["Alive"]]
+    machines = sorted({node["NodeManagerAddress"] for node in alive})
+    return [{"machine": machines[i % len(machines)]} for i in range(layout.count)]
+
+
+def _placed(where: dict[str, str] | None) -> dict[str, Any]:
+    """The actor options of a ``placement`` entry (None: spread, not pinned)."""
+    if where is None:
+        return {"scheduling_strategy": "SPREAD"}
+    return {"scheduling_strategy": "SPREAD", "resources": {f"node:{where['machine']}": PIN_SHARE}}
 
 
 def start_actors(
-    layout: Layout, *, detached: bool, nodes: Sequence[str | None] | None = None
+    layout: Layout, *, detached: bool, nodes: Sequence[dict[str, str] | None] | None = None
 ) -> list[Any]:
     """Create the partition actors and the router (Ray must be initialised); their handles.
-    Actors that are not ``detached`` live while a handle does (keep the list). ``nodes``: the
-    machine each partition is pinned to (``placement``; None, or no list: spread, not
-    pinned)."""
+    Actors that are not ``detached`` live while a handle does (keep the list). ``nodes``: where
+    each partition runs (``placement``; no list: spread, not pinned)."""
     lifetime = {"lifetime": "detached"} if detached else {}
     root = str(layout.root.resolve())
     handles = []
     ray = _ray()
     partition_class, router_class = ray.remote(PartitionActor), ray.remote(RouterActor)
     for index in range(layout.count):
-        node = None if nodes is None else nodes[index]
-        pinned = {} if node is None else {"resources": {f"node:{node}": PIN_SHARE}}
         handle = partition_class.options(
             name=actor_name(layout.id, f"p{index}"),
             namespace=NAMESPACE,
-            scheduling_strategy="SPREAD",
-            **pinned,
+            **_placed(None if nodes is None else nodes[index]),
             **ACTOR_OPTIONS,
             **lifetime,
         ).remote(root, index, layout.id)
@@ -536,7 +544,7 @@ def cluster_up(
     try:
         connect(up["address"], up["token_path"])
         up["placement"] = placement_mode
-        up["nodes"] = placement(layout, placement_mode)
+        up["nodes"] = placement(layout, placement_mode)  # entry i: partition i
         start_actors(layout, detached=True, nodes=up["nodes"])
         client = RayCluster(root)
         client.info()  # every partition has opened its world (or said why not)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from air.errors import InvalidArgument, UsageError
 from kernel import Outgoing, Partition, owner_of
 from kernel.cells import key_hash
 from world import World
@@ -95,10 +96,12 @@ def test_ownership_is_the_documented_function_of_the_key_hash() -> None:
     assert owner_of(b"\xff" * 32, 1024) == 1023
     part = Partition(2, 4)
     assert part.owner(None, b"\xff" * 32) == 0  # non-keyed: partition 0
-    with pytest.raises(Exception, match="between 1 and 1024"):
+    with pytest.raises(InvalidArgument, match="between 1 and 1024") as count:
         Partition(0, 0)
-    with pytest.raises(Exception, match="between 0 and 3"):
+    assert (count.value.name, count.value.value) == ("partitions", 0)
+    with pytest.raises(InvalidArgument, match="between 0 and 3") as index:
         Partition(4, 4)
+    assert (index.value.name, index.value.value) == ("partition", 4)
 
 
 def test_a_keyed_workload_gives_the_same_cells_as_one_world(tmp_path: Path) -> None:
@@ -223,7 +226,7 @@ def test_an_entry_for_another_partition_is_refused(tmp_path: Path) -> None:
     init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
     with World.open(partition_dir(tmp_path / "c", 1)) as p1:
         stray = Outgoing(0, 1, 0, EVENT, b"\xa0")
-        with pytest.raises(Exception, match="an entry for partition 0 sent to 1"):
+        with pytest.raises(UsageError, match="an entry for partition 0 sent to 1"):
             p1.take_forwarded(0, [stray])
 
 
@@ -273,7 +276,7 @@ def test_not_a_cluster_and_not_a_partition_are_named(tmp_path: Path) -> None:
 
     with pytest.raises(NotACluster, match="not a partition"):
         PartitionNode(tmp_path / "plain")
-    with pytest.raises(Exception, match="between 1 and 1024"):
+    with pytest.raises(InvalidArgument, match="between 1 and 1024"):
         init_cluster(tmp_path / "c", air, 0)
 
 
@@ -324,10 +327,12 @@ def test_a_hostile_entry_is_refused_and_nothing_of_its_batch_is_journaled(
     good = Outgoing(1, 4, 0, EVENT, cbor.dumps(add(owned[1], 1)))
     with World.open(partition_dir(tmp_path / "c", 1)) as p1:
         height = p1.journal.seq_next
-        with pytest.raises(Exception, match=f"(?i){said}") as refused:
+        with pytest.raises(UsageError, match=f"(?i){said}") as refused:
             p1.take_forwarded(0, [good, entry])
-        if entry.to == 1:  # the message names the entry
-            assert "from partition 0, its seq 5 index 0" in str(refused.value)
+        if entry.to == 1:  # the error names the entry
+            assert isinstance(refused.value, InvalidArgument)
+            assert refused.value.name == "entry"
+            assert refused.value.value == "from partition 0, its seq 5 index 0"
         assert p1.journal.seq_next == height
         assert p1.stale is None  # refused before anything was appended
         assert p1.take_forwarded(0, [good]) == (4, 0)
@@ -340,9 +345,9 @@ def test_a_target_naming_no_reducer_is_refused(tmp_path: Path) -> None:
     init_cluster(tmp_path / "c", counter_air(tmp_path), 2)
     value = cbor.dumps(add(owned[1], 1))
     with World.open(partition_dir(tmp_path / "c", 1)) as p1:
-        with pytest.raises(Exception, match="no/Reducer@1"):
+        with pytest.raises(InvalidArgument, match="no/Reducer@1"):
             p1.take_forwarded(0, [Outgoing(1, 4, 0, EVENT, value, ("no/Reducer@1", None))])
-        with pytest.raises(Exception, match="another partition of 2"):
+        with pytest.raises(InvalidArgument, match="another partition of 2"):
             p1.take_forwarded(1, [Outgoing(1, 4, 0, EVENT, value)])  # from itself
 
 

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from test_cluster import FAN, _verify, counter_air, fan_air, keys_owned_by, workload
 
+from air.errors import UsageError
 from world import World
 from world.cluster import init_cluster, partition_dir
+from world.errors import StoreDamaged
 
 from worldkit import COUNTER, EVENT, add
 
@@ -142,7 +144,7 @@ def test_a_damaged_partition_says_what_a_single_world_says_and_the_others_go_on(
     root = tmp_path / "c"
     init_cluster(root, air, 4)
     (partition_dir(root, 2) / "air" / "manifest.cbor").write_bytes(b"\x00garbage")
-    with pytest.raises(Exception) as single:
+    with pytest.raises(StoreDamaged) as single:
         World.open(partition_dir(root, 2))
     cluster = up(root)
     try:
@@ -150,8 +152,9 @@ def test_a_damaged_partition_says_what_a_single_world_says_and_the_others_go_on(
         assert info["ok"] is False
         assert info["failure"] == str(single.value)
         cluster.send_many([(EVENT, add(owned[1], 2)), (EVENT, add(owned[3], 4))])
-        with pytest.raises(Exception, match="partition 2 stopped"):
+        with pytest.raises(ray.exceptions.RayTaskError, match="partition 2 stopped") as sent:
             cluster.send_many([(EVENT, add(owned[2], 1))])
+        assert isinstance(sent.value.cause, UsageError)
         cluster.wait_idle()
         assert cluster.state(COUNTER, owned[1]) == {"count": 2, "events": 1}
         assert cluster.state(COUNTER, owned[3]) == {"count": 4, "events": 1}

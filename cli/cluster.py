@@ -17,6 +17,7 @@ from cli.core import (
     ModuleOpt,
     _read_jsonl,
     _split_ids,
+    answer_state,
     module_bindings,
     parse_json_arg,
     parse_key_arg,
@@ -180,31 +181,11 @@ def state(
 ) -> None:
     """A reducer's state, or one cell's with --key, read in the partition owning the key
     (exit 1 when there is none, as `world state`)."""
-    import json
-
     with handle_errors(json_output):
         key_value = None if key is None else parse_key_arg(key)
         with _client(directory, readonly=True) as cluster:
             found = cluster.state(reducer, key_value)
-    if found is None:
-        detail = "no such state (the cell does not exist or was deleted)"
-        if json_output:
-            emit_json(
-                {
-                    "ok": False,
-                    "error": "NoSuchState",
-                    "code": "state.missing",
-                    "detail": detail,
-                    "fields": {"reducer": reducer, "key": key_value},
-                    "state": None,
-                }
-            )
-            raise typer.Exit(1)
-        fail(detail)
-    if json_output:
-        emit_json({"ok": True, "state": found})
-        return
-    console.print_json(json.dumps(found))
+    answer_state(found, reducer, key_value, json_output)
 
 
 @app.command("info")

@@ -536,20 +536,27 @@ def state(
         else:
             with opened(directory, readonly=True) as world:
                 value = world.state(reducer, key_value)
-    if value is None:  # exit 1 with or without --json: a script tells "no cell" by the status
+    answer_state(value, reducer, key_value, json_output)
+
+
+def answer_state(value: Any, reducer: str, key_value: Any, json_output: bool) -> None:
+    """Print a state read for ``world state`` (and ``world cluster state``); none is exit 1
+    with or without --json: a script tells "no cell" by the status."""
+    if value is None:
+        detail = "no such state (the cell does not exist or was deleted)"
         if json_output:
             emit_json(
                 {
                     "ok": False,
                     "error": "NoSuchState",
                     "code": "state.missing",
-                    "detail": "no such state (the cell does not exist or was deleted)",
+                    "detail": detail,
                     "fields": {"reducer": reducer, "key": key_value},
                     "state": None,
                 }
             )
             raise typer.Exit(1)
-        fail("no such state (the cell does not exist or was deleted)")
+        fail(detail)
     if json_output:
         emit_json({"ok": True, "state": value})
     else:

@@ -79,6 +79,15 @@ def workload(n: int, keys: int, seed: int = 7) -> list[tuple[str, Any]]:
     return [(EVENT, add(f"u{rng.randrange(keys)}", rng.randrange(1, 9))) for _ in range(n)]
 
 
+def one_world(folder: Path, air: Path, events: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The cells (key as JSON -> state) of one world of ``air`` given ``events``, run to idle:
+    what a partitioned world given the same events must end with."""
+    with World.create(folder, air) as one:
+        one.send_many(events)
+        one.run_until_idle()
+        return {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+
+
 def counter_air(tmp_path: Path) -> Path:
     return counter_with_plans(tmp_path / "air", [], [])
 
@@ -107,10 +116,7 @@ def test_ownership_is_the_documented_function_of_the_key_hash() -> None:
 def test_a_keyed_workload_gives_the_same_cells_as_one_world(tmp_path: Path) -> None:
     air = counter_air(tmp_path)
     events = workload(600, 40)
-    with World.create(tmp_path / "one", air) as one:
-        one.send_many(events)
-        one.run_until_idle()
-        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    expected = one_world(tmp_path / "one", air, events)
     init_cluster(tmp_path / "c", air, 4)
     with LocalCluster(tmp_path / "c") as cluster:
         placed = cluster.send_many(events)
@@ -158,10 +164,7 @@ def test_a_plan_runs_once_where_its_trigger_was_first_journaled(tmp_path: Path) 
 
     air = counter_with_plans(tmp_path / "air", [{"event": EVENT, "plan": RELAY["name"]}], [RELAY])
     events = [(EVENT, add(k, 1)) for k in ("apples", "figs", "apples", "kiwis", "apples")]
-    with World.create(tmp_path / "one", air) as one:
-        one.send_many(events)
-        one.run_until_idle()
-        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    expected = one_world(tmp_path / "one", air, events)
     init_cluster(tmp_path / "c", air, 4)
     with LocalCluster(tmp_path / "c") as cluster:
         for index, event in enumerate(events):  # each to a partition, owner or not

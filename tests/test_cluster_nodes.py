@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cluster import _verify, counter_air, workload
+from test_cluster import _verify, counter_air, one_world, workload
 
 from world import World
 from world.cluster import Layout, init_cluster, partition_dir
@@ -38,10 +38,7 @@ def test_a_partition_whose_node_dies_restarts_on_the_other_with_shared_placement
 ) -> None:
     air = counter_air(tmp_path)
     events = workload(2000, 60, seed=11)
-    with World.create(tmp_path / "one", air) as one:
-        one.send_many(events)
-        one.run_until_idle()
-        expected = {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
+    expected = one_world(tmp_path / "one", air, events)
     root = tmp_path / "c"
     init_cluster(root, air, 4)
     nodes = cluster_utils.Cluster(

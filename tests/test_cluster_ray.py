@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import FAN, _verify, counter_air, fan_air, keys_owned_by, workload
+from test_cluster import (
+    FAN,
+    _verify,
+    counter_air,
+    fan_air,
+    keys_owned_by,
+    one_world,
+    workload,
+)
 
 from air.errors import UsageError
 from world import World
@@ -58,13 +66,6 @@ def up(root: Path) -> RayCluster:
     return RayCluster(root, start_actors(Layout.read(root), detached=False))
 
 
-def one_world(tmp_path: Path, air: Path, events: list[tuple[str, Any]]) -> dict[str, Any]:
-    with World.create(tmp_path / "one", air) as one:
-        one.send_many(events)
-        one.run_until_idle()
-        return {json.dumps(c.key): c.state for c in one.cells(COUNTER)}
-
-
 def cells_of(root: Path) -> dict[str, Any]:
     """Every partition's cells, read from disk after the actors closed."""
     found: dict[str, Any] = {}
@@ -81,7 +82,7 @@ def test_four_partitions_on_ray_match_one_world_and_fan_out_exactly_once(
     owned = keys_owned_by(4)
     fan = {"a": owned[1], "b": owned[2], "c": owned[3]}
     events = [*workload(400, 30), (FAN, fan), (FAN, fan)]
-    expected = one_world(tmp_path, air, events)
+    expected = one_world(tmp_path / "one", air, events)
     root = tmp_path / "c"
     init_cluster(root, air, 4)
     cluster = up(root)
@@ -113,7 +114,7 @@ def test_sigkill_of_a_partition_and_of_the_router_loses_nothing_and_repeats_noth
     for at in range(0, 6000, 12):  # a plan in partition 0 raising to three cells anywhere
         fan = {slot: f"u{rng.randrange(200)}" for slot in ("a", "b", "c")}
         events.insert(at, (FAN, fan))
-    expected = one_world(tmp_path, air, events)
+    expected = one_world(tmp_path / "one", air, events)
     root = tmp_path / "c"
     init_cluster(root, air, 4)
     cluster = up(root)

@@ -37,6 +37,10 @@ def describe_wait(wait: dict[str, Any] | None) -> str:
     return f"receipt for intent {wait['intent_hash']}{arrived}"
 
 
+def _more(waits: list[Any]) -> str:
+    return f" (and {len(waits) - 1} more)" if len(waits) > 1 else ""
+
+
 @app.command("ls")
 def ls(
     directory: DirArg,
@@ -72,7 +76,7 @@ def ls(
             "-" if row["started_seq"] is None else str(row["started_seq"]),
             "-" if row["ended_seq"] is None else str(row["ended_seq"]),
             str(row["steps"]),
-            describe_wait(row["waiting"]),
+            describe_wait(row["waiting"]) + _more(row.get("waits") or []),
         )
     console.print(table)
 
@@ -94,8 +98,8 @@ def show(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None:
     for step in row["path"]:
         extra = f" intent {step['intent_hash']}" if "intent_hash" in step else ""
         console.print(f"  seq {step['seq']}: {step['step']} ({step['op']}){extra}", soft_wrap=True)
-    if row["waiting"] is not None:
-        console.print(f"waits for: {describe_wait(row['waiting'])}", soft_wrap=True)
+    for wait in row.get("waits") or []:
+        console.print(f"waits for: {describe_wait(wait)}", soft_wrap=True)
     if row["locals"] is not None:
         console.print(f"locals: {json.dumps(row['locals'], sort_keys=True)}", soft_wrap=True)
     for effect in row["effects"]:

@@ -815,7 +815,9 @@ class Kernel:
 
 
 _ENVIRONMENT_CODES: Final = frozenset(("engine", "instantiate"))
-TICK_KINDS: Final = frozenset(("step", "step.failed", "plan.started", "plan.step", "plan.ended"))
+TICK_KINDS: Final = frozenset(
+    ("step", "step.failed", "plan.started", "plan.step", "plan.waiting", "plan.ended")
+)
 """Record kinds that begin a tick (replay runs the tick at them)."""
 OWED_KINDS: Final = frozenset(("effect.queued", "policy.decision"))
 """Record kinds that only follow a tick's first record, in the same tick."""

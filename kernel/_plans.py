@@ -24,6 +24,22 @@ pointer}``, the pointer extended by an Expr error's own pointer inside that Expr
 receipt or event has been delivered to the run's mailbox, that binds it. ``await_event`` sees
 only events routed after it started waiting (future-only); a run started by a trigger with
 ``correlate_by`` matches only events whose field of that name equals its correlation value.
+
+What a run does while it waits is its *semantics*, a number ``plan.started`` carries
+(``semantics``; absent: 1) so that a journal replays as it ran:
+
+* **1** (runs journaled before the field existed): a run waits for one thing at a time. While
+  an await waits, no other step of the run executes, even a ready one.
+* **2** (every run started now): a run has any number of waits. While some wait, the run goes
+  on executing its ready steps, one per tick, so ``emit_a, await_a, emit_b, await_b`` has both
+  requests in flight before either answer (AgentOS's fan-out, whatever the step ids). Each wait
+  binds exactly the delivery that matched it (``matched`` names it by ``[src, idx]``); one
+  event that matches two waits of a run is delivered to each. The run ends when nothing is
+  ready and nothing is awaited (or at an ``end`` step: what it still awaited is released).
+  A run is woken (one ``CONTINUE`` in its mailbox, ``Run.awake``) only when a step is ready or
+  nothing is awaited; if it wakes and finds nothing ready while it still waits (a binding
+  changed what a guard reads after the wake was decided), the tick journals ``plan.waiting
+  {run_id, steps}``, the steps it waits in, since every tick journals something.
 Invariants are evaluated after every executed step; a false one ends the run with
 ``plan.invariant``. Every failure (a missing ref, a type error, a division by zero, a value
 that does not match its schema, a denied effect) ends the run with status ``error`` and a code;
@@ -50,6 +66,7 @@ __all__ = [
     "CONTINUE",
     "DENIED",
     "RECEIPT",
+    "SEMANTICS",
     "START",
     "PlanEngine",
     "Run",
@@ -66,6 +83,9 @@ RECEIPT: Final = "sys/receipt"
 """The schema of a delivery that hands a run the receipt it awaits."""
 DENIED: Final = "sys/denied"
 """The schema of a delivery that tells a run an approver denied its effect."""
+SEMANTICS: Final = 2
+"""The semantics every run started now has (the module docstring: 1 waits for one thing at a
+time, 2 goes on with its ready steps while it waits)."""
 
 
 @dataclass
@@ -79,10 +99,22 @@ class Run:
     vars: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     done: list[str] = field(default_factory=list)
-    waiting: dict[str, Any] | None = None
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    """What the run awaits, in the order its await steps began: ``{step, op, as, intent |
+    event, since?, matched?}`` (semantics 1 has at most one)."""
+    semantics: int = SEMANTICS
+    awake: bool = False
+    """Semantics 2: a ``CONTINUE`` is in the run's mailbox (it is never put there twice)."""
+
+    @property
+    def waiting(self) -> dict[str, Any] | None:
+        """The first thing the run awaits (None: it awaits nothing)."""
+        return self.waits[0] if self.waits else None
 
     def to_obj(self) -> list[Any]:
-        return [
+        """A CBOR-able list: semantics 1 in the ten fields it always had (the wait, or None,
+        last); semantics 2 adds an eleventh, ``{semantics, waits, awake}``."""
+        head = [
             self.run_id,
             self.plan,
             self.input,
@@ -92,12 +124,23 @@ class Run:
             self.vars,
             self.results,
             self.done,
-            self.waiting,
         ]
+        if self.semantics == 1:
+            return [*head, self.waiting]
+        more = {"semantics": self.semantics, "waits": self.waits, "awake": self.awake}
+        return [*head, None, more]
 
     @classmethod
     def from_obj(cls, obj: list[Any]) -> Run:
-        return cls(*obj)
+        run = cls(*obj[:9])
+        if len(obj) > 10:
+            run.semantics = obj[10]["semantics"]
+            run.waits = list(obj[10]["waits"])
+            run.awake = obj[10]["awake"]
+        else:
+            run.semantics = 1
+            run.waits = [] if obj[9] is None else [obj[9]]
+        return run
 
 
 @dataclass
@@ -145,14 +188,14 @@ def ready_steps(
 ) -> list[Any]:
     """The steps that may run now, by step id (``out.at`` follows the guards evaluated)."""
     done = set(run.done)
-    waiting = None if run.waiting is None else run.waiting["step"]
+    waiting = {w["step"] for w in run.waits}
     incoming: dict[str, list[tuple[int, Any]]] = {}
     for index, edge in enumerate(plan.edges):
         incoming.setdefault(edge.to, []).append((index, edge))
     ready = []
     env = env_of(run, schemas)
     for step in plan.steps:
-        if step.id in done or step.id == waiting:
+        if step.id in done or step.id in waiting:
             continue
         edges = incoming.get(step.id, [])
         if all(e.from_step in done and _guard(e, env, i, out) for i, e in edges):
@@ -235,27 +278,35 @@ class PlanEngine:
         self.check = check
         self.key_types = key_types
 
-    def tick(self, run: Run, schema: str, value: Any) -> RunOutcome:
+    def tick(
+        self, run: Run, schema: str, value: Any, at: tuple[int, int] | None = None
+    ) -> RunOutcome:
         """One tick of ``run`` for a delivery of ``schema`` (``CONTINUE``, ``RECEIPT``,
-        ``DENIED`` or an awaited event's schema) carrying ``value``."""
+        ``DENIED`` or an awaited event's schema) carrying ``value``; ``at``: the delivery's
+        ``(src, idx)``, which names the wait it binds (semantics 2)."""
         out = RunOutcome()
         plan = self.air.plans[run.plan]
         try:
             if schema == DENIED:
                 self._at_waiting(plan, run, out)
                 raise RunFailed("effect.denied", "an approver denied the run's effect")
-            if run.waiting is not None and schema != CONTINUE:
-                self._at_waiting(plan, run, out)
-                self._bind_awaited(run, schema, value, out)
+            if run.waits and schema != CONTINUE:
+                wait = self._wait_of(run, at)
+                out.step, out.at = wait["step"], _step_pointer(plan, wait["step"])
+                self._bind_awaited(run, wait, schema, value, out)
             else:
                 ready = ready_steps(plan, run, self.air.schemas, out)
+                if not ready and run.waits and run.semantics > 1:
+                    steps = [w["step"] for w in run.waits]
+                    out.records.append(("plan.waiting", {"run_id": run.run_id, "steps": steps}))
+                    return out
                 if not ready:
                     return self._end(run, out, "ok", None)
                 self._execute(plan, run, ready[0], out)
             if out.ended:
                 return out
             check_invariants(plan, run, self.air.schemas, out)
-            out.again = run.waiting is None
+            out.again = not run.waits or (run.semantics > 1 and self._any_ready(plan, run))
         except RunFailed as exc:
             return self.fail(run, out, exc.code, exc.detail)
         except (ExprError, ValueMismatch, WorldError) as exc:
@@ -264,12 +315,31 @@ class PlanEngine:
             return self.fail(run, out, code, detail, inside)
         return out
 
+    def _any_ready(self, plan: Any, run: Run) -> bool:
+        """Whether a step is ready now (semantics 2's wake). A guard that fails here wakes
+        the run: the tick that executes it fails where the failure is, as it would have."""
+        try:
+            return bool(ready_steps(plan, run, self.air.schemas))
+        except (RunFailed, ExprError, ValueMismatch, WorldError):
+            return True
+
     def _at_waiting(self, plan: Any, run: Run, out: RunOutcome) -> None:
-        """Point ``out`` at the step the run waits in (if any)."""
+        """Point ``out`` at the (first) step the run waits in, if any."""
         waiting = run.waiting
         if waiting is not None:
             out.step = waiting["step"]
             out.at = _step_pointer(plan, waiting["step"])
+
+    @staticmethod
+    def _wait_of(run: Run, at: tuple[int, int] | None) -> dict[str, Any]:
+        """The wait a delivery binds: semantics 1's one wait; semantics 2's wait that the
+        delivery ``at`` matched."""
+        if run.semantics == 1:
+            return run.waits[0]
+        for wait in run.waits:
+            if wait.get("matched") == list(at or ()):
+                return wait
+        raise RunFailed("plan.not_waiting", f"run {run.run_id} got a delivery it did not await")
 
     def where_of(self, run: Run, step_id: str) -> Any:
         """The parsed ``where`` of the run's await_event step ``step_id`` (None if absent)."""
@@ -285,18 +355,17 @@ class PlanEngine:
         except (ExprError, ValueMismatch):
             return False
 
-    def _bind_awaited(self, run: Run, schema: str, value: Any, out: RunOutcome) -> None:
-        waiting = run.waiting
-        if waiting is None:  # tick() only calls this while the run waits
-            raise RunFailed("plan.not_waiting", f"run {run.run_id} got {schema} unasked")
-        step = waiting["step"]
-        run.waiting = None
+    def _bind_awaited(
+        self, run: Run, wait: dict[str, Any], schema: str, value: Any, out: RunOutcome
+    ) -> None:
+        step = wait["step"]
+        run.waits.remove(wait)
         run.done.append(step)
         run.results[step] = value
-        run.vars[waiting["as"]] = value
-        body: dict[str, Any] = {"run_id": run.run_id, "step": step, "op": waiting["op"]}
+        run.vars[wait["as"]] = value
+        body: dict[str, Any] = {"run_id": run.run_id, "step": step, "op": wait["op"]}
         if schema == RECEIPT:
-            body["intent_hash"] = waiting["intent"]
+            body["intent_hash"] = wait["intent"]
         else:
             body["event"] = [schema, cbor.dumps(value)]
         out.records.append(("plan.step", body))
@@ -338,17 +407,16 @@ class PlanEngine:
             wanted = evaluate(_expr(step.for_), env)
             if type(wanted) is not bytes or len(wanted) != 32:
                 raise RunFailed("plan.await_receipt.for", "await_receipt.for is not an effect id")
-            run.waiting = {"step": step.id, "op": step.op, "as": step.bind.as_, "intent": wanted}
+            run.waits.append(
+                {"step": step.id, "op": step.op, "as": step.bind.as_, "intent": wanted}
+            )
             body["waiting"] = wanted
             out.records.append(("plan.step", body))
             return
         elif step.op == "await_event":
-            run.waiting = {
-                "step": step.id,
-                "op": step.op,
-                "as": step.bind.as_,
-                "event": step.event,
-            }
+            run.waits.append(
+                {"step": step.id, "op": step.op, "as": step.bind.as_, "event": step.event}
+            )
             body["waiting"] = step.event
             out.records.append(("plan.step", body))
             return

@@ -119,7 +119,7 @@ class PlanRuns:
     def observes(self, schema: str) -> bool:
         """Whether an event of ``schema`` is taken now: a trigger, or a run waiting for it."""
         return schema in self.triggers or any(
-            (r.waiting or {}).get("event") == schema for r in self.runs.values()
+            w.get("event") == schema for r in self.runs.values() for w in r.waits
         )
 
     def observe(self, src_seq: int, index: int, schema: str, value_cbor: bytes, value: Any) -> int:
@@ -140,20 +140,20 @@ class PlanRuns:
             )
             index += 1
         for run in list(self.runs.values()):
-            if self._awaits(run, schema, value, src_seq):
-                waiting = run.waiting
-                if waiting is not None:
-                    waiting["matched"] = True
-                self.scheduler.deliver(
-                    Entity(run.plan, None, run_id=run.run_id),
-                    Delivery(src_seq, index, schema, value_cbor),
-                )
-                index += 1
+            for wait in run.waits:
+                if self._awaits(run, wait, schema, value, src_seq):
+                    wait["matched"] = True if run.semantics == 1 else [src_seq, index]
+                    self.scheduler.deliver(
+                        Entity(run.plan, None, run_id=run.run_id),
+                        Delivery(src_seq, index, schema, value_cbor),
+                    )
+                    index += 1
         return index
 
-    def _awaits(self, run: Run, schema: str, value: Any, src_seq: int) -> bool:
-        waiting = run.waiting
-        if waiting is None or waiting.get("event") != schema or waiting.get("matched"):
+    def _awaits(
+        self, run: Run, waiting: dict[str, Any], schema: str, value: Any, src_seq: int
+    ) -> bool:
+        if waiting.get("event") != schema or waiting.get("matched"):
             return False
         if src_seq <= waiting.get("since", src_seq):
             return False  # future-only: journaled after the run began to wait
@@ -186,6 +186,10 @@ class PlanRuns:
             }
             if expected is not None and "src" not in expected.body:
                 del body["src"], body["idx"]  # journaled before runs named their trigger
+            if expected is not None and "semantics" not in expected.body:
+                work.semantics = 1  # journaled before runs named their semantics
+            else:
+                body["semantics"] = work.semantics
             records: list[Record] = [("plan.started", f"{subject}/started", body)]
             self.begun += 1
             out = RunOutcome(again=True)
@@ -193,7 +197,10 @@ class PlanRuns:
             value = None
             if delivery.schema not in (CONTINUE, DENIED):
                 value = cbor2.loads(delivery.value_cbor)
-            out = self.engine_of(work.manifest_hash).tick(work, delivery.schema, value)
+            if delivery.schema == CONTINUE:
+                work.awake = False
+            at = (delivery.src_seq, delivery.index)
+            out = self.engine_of(work.manifest_hash).tick(work, delivery.schema, value, at)
             _name_the_awaited(out.records, delivery, expected)
             effect_records: list[Record] = []
             if out.effect is not None:
@@ -214,18 +221,22 @@ class PlanRuns:
                 self.dead_letters.add(seq, work.plan, None, left, reason)
         else:
             self.runs[run_id] = work
-            if work.waiting is not None and "since" not in work.waiting:
-                work.waiting["since"] = seq
+            for wait in work.waits:
+                wait.setdefault("since", seq)
         if intent is not None:
             self.effects.add(intent)
         index = 0
         for schema, value_cbor, reducer, key_cbor in out.raised:
             self.place(Entity(reducer, key_cbor), Delivery(seq, index, schema, value_cbor))
             index = self.observe(seq, index + 1, schema, value_cbor, None)
-        if out.again:
+        if out.again and not work.awake:
             self.scheduler.deliver(entity, Delivery(seq, index, CONTINUE, b""))
-        elif not out.ended and work.waiting is not None and "intent" in work.waiting:
-            self.hand_receipt(seq, index, work)
+            index += 1
+            work.awake = work.semantics > 1
+        if not out.ended:
+            for wait in work.waits:
+                if "intent" in wait:
+                    index = self.hand_receipt(seq, index, work, wait)
 
     def _plan_effect(self, work: Run, out: RunOutcome) -> tuple[Intent | None, list[Record]]:
         """A plan step's effect: check and decide it, bind its id; a refusal ends the run."""
@@ -260,13 +271,13 @@ class PlanRuns:
 
     # --- receipts and approvals ----------------------------------------------------------------
 
-    def hand_receipt(self, seq: int, index: int, run: Run) -> int:
-        """If the intent a run waits for already has its receipt, deliver it to the run."""
-        waiting = run.waiting or {}
+    def hand_receipt(self, seq: int, index: int, run: Run, waiting: dict[str, Any]) -> int:
+        """If the intent of a run's wait already has its receipt (and the wait has not been
+        handed it), deliver it to the run; the next delivery index of record ``seq``."""
         receipt = self.effects.receipt_of(waiting.get("intent", b""))
         if receipt is None or waiting.get("matched"):
             return index
-        waiting["matched"] = True
+        waiting["matched"] = True if run.semantics == 1 else [seq, index]
         self.scheduler.deliver(
             Entity(run.plan, None, run_id=run.run_id),
             Delivery(seq, index, RECEIPT, cbor.dumps(receipt["payload"])),
@@ -278,8 +289,11 @@ class PlanRuns:
         run = self.runs.get(intent.origin["run_id"])
         if run is None:
             self.effects.release(intent.intent_hash)  # no run left to await it
-        elif (run.waiting or {}).get("intent") == intent.intent_hash:
-            self.hand_receipt(seq, 0, run)
+        else:
+            index = 0
+            for wait in run.waits:
+                if wait.get("intent") == intent.intent_hash:
+                    index = self.hand_receipt(seq, index, run, wait)
 
     def denied(self, seq: int, intent: Intent) -> None:
         """An approver denied a plan's parked ``intent`` (record ``seq``): its run is told."""

@@ -15,10 +15,10 @@ answers that arrive in reverse order, a charge/reserve/notify saga and its refun
 reservation answers 409, a retry reducer backing off with timers until the work succeeds (or it
 gives up). HTTP goes to a loopback server. Every world verifies afterwards.
 
-One departure from AgentOS's text: the aggregator's await steps are named ``wait_fetch_*``, not
-``await_fetch_*``, because a run executes its ready steps in step-id order and waits for one
-receipt at a time; with AgentOS's names the three requests would go out one after another
-(``test_agentos_step_ids_still_fan_out``, xfail).
+The aggregator's steps have AgentOS's own ids (``emit_fetch_a``, ``await_fetch_a``, ...):
+``await_fetch_a`` sorts before ``emit_fetch_b``, and a run goes on with its ready steps while it
+waits (semantics 2, ``kernel/_plans.py``), so the three requests are in flight before the first
+answer (``test_agentos_step_ids_fan_out``).
 """
 
 from __future__ import annotations
@@ -374,30 +374,13 @@ def test_retry_backs_off_with_timers(
     assert verify_world(w).ok
 
 
-# --- what does not work yet -------------------------------------------------------------------
+# --- a run goes on while it waits -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "kernel/_plans.py: a run has one wait slot (Run.waiting) and PlanEngine.tick sets "
-        "out.again only when nothing is awaited, so while an await_receipt waits no other ready "
-        "step of the run executes. Ready steps run in step-id order, and AgentOS names the "
-        "aggregator's steps emit_fetch_a, await_fetch_a, ...: await_fetch_a sorts before "
-        "emit_fetch_b, so the three fetches go out one after another, each after the previous "
-        "answer. (Our fixture names them wait_fetch_* so that all three are in flight first.)"
-    ),
-)
-def test_agentos_step_ids_still_fan_out(
-    tmp_path: Path, built: dict[str, Path], server: Loopback
-) -> None:
+def test_agentos_step_ids_fan_out(tmp_path: Path, built: dict[str, Path], server: Loopback) -> None:
     server.routes.update({p: Answer(200) for p in ("/a", "/b", "/c")})
-    air = tmp_path / "air"
-    air.mkdir()
-    for file in air_of("aggregator").glob("*.air.json"):
-        (air / file.name).write_text(file.read_text().replace("wait_fetch_", "await_fetch_"))
     w = tmp_path / "w"
-    with World.create(w, air, modules={AGG: built["aggregator"]}) as world:
+    with World.create(w, air_of("aggregator"), modules={AGG: built["aggregator"]}) as world:
         start = {
             "topic": "t",
             "primary": target("a", server, "/a"),

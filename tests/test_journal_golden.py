@@ -288,15 +288,20 @@ GOLDEN: dict[str, dict[str, str]] = {
     },
     # Re-pinned in issue 24: ``plan.started`` names its trigger (``src``, ``idx``); a journal
     # written before replays unchanged (tests/test_why.py, the fixture world_before_run_src).
+    # Re-pinned in issue 22: ``plan.started`` carries ``semantics: 2`` (a run goes on with its
+    # ready steps while it waits). Nothing else changed: with the field left out, both
+    # scenarios journal the same records in the same order under semantics 1 and 2 (their
+    # plans have no step ready while they wait); a journal written before replays as it ran
+    # (tests/test_plan_waits.py, the fixture world_before_semantics).
     "order": {
-        "order": "4777621207f9813e640463d4031266390577de3af5d6d8bc7f7f0e8c534cd2b3",
+        "order": "278889db95c776ab193d0cbd9f252985765a9412b772d836d484a99f47d3586a",
     },
     # Re-pinned in issue 20: its blob adapter ran on a worker thread, so under load a receipt
     # could arrive a tick later and the bytes changed with the machine's load (the hash-seed
     # test caught it). It is synchronous now; this digest was recorded by the same scenario at
     # the commit before the restructuring, and the code after it gives the same.
-    "plans_with_approvals": {  # re-pinned in issue 24, as "order" above
-        "plans": "72b7d43f999baddabcf05d97d0e5fa89a5777e59ee100ea5fa3ce458d3b5f217",
+    "plans_with_approvals": {  # re-pinned in issues 24 and 22, as "order" above
+        "plans": "2a65330185d360454d8654b9c5f9d19907534126a49b09e9fc2685316fb06344",
     },
     "session": {
         "session": "d9f02a953d51d7cc08e98c24540c8724ea27ba13ed83b3b61aedaad694d4d66b",

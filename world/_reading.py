@@ -227,6 +227,7 @@ def _info(source: Source) -> dict[str, Any]:
                 "plan": run.plan,
                 "done": list(run.done),
                 "waiting": None if run.waiting is None else run.waiting["step"],
+                "waits": [wait["step"] for wait in run.waits],
             }
             for _id, run in sorted(kernel.plans.runs.items())
         ],

@@ -126,9 +126,10 @@ def waits(kernel: Kernel) -> dict[str, Any]:
             in_flight.append(row)
     timers.sort(key=lambda t: (t["due_ns"] is None, t["due_ns"] or 0, t["intent_hash"]))
     events = [
-        {"run_id": run.run_id, "plan": run.plan, "schema": run.waiting.get("event")}
+        {"run_id": run.run_id, "plan": run.plan, "schema": wait["event"]}
         for _id, run in sorted(kernel.plans.runs.items())
-        if run.waiting is not None and "event" in run.waiting
+        for wait in run.waits
+        if "event" in wait
     ]
     return {
         "approvals": approvals,
@@ -250,10 +251,12 @@ def _merged(kernel: Kernel, journal: Any) -> dict[int, dict[str, Any]]:
                 "path": [],
             },
         )
-        row["status"] = "waiting" if run.waiting is not None else "running"
-        row["waiting"] = _run_wait(kernel, run.waiting)
+        row["status"] = "waiting" if run.waits else "running"
+        row["waits"] = [_run_wait(kernel, wait) for wait in run.waits]
+        row["waiting"] = row["waits"][0] if row["waits"] else None
     for run_id, row in runs.items():
         row.setdefault("waiting", None)
+        row.setdefault("waits", [])
         if row["status"] == "error":
             where = kernel.plans.failures.get(run_id) or {}
             row["error"] = {
@@ -264,7 +267,18 @@ def _merged(kernel: Kernel, journal: Any) -> dict[int, dict[str, Any]]:
     return runs
 
 
-_ROW_KEYS: Final = ("run_id", "plan", "status", "started_seq", "ended_seq", "steps", "waiting")
+_ROW_KEYS: Final = (
+    "run_id",
+    "plan",
+    "status",
+    "started_seq",
+    "ended_seq",
+    "steps",
+    "waiting",
+    "waits",
+)
+"""A row of ``world runs ls``; ``waiting`` is the first of ``waits`` (a run may await several
+things at once)."""
 
 
 def runs_list(

@@ -77,6 +77,9 @@ delivery is at least once. An idempotency key header is the plan's tool for that
 from __future__ import annotations
 
 import codecs
+import functools
+import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -196,6 +199,14 @@ def _response_headers(response: httpx.Response, body_bytes: int) -> dict[str, st
     return dict(sorted(headers.items()))
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (the CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as httpx
+    reads them), made once per process: loading the bundle costs ~40 ms, and a context is safe
+    to share between connection pools and threads."""
+    return httpx.create_ssl_context()
+
+
 class HttpAdapter:
     adapter_id: str = "http"
     kinds: frozenset[str] = HTTP_KINDS
@@ -233,7 +244,8 @@ class HttpAdapter:
             pool=connect_timeout_s,
         )
         self._timeout = timeout.as_dict()
-        self._transport = transport if transport is not None else httpx.HTTPTransport()
+        self._transport = transport
+        self._transport_lock = threading.Lock()
         self._outbox = Outbox()
         self._pool = WorkerPool("http", workers)
 
@@ -248,7 +260,18 @@ class HttpAdapter:
     def close(self) -> None:
         self._outbox.close()
         self._pool.close()
-        self._transport.close()
+        with self._transport_lock:
+            if self._transport is not None:
+                self._transport.close()
+
+    def _connections(self) -> httpx.BaseTransport:
+        """The connection pool, made at the first request: a world that sends none (most
+        ``world run``s) never loads the CA bundle (~40 ms), and every adapter of a process
+        shares one TLS context (``_tls_context``)."""
+        with self._transport_lock:
+            if self._transport is None:
+                self._transport = httpx.HTTPTransport(verify=_tls_context())
+            return self._transport
 
     def _answer(self, intent: Intent) -> Receipt | None:
         """The receipt for ``intent``, or None when the adapter closed while waiting to retry."""
@@ -397,7 +420,7 @@ class HttpAdapter:
                 content=request.body,
                 extensions={"timeout": self._timeout},
             )
-            response = self._transport.handle_request(outgoing)
+            response = self._connections().handle_request(outgoing)
             try:
                 body = self._read_body(response, started, request)
             finally:

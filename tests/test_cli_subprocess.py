@@ -9,14 +9,17 @@ command added without a test here fails that test. Each test asserts what the co
 ``test_an_error_in_each_group_is_one_line_on_stderr_and_exit_1`` runs one bad invocation per
 group: exit 1, nothing on stdout, one line on stderr starting ``error:``, no traceback.
 
-Cost. Each process costs ~0.3-0.5 s of start-up, so one counter world is built once per module
-through the CLI itself (``init``, ``send``, ``send --file``, ``step``, ``run``: the tests of
-those commands read what the fixture recorded), and the read commands run against it. Worlds a
-test changes are copies, or built in this process with ``World`` when building them is not
-what the test is about. Heavier cases live elsewhere: malformed input for every command in
-``test_cli_malformed.py``, paging in ``test_cli_tour.py``, hostile clients in
-``test_serve.py``, time travel in ``test_timetravel.py``, migration in ``test_migrate.py`` and
-``test_migrate_scale.py``.
+Cost. Each process costs ~0.3-0.5 s of start-up, so ``world`` (the helper) runs the script
+through the ``world_bin`` fixture: a real process with its own argv, environment and stdio,
+forked from a zygote that has imported what the script imports (``tests/zygote.py``; ~0.1 s).
+``spawn`` and the inspector start the script itself: their tests signal or kill it. And one
+counter world is built once per module through the CLI itself (``init``, ``send``, ``send
+--file``, ``step``, ``run``: the tests of those commands read what the fixture recorded), and
+the read commands run against it. Worlds a test changes are copies, or built in this process
+with ``World`` when building them is not what the test is about. Heavier cases live elsewhere:
+malformed input for every command in ``test_cli_malformed.py``, paging in ``test_cli_tour.py``,
+hostile clients in ``test_serve.py``, time travel in ``test_timetravel.py``, migration in
+``test_migrate.py`` and ``test_migrate_scale.py``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from world import World, sdk
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
 
 WORLD_BIN = Path(sys.executable).with_name("world")
+RUN_BIN = WORLD_BIN
+"""What ``world`` runs: the ``world_bin`` fixture's script once ``_through_the_zygote`` has run."""
 V1_AIR = ROOT / "manifests" / "counter_v1"
 WAIT_S = 60.0
 # Wide enough that rich never wraps a command name in the help boxes; no colour codes.
@@ -112,13 +117,19 @@ COVERED: dict[str, str] = {
 # --- running the script ----------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _through_the_zygote(world_bin: Path) -> None:
+    global RUN_BIN
+    RUN_BIN = world_bin / "world"
+
+
 def world(
     *args: object, code: int = 0, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``world`` script; check its exit code and that it printed no
-    traceback."""
+    """Run the installed ``world`` script (through the zygote: ``RUN_BIN``); check its exit
+    code and that it printed no traceback."""
     done = subprocess.run(
-        [str(WORLD_BIN), *(str(a) for a in args)],
+        [str(RUN_BIN), *(str(a) for a in args)],
         capture_output=True,
         text=True,
         timeout=WAIT_S,

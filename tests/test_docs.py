@@ -9,7 +9,9 @@ scratch folder: paths under ``/tmp/`` move into it (and ``TMPDIR`` points there,
 ``bin/`` too, a port the docs write (8000) becomes a free one, and jobs a block left in the
 background are killed when it ends. A block that uses ``$W`` without setting it gets a fresh
 counter world there. Files a block reads but does not write (``events.jsonl``) are in
-``FILES``.
+``FILES``. ``world`` itself is the ``world_bin`` fixture's (``tests/zygote.py``: the same script,
+forked from a process that has imported what it needs, unless ``WORLD_TEST_ZYGOTE=0``); every
+other program of ``bin/`` is this environment's.
 
 A block that starts a Ray instance runs in the long variants (``LONG_BLOCKS``), every other in
 the main suite. A few lines are not run as written; ``NOT_RUN`` says which and why (installing is what CI does
@@ -59,7 +61,7 @@ PREAMBLE = """\
 set -euo pipefail
 trap 'kill $(jobs -p) 2>/dev/null || true; wait' EXIT
 W={scratch}/preset-world
-.venv/bin/world init "$W" --air manifests/counter > /dev/null
+{world} init "$W" --air manifests/counter > /dev/null
 """
 
 
@@ -100,9 +102,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _script(lines: list[str], scratch: Path) -> str:
+def _bin(match: re.Match[str], world_bin: Path) -> str:
+    """``.venv/bin/`` or ``~/wk/bin/`` made this environment's, ``world`` ``world_bin``'s."""
+    return f"{world_bin}/world" if match.group(2) else f"{BIN}/"
+
+
+def _script(lines: list[str], scratch: Path, world_bin: Path = BIN) -> str:
     port = str(_free_port())
-    out = [PREAMBLE.format(scratch=scratch)]
+    out = [PREAMBLE.format(scratch=scratch, world=f"{world_bin}/world")]
     for line in lines:
         code = _code(line)
         if not code or code.startswith("#"):
@@ -115,7 +122,7 @@ def _script(lines: list[str], scratch: Path) -> str:
         # On the line as written, before any path goes in: the checkout (so BIN) and the
         # scratch folder may themselves be under /tmp, or have 8000 in their names.
         code = re.sub(r"\b8000\b", port, code).replace("/tmp/", f"{scratch}/tmp/")
-        code = re.sub(r"(~/wk|\.venv)/bin/", lambda _m: f"{BIN}/", code)
+        code = re.sub(r"(~/wk|\.venv)/bin/(world(?![\w.-]))?", lambda m: _bin(m, world_bin), code)
         out.append(code)
     return "\n".join(out) + "\n"
 
@@ -125,7 +132,9 @@ def _script(lines: list[str], scratch: Path) -> str:
     [pytest.param(*block, marks=_marks(block[2])) for block in BLOCKS],
     ids=[f"{doc}:{fence}" for doc, fence, _ in BLOCKS],
 )
-def test_the_command_block_runs(doc: str, fence: int, lines: list[str], tmp_path: Path) -> None:
+def test_the_command_block_runs(
+    doc: str, fence: int, lines: list[str], tmp_path: Path, world_bin: Path
+) -> None:
     scratch = tmp_path
     (scratch / "tmp").mkdir()
     for name in ("manifests", "reducers", "tools"):
@@ -136,7 +145,7 @@ def test_the_command_block_runs(doc: str, fence: int, lines: list[str], tmp_path
     env = {**os.environ, "TMPDIR": str(scratch / "tmp"), "HOME": str(scratch)}
     env.pop("WORLD_PROGRESS", None)
     done = subprocess.run(
-        ["bash", "-c", _script(lines, scratch)],
+        ["bash", "-c", _script(lines, scratch, world_bin)],
         cwd=scratch,
         env=env,
         capture_output=True,

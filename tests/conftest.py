@@ -7,6 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from zygote import world_bin  # noqa: F401  (the fixture: `world` through a fork server)
+
 
 def _hypothesis_profile() -> None:
     """Property tests draw the same examples on every run (``derandomize``: a suite's pass
@@ -27,6 +29,7 @@ def _hypothesis_profile() -> None:
 
 
 _hypothesis_profile()
+__import__("cli_once").install()  # CliRunner builds the command tree once (tests/cli_once.py)
 
 
 def pytest_configure() -> None:

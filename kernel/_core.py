@@ -215,7 +215,13 @@ class Kernel:
         if schema not in self.air.schemas:
             raise UnknownName("event schema", schema, sorted(self._routes))
         triggers = self.plans.triggers
-        if schema not in self._routes and schema not in triggers:
+        if (
+            schema not in self._routes
+            and schema not in triggers
+            and not self.plans.observes(schema)
+        ):
+            # Taken: a route, a trigger, or a live run waiting for it (``await_event``). One
+            # that nothing takes is refused, not journaled to vanish.
             raise UnknownName("route for", schema, sorted(self._routes | triggers))
         program = self._norm_programs.get(schema)
         if program is None:

@@ -364,3 +364,28 @@ def test_runs_show_lists_every_wait_and_cancel_settles_both_intents(tmp_path: Pa
 def _apply_all(kernel: Any, journaled: list[Any]) -> None:
     for record in journaled:
         kernel.apply(record)
+
+
+def test_world_send_takes_an_event_only_a_waiting_run_takes_and_refuses_it_otherwise(
+    tmp_path: Path,
+) -> None:
+    """``t/Reply@1`` has no route and no trigger: only ``t/ask@1``'s await takes it."""
+    from air.errors import UnknownName
+
+    air = tmp_path / "air"
+    docs = json.loads((ROOT / "tests" / "fixtures" / "await_air" / "ask.air.json").read_text())
+    counter_with_plans(air, [{"event": "t/Ask@1", "plan": "t/ask@1"}], docs[:3])
+    path = tmp_path / "w"
+    with World.create(path, air) as world:
+        with pytest.raises(UnknownName, match="route for"):
+            world.send(REPLY, {"amount": 4})  # no run waits yet
+        height = world.journal.seq_next
+        world.send("t/Ask@1", {"key": "apples"})
+        world.run_until_idle()
+        world.send(REPLY, {"amount": 4})
+        world.run_until_idle()
+        assert world.state(COUNTER, "apples") == {"count": 4, "events": 1}
+        with pytest.raises(UnknownName):
+            world.send(REPLY, {"amount": 1})  # the run ended: nothing takes it now
+    assert [r.kind for r in records(path)][height : height + 2] == ["event.in", "plan.started"]
+    assert verify_world(path).ok

@@ -259,3 +259,35 @@ def test_completion_options_are_there() -> None:
     assert "--show-completion" in shown
     script = world("--show-completion", env={"SHELL": "/bin/bash"}).stdout
     assert "_world_completion" in script
+
+
+def _shape(command: Any) -> tuple[Any, ...]:
+    """What a click command says and takes: its help, params, settings and subcommands."""
+    params = [
+        (p.name, tuple(p.opts), getattr(p, "help", None), p.required, repr(p.default))
+        for p in command.params
+    ]
+    subcommands = {n: _shape(c) for n, c in getattr(command, "commands", {}).items()}
+    return (command.name, command.help, params, command.context_settings, subcommands)
+
+
+def test_a_command_runs_in_an_app_of_itself_alone_that_says_and_takes_the_same() -> None:
+    """``cli.app.app_for``: a command starts without typer building every other command."""
+    from typer.main import get_command
+
+    from cli.app import app, app_for
+
+    whole = get_command(app)
+    assert len(whole.commands) > 20
+    for name, command in whole.commands.items():
+        alone = get_command(app_for(["world", name, "--help"]))
+        assert list(alone.commands) == [name]
+        assert _shape(alone.commands[name]) == _shape(command), name
+        assert (alone.name, alone.help, alone.context_settings) == (
+            whole.name,
+            whole.help,
+            whole.context_settings,
+        )
+        assert [p.name for p in alone.params] == [p.name for p in whole.params]
+    for argv in (["world"], ["world", "--quiet", "info"], ["world", "bogus"], ["world", "-h"]):
+        assert app_for(argv) is app, argv

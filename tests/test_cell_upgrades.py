@@ -224,3 +224,24 @@ def test_an_export_files_each_cell_under_the_module_of_its_era(
     assert taken.exit_code == 0, taken.output
     with World.open(fresh, readonly=True) as world:
         assert world.state(COUNTER_2, "a")["count"] == 3
+
+
+def test_a_view_made_before_an_upgrade_follows_the_eras_its_world_applies(tmp_path: Path) -> None:
+    """A served world's journal pages render each record through its era's AIR; the view
+    learns the eras from the kernel (``RecordView.follow``), not by reading the journal."""
+    from world._views import JournalView
+
+    path = tmp_path / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        view = JournalView(world.genesis_air)
+        view.follow(world)
+        assert [since for since, _air in view._eras] == [0]
+        made, _diff = propose(world, Path(__file__).parent / "fixtures" / "counter_v2_air")
+        apply(world, made.id)
+        view.follow(world)
+        view.follow(world)  # again: nothing new, nothing twice
+        starts = [since for since, _air in view._eras]
+        assert starts == [era.since for era in world.kernel.eras.history]
+        assert len(starts) == 2
+        assert starts[1] > 0
+        assert view._eras[1][1].manifest_hash == world.air.manifest_hash

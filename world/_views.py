@@ -67,8 +67,14 @@ class RecordView:
         """A view of ``world``'s journal that knows its eras already (from its kernel), so
         records can be rendered in any order."""
         view = cls(world.genesis_air)
-        view._eras = [(era.since, era.air) for era in world.kernel.eras.history]
+        view.follow(world)
         return view
+
+    def follow(self, world: World) -> None:
+        """Know the eras ``world``'s kernel has started since this view last looked (no
+        journal read: a served world's pages call it each time)."""
+        history = world.kernel.eras.history
+        self._eras.extend((era.since, era.air) for era in history[len(self._eras) :])
 
     def learn(self, records: Iterable[JournalRecord]) -> None:
         """Take the eras the ``gov.applied`` records among ``records`` start."""

@@ -371,9 +371,7 @@ class Ops:
         end = self._pass_end(args)
         window = _Window(self.world.journal, min(end, from_seq + SCAN_RECORDS_MAX))
         next_seq = max(from_seq, window.stop)
-        self.view.learn(  # the eras applied before this page
-            r for r in self.world.journal.read(0, "/world/gov/applied") if r.seq < from_seq
-        )
+        self.view.follow(self.world)  # the eras applied so far, from the kernel
         for record in window.read(from_seq):
             if pattern is None or pattern.matches(record.subject):
                 page.add(self.view.render(record, raw=raw))

@@ -196,7 +196,8 @@ def _root(
         typer.Option(
             "--quiet",
             "-q",
-            help="Print no informational lines (errors, on stderr, and --json answers still)",
+            help="Print only answers: what a reading command prints, --json answers and "
+            "errors (on stderr), not the lines an acting command prints about what it did",
         ),
     ] = False,
 ) -> None:

@@ -38,7 +38,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.common import console, emit_json, fail, handle_errors
+from cli.common import answers, console, emit_json, fail, handle_errors
 from cli.core import opened, parse_key_arg, via_server
 
 __all__ = ["app"]
@@ -47,6 +47,7 @@ app = typer.Typer(help="Inspect the cells of keyed reducers.", no_args_is_help=T
 
 
 @app.command("ls")
+@answers
 def ls(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
     reducer: Annotated[str, typer.Argument(help="Keyed reducer name")],

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import console, emit_json, fail, handle_errors, signals_deferred
+from cli.common import answers, console, emit_json, fail, handle_errors, signals_deferred
 from cli.core import (
     ModuleOpt,
     _read_jsonl,
@@ -171,6 +171,7 @@ def run(directory: DirArg, json_output: JsonOpt = False) -> None:
 
 
 @app.command("state")
+@answers
 def state(
     directory: DirArg,
     reducer: Annotated[str, typer.Argument(help="Reducer name")],
@@ -189,6 +190,7 @@ def state(
 
 
 @app.command("info")
+@answers
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Per partition: journal height, cells, records/s (while up), outbox backlog, status."""
     with handle_errors(json_output), _client(directory, readonly=True) as cluster:
@@ -269,6 +271,7 @@ def upgrade(
 
 
 @cells_app.command("ls")
+@answers
 def cells_ls(
     directory: DirArg,
     reducer: Annotated[str, typer.Argument(help="Reducer name")],

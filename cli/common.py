@@ -9,13 +9,14 @@ says whether the batch is durable (0) or not (1)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, NoReturn, ParamSpec, Protocol, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -28,6 +29,7 @@ __all__ = [
     "PIPED_WIDTH",
     "SignalGate",
     "answer_in_json",
+    "answers",
     "console",
     "emit_json",
     "err_console",
@@ -39,6 +41,9 @@ __all__ = [
     "signals_deferred",
     "stdout_is_terminal",
 ]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 EXIT_INTERRUPTED = 130
 
@@ -73,6 +78,22 @@ console = _Console(highlight=False)
 """Informational output on stdout (what ``--quiet`` silences; never JSON, never errors)."""
 err_console = _Console(stderr=True, highlight=False)
 """Errors and notices on stderr (never silenced)."""
+
+
+def answers(command: Callable[P, R]) -> Callable[P, R]:
+    """A command that reads: what it prints is the answer it was asked for, so ``--quiet``
+    does not silence it (``world -q state ...`` still prints the state). Commands that act
+    (send, run, init, ...) print information about what they did, which ``--quiet`` silences."""
+
+    @functools.wraps(command)
+    def answering(*args: P.args, **kwargs: P.kwargs) -> R:
+        quiet, console.quiet = console.quiet, False
+        try:
+            return command(*args, **kwargs)
+        finally:
+            console.quiet = quiet
+
+    return answering
 
 
 def set_quiet(quiet: bool) -> None:

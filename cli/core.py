@@ -16,6 +16,7 @@ from cli import _progress
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import (
     SignalGate,
+    answers,
     console,
     emit_json,
     err_console,
@@ -519,6 +520,7 @@ def _steps_shown(
     )
 
 
+@answers
 def state(
     directory: DirArg,
     reducer: Annotated[str, typer.Argument(help="Reducer (module) name")],
@@ -563,6 +565,7 @@ def answer_state(value: Any, reducer: str, key_value: Any, json_output: bool) ->
         console.print_json(json.dumps(value))
 
 
+@answers
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Summarise a world: manifest, journal, reducers and cells, dead letters."""
     with handle_errors(json_output):

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from cli.common import console, emit_json, handle_errors, signals_deferred
+from cli.common import answers, console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, via_server
 
 __all__ = ["app"]
@@ -35,6 +35,7 @@ def _short(text: str) -> str:
 
 
 @app.command("ls")
+@answers
 def ls(directory: DirArg, json_output: JsonOpt = False) -> None:
     """List the kept dead letters, oldest first, and how many there were in all."""
     from world.operate import dead_letters
@@ -60,6 +61,7 @@ def ls(directory: DirArg, json_output: JsonOpt = False) -> None:
 
 
 @app.command("show")
+@answers
 def show(directory: DirArg, letter_id: IdArg, json_output: JsonOpt = False) -> None:
     """Show one dead letter: its target, event, code and the whole reason."""
     from world.operate import dead_letter

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from cli.common import console, emit_json, handle_errors, signals_deferred
+from cli.common import answers, console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, via_server
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the kernel (issue 9)
@@ -89,6 +89,7 @@ def _row(intent: Intent | Settled, queued_seq: int | None, head: int) -> dict[st
 
 
 @app.command("ls")
+@answers
 def ls(
     directory: DirArg,
     json_output: Annotated[bool, typer.Option("--json")] = False,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import cells
-from cli.common import EXIT_INTERRUPTED, console, emit_json, fail, handle_errors
+from cli.common import EXIT_INTERRUPTED, answers, console, emit_json, fail, handle_errors
 from cli.core import opened, parse_key_arg, served_client, via_server
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
@@ -48,6 +48,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")
 RawOpt = Annotated[bool, typer.Option("--raw", help="Show values as canonical CBOR hex")]
 
 
+@answers
 def show(
     directory: DirArg,
     reducer: ReducerArg,
@@ -132,6 +133,7 @@ def _now(world: Any, reducer: str, key: Any) -> tuple[bytes | None, Any, str | N
     return found[1], view.state, cbor.raw_to_hash(view.entry.manifest_hash)
 
 
+@answers
 def tail(
     directory: DirArg,
     reducer: ReducerArg,

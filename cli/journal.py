@@ -40,6 +40,7 @@ import typer
 from air.errors import InvalidArgument
 from cli.common import (
     EXIT_INTERRUPTED,
+    answers,
     console,
     emit_json,
     fail,
@@ -135,6 +136,7 @@ def _stamp(directory: Path) -> str:
 
 
 @app.command("tail")
+@answers
 def tail(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
     subject: Annotated[

@@ -16,7 +16,7 @@ import typer
 from air.errors import InvalidArgument
 from cli._progress import bar
 from cli.cells import app as cells_app
-from cli.common import console, emit_json, handle_errors, signals_deferred
+from cli.common import answers, console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, parse_key_arg, print_notices, served_client
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ def export(
 
 
 @cells_app.command("key")
+@answers
 def signing_key(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Print the public key this world signs its cell exports with: what another world gives
     to `world cells import --trust-key` to take this world's files."""

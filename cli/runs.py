@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import console, emit_json, handle_errors, signals_deferred
+from cli.common import answers, console, emit_json, handle_errors, signals_deferred
 from cli.core import opened, via_server
 
 __all__ = ["app", "describe_wait"]
@@ -42,6 +42,7 @@ def _more(waits: list[Any]) -> str:
 
 
 @app.command("ls")
+@answers
 def ls(
     directory: DirArg,
     status: Annotated[
@@ -82,6 +83,7 @@ def ls(
 
 
 @app.command("show")
+@answers
 def show(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None:
     """Show one run: its path through the plan, locals (live), what it waits for, its effects
     with their decisions and receipts, and for a failed run the error with its pointer."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.common import console, emit_json, handle_errors
+from cli.common import answers, console, emit_json, handle_errors
 from cli.core import ModuleOpt, module_bindings, opened, via_server
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ def propose(
 
 
 @upgrade_app.command("ls")
+@answers
 def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Every proposal of the world, oldest first, with its approvals and whether it was
     applied."""
@@ -101,6 +102,7 @@ def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
 
 
 @upgrade_app.command("show")
+@answers
 def show(
     directory: DirArg,
     proposal_id: IdArg,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.common import console, emit_json, fail, handle_errors
+from cli.common import answers, console, emit_json, fail, handle_errors
 from cli.core import parse_key_arg
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["why"]
 
 
+@answers
 def why(
     directory: Annotated[Path, typer.Argument(help="The world directory")],
     reducer: Annotated[str, typer.Argument(help="Keyed reducer name")],

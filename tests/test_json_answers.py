@@ -257,3 +257,43 @@ def test_a_usage_error_under_json_is_an_error_object() -> None:
     answer = _one_object(result.stdout)
     assert (answer["ok"], answer["error"], answer["code"]) == (False, "UsageError", "usage")
     assert "--no-such-option" in answer["detail"]
+
+
+READS: frozenset[str] = frozenset(
+    (
+        "state",
+        "info",
+        "why",
+        "cells ls",
+        "cells show",
+        "cells tail",
+        "cells key",
+        "journal tail",
+        "runs ls",
+        "runs show",
+        "effects ls",
+        "dead-letters ls",
+        "dead-letters show",
+        "upgrade ls",
+        "upgrade show",
+        "cluster state",
+        "cluster info",
+        "cluster cells ls",
+    )
+)
+"""Commands that read: what they print is their answer, which ``--quiet`` does not silence
+(``cli.common.answers``); the other commands' lines are information about what they did."""
+
+
+@pytest.mark.parametrize("name", sorted(n for n in READS if ROWS[n][1] is not None))
+def test_quiet_does_not_silence_a_reading_commands_answer(
+    name: str, worlds: dict[str, str]
+) -> None:
+    """(``upgrade show`` has no success row: the worlds here have no proposal.)"""
+    succeeding = ROWS[name][1]
+    assert succeeding is not None
+    code, loud = _run(succeeding, worlds, json_output=False)
+    quiet_code, quiet = _run(["-q", *succeeding], worlds, json_output=False)
+    assert code == quiet_code == 0, (name, quiet)
+    assert loud.strip(), name
+    assert quiet == loud, name

@@ -32,7 +32,7 @@ ENV.pop("WORLD_DEBUG", None)
 ENV.pop("PYTHONUNBUFFERED", None)  # buffered stdio, as a user's; the zygotes here run in ENV
 
 FAKE = """#!{python}
-import json, os, signal, sys, time
+import json, os, resource, signal, sys, time
 
 what = sys.argv[1]
 if what == "exit":
@@ -62,6 +62,8 @@ elif what == "report":
         "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask, "signals": handlers,
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "streams": streams, "main": __name__, "file": __file__,
+        "limits": {{n: resource.getrlimit(getattr(resource, n)) for n in dir(resource)
+                    if n.startswith("RLIMIT_")}},
     }}))
 elif what == "kill":
     os.kill(os.getpid(), int(sys.argv[2]))
@@ -236,16 +238,32 @@ def test_without_a_zygote_the_shim_runs_the_script_itself(
     assert through == real
 
 
-def test_other_resource_limits_mean_the_script_itself(fake_zygote: Zygote) -> None:
-    """``world`` picks its engine by ``RLIMIT_AS``; a limit must hold from the start."""
+def test_another_address_space_limit_means_the_script_itself(fake_zygote: Zygote) -> None:
+    """``world`` picks its engine by ``RLIMIT_AS``, and a child's memory is the warm
+    zygote's: a memory limit must hold from the start."""
 
     def limit() -> None:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))
 
     through, real, shim_pid = report(fake_zygote, preexec_fn=limit)
     assert through.pop("pid") == shim_pid
     real.pop("pid")
+    assert through == real
+
+
+def test_the_child_takes_the_callers_other_limits(fake_zygote: Zygote) -> None:
+    """Open files (Ray raises the soft limit in the test process that runs it), stack, core:
+    the child sets what the caller has, as a fresh process would inherit it."""
+
+    def limit() -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    through, real, shim_pid = report(fake_zygote, preexec_fn=limit)
+    assert through.pop("pid") != shim_pid  # forked by the zygote
+    real.pop("pid")
+    assert through["limits"] == real["limits"]
     assert through == real
 
 
@@ -354,3 +372,13 @@ def test_world_says_the_same_through_the_zygote(
 def test_world_help_follows_the_callers_columns(world_zygote: Zygote) -> None:
     narrow = same(world_zygote, WORLD_SCRIPT, "--help", env={**ENV, "COLUMNS": "60"})
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 60
+
+
+def test_a_variable_read_when_used_is_taken_by_the_child(fake_zygote: Zygote) -> None:
+    """``PYTHONBREAKPOINT`` (which Ray sets in the process that starts it) is read by each
+    ``breakpoint()``, not at start-up: a command with another value still forks."""
+    through, real, shim_pid = report(fake_zygote, env={**ENV, "PYTHONBREAKPOINT": "0"})
+    assert through.pop("pid") != shim_pid
+    real.pop("pid")
+    assert through["env"]["PYTHONBREAKPOINT"] == "0"
+    assert through == real

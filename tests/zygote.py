@@ -158,6 +158,11 @@ GUARD_NAMES = frozenset({b"LANG", b"LANGUAGE", b"GLIBC_TUNABLES"})
 """Variables that, when a request's differ from the zygote's, make it an exec (with those the
 preload read, but ``REREAD``: ``Server``)."""
 REREAD = frozenset({b"HOME"})
+READ_WHEN_USED = frozenset({b"PYTHONBREAKPOINT"})
+"""``PYTHON*`` variables the interpreter reads when they are used, not at start-up, so a child
+that takes the request's environment has them right: ``breakpoint()`` reads
+``PYTHONBREAKPOINT`` on each call. Ray sets it in the process that starts it (a test worker that
+ran a Ray test), which made every later command in that worker run the real script."""
 """Read by the preload but read again in the child (``_reread_environment``): not guarded."""
 
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -350,7 +355,35 @@ def _limits() -> dict[str, tuple[int, int]]:
     }
 
 
+STRICT_LIMITS = frozenset(("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS", "RLIMIT_MEMLOCK"))
+"""Limits a request must share with the zygote: a child's address space is the warm zygote's,
+so a lower memory cap would bite sooner than in a fresh process (``world`` reads ``RLIMIT_AS``
+to pick its engine). The others (open files, which Ray raises in the test process it runs in,
+stack, core, ...) the child takes from the request (``_set_limits``), as a fresh process would
+inherit them."""
+
+
+def _within(hard: int, zygote_hard: int) -> bool:
+    """Whether a hard limit can be set by lowering the zygote's (``RLIM_INFINITY`` is -1)."""
+    import resource
+
+    if zygote_hard == resource.RLIM_INFINITY:
+        return True
+    return hard != resource.RLIM_INFINITY and hard <= zygote_hard
+
+
+def _set_limits(limits: dict[str, tuple[int, int]]) -> None:
+    import resource
+
+    for name, wanted in limits.items():
+        which = getattr(resource, name)
+        if resource.getrlimit(which) != wanted:
+            resource.setrlimit(which, wanted)
+
+
 def _guarded(name: bytes, read: set[bytes]) -> bool:
+    if name in READ_WHEN_USED:
+        return False
     if name in GUARD_NAMES or name.startswith(GUARD_PREFIXES):
         return True
     return name in read and name not in REREAD
@@ -459,8 +492,14 @@ class Server:
         for name in set(env) | set(self.env):
             if env.get(name) != self.env.get(name) and _guarded(name, self.read):
                 return f"{name.decode(errors='replace')} differs"
-        if {n: tuple(v) for n, v in request["limits"].items()} != self.limits:
+        limits = {n: tuple(v) for n, v in request["limits"].items()}
+        if set(limits) != set(self.limits):
             return "resource limits differ"
+        for name, (soft, hard) in limits.items():
+            if name in STRICT_LIMITS and (soft, hard) != self.limits[name]:
+                return f"{name} differs"  # the child's memory is the zygote's: no lower cap
+            if not _within(hard, self.limits[name][1]):
+                return f"{name}'s hard limit is above the zygote's"  # cannot be raised
         return None
 
     def _hung_up(self, conn: socket.socket) -> None:
@@ -528,6 +567,7 @@ class Server:
                 os.close(fd)
         fds.clear()
         os.umask(request["umask"])
+        _set_limits({n: tuple(v) for n, v in request["limits"].items()})
         os.environb.clear()
         os.environb.update(request["env"])
         _reread_environment()
@@ -767,6 +807,10 @@ def running(script: Path = WORLD_SCRIPT, env: dict[str, str] | None = None) -> I
     finally:
         if zygote is not None:
             zygote.stop()
+            kept = os.environ.get("WORLD_TEST_ZYGOTE_LOGS")  # a folder to keep its log in
+            if kept:
+                with contextlib.suppress(OSError):
+                    shutil.copy(zygote.log_path, Path(kept) / f"zygote-{os.getpid()}.log")
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -77,6 +77,17 @@ def _wait_world(folder: Path, *, where: Any = None, correlate_by: str | None = N
     )
 
 
+def _start_then_reply(path: Path, air: Path, replies: list[dict[str, Any]]) -> None:
+    """A world of ``air`` at ``path``: ``t/Start@1 {key: a}`` run to idle, then ``replies``
+    (``t/Reply@1`` values) sent one by one and run to idle."""
+    with World.create(path, air) as world:
+        world.send(START, {"key": "a"})
+        world.run_until_idle()
+        for reply in replies:
+            world.send(REPLY, reply)
+        world.run_until_idle()
+
+
 def _results(path: Path) -> dict[int, tuple[str, Any]]:
     return {i: (b["status"], b.get("result")) for i, b in ended(records(path)).items()}
 
@@ -696,12 +707,8 @@ def test_a_where_reads_the_schemas_of_its_era(tmp_path: Path) -> None:
     text = op("json_encode", ref("@event"), REPLY)
     where = op("eq", text, {"text": '{"key":"a","n":1}'})
     path = tmp_path / "w"
-    with World.create(path, _wait_world(tmp_path / "air", where=where)) as world:
-        world.send(START, {"key": "a"})
-        world.run_until_idle()
-        world.send(REPLY, {"key": "a", "n": 2})
-        world.send(REPLY, {"key": "a", "n": 1})
-        world.run_until_idle()
+    air = _wait_world(tmp_path / "air", where=where)
+    _start_then_reply(path, air, [{"key": "a", "n": 2}, {"key": "a", "n": 1}])
     assert _results(path) == {0: ("ok", {"key": "a", "n": 1})}
     assert verify_world(path).ok
 
@@ -728,12 +735,7 @@ def test_a_where_reads_the_runs_vars_and_step_results(tmp_path: Path) -> None:
         sink_events=[REPLY],
     )
     path = tmp_path / "w"
-    with World.create(path, air) as world:
-        world.send(START, {"key": "a"})
-        world.run_until_idle()
-        world.send(REPLY, {"key": "b", "n": 2})
-        world.send(REPLY, {"key": "a", "n": 1})
-        world.run_until_idle()
+    _start_then_reply(path, air, [{"key": "b", "n": 2}, {"key": "a", "n": 1}])
     assert _results(path) == {0: ("ok", {"key": "a", "n": 1})}
     assert verify_world(path).ok
 
@@ -788,7 +790,5 @@ def test_a_steps_exprs_read_the_schemas_of_its_era(tmp_path: Path) -> None:
         triggers=[{"event": START, "plan": "t/json@1"}],
     )
     path = tmp_path / "w"
-    with World.create(path, air) as world:
-        world.send(START, {"key": "a"})
-        world.run_until_idle()
+    _start_then_reply(path, air, [])
     assert _results(path) == {0: ("ok", '{"key":"a"}')}

@@ -195,6 +195,39 @@ def test_an_exclusive_lock_excludes_readers_and_writers_and_waits_for_them(
         lock_world(tmp_path, "exclusive")
 
 
+# Which hold a second one meets (in this process: flock holds belong to open files, so the
+# matrix is the same across processes): True where both may be held at once, else the path
+# the refusal names (the world folder, or its journal) and the mode refused.
+LOCK_MATRIX = {
+    ("read", "read"): True,
+    ("read", "write"): True,
+    ("read", "exclusive"): ".",
+    ("write", "read"): True,
+    ("write", "write"): "journal",
+    ("write", "exclusive"): ".",
+    ("exclusive", "read"): ".",
+    ("exclusive", "write"): ".",
+    ("exclusive", "exclusive"): ".",
+}
+
+
+@pytest.mark.parametrize(("held", "asked"), list(LOCK_MATRIX), ids="-then-".join)
+def test_each_mode_meets_each_other_as_the_table_says(
+    tmp_path: Path, held: fsutil.LockMode, asked: fsutil.LockMode
+) -> None:
+    (tmp_path / "journal").mkdir()
+    expected = LOCK_MATRIX[held, asked]
+    with lock_world(tmp_path, held):
+        if expected is True:
+            lock_world(tmp_path, asked).release()
+        else:
+            with pytest.raises(WorldLocked) as caught:
+                lock_world(tmp_path, asked)
+            where = (tmp_path / expected).resolve()
+            assert (caught.value.path, caught.value.mode) == (str(where), asked)
+    lock_world(tmp_path, asked).release()  # a refused hold left nothing held behind it
+
+
 def test_deleting_files_in_the_world_cannot_let_a_second_writer_in(tmp_path: Path) -> None:
     (tmp_path / "journal").mkdir()
     (tmp_path / "LOCK").write_text("1\n")  # what older versions locked

@@ -135,3 +135,25 @@ def test_a_checkpoint_that_does_not_read_is_damage_named_by_its_path(disk: Store
         disk.read_checkpoint()
     assert caught.value.path == disk.checkpoint
     assert "not a cell checkpoint" in str(caught.value)
+
+
+def test_write_takes_a_fan_out_folder_made_meanwhile(
+    disk: StoreDisk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blob put on an adapter thread can make an object's fan-out folder between the
+    store's look and its mkdir: the flush goes on."""
+    objects = _objects("a")
+    fan_out = os.path.dirname(disk.object_path(objects[0][0]))
+    os.makedirs(fan_out)
+    isdir, looked = os.path.isdir, []
+
+    def not_there_at_the_first_look(path: str) -> bool:
+        if path == fan_out and not looked:
+            looked.append(path)
+            return False
+        return isdir(path)
+
+    monkeypatch.setattr(os.path, "isdir", not_there_at_the_first_look)
+    disk.write(_plan([objects[0][0]], [], CHECKPOINT), objects)
+    assert looked == [fan_out]
+    assert Path(disk.object_path(objects[0][0])).read_bytes() == objects[0][1]

@@ -9,6 +9,7 @@ positions, and how a cell is named.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -120,3 +121,58 @@ def test_a_reducer_without_cells_has_no_cell_to_name() -> None:
     [reducer] = air.modules
     with pytest.raises(KeyMismatch):
         timetravel.cell_key(air, reducer, "a")
+
+
+# --- which outside events are a cell's inputs ------------------------------------------------
+
+
+def _route(event: str, reducer: str, key_field: str | None) -> SimpleNamespace:
+    return SimpleNamespace(event=event, reducer=reducer, key_field=key_field)
+
+
+def _inputs(*routes: SimpleNamespace) -> Any:
+    air = SimpleNamespace(manifest=SimpleNamespace(routing=SimpleNamespace(events=list(routes))))
+    return timetravel._Inputs(air, timetravel.CellKey(COUNTER, cbor.dumps("a")))
+
+
+def _event_in(schema: str, value: Any, kind: str = "event.in") -> JournalRecord:
+    return JournalRecord(5, "/world/event", kind, {"schema": schema, "value": cbor.dumps(value)})
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (_event_in(EVENT, {"key": "a", "n": 1}), True),
+        (_event_in(EVENT, {"id": "a", "n": 1}), True),  # the second route's field
+        (_event_in(EVENT, {"key": "b", "n": 1}), False),
+        (_event_in(EVENT, {"n": 1}), False),
+        (_event_in(EVENT, ["a"]), False),
+        (_event_in(EVENT, "a"), False),
+        (_event_in("demo/Other@1", {"key": "a"}), False),  # another reducer's route
+        (_event_in("demo/Unrouted@1", {"key": "a"}), False),
+        (_event_in("demo/Keyless@1", {"key": "a"}), False),  # a route without a key field
+        (_event_in(EVENT, {"key": "a"}, kind="step"), False),
+    ],
+    ids=[
+        "its-key",
+        "its-key-by-another-field",
+        "another-key",
+        "no-key",
+        "a-list",
+        "a-text",
+        "another-reducers-event",
+        "an-unrouted-event",
+        "a-keyless-route",
+        "not-an-outside-event",
+    ],
+)
+def test_an_outside_event_is_a_cells_input_when_routed_to_it_by_its_key(
+    record: JournalRecord, expected: bool
+) -> None:
+    inputs = _inputs(
+        _route(EVENT, COUNTER, "key"),
+        _route(EVENT, COUNTER, "id"),
+        _route("demo/Other@1", "demo/Other@1", "key"),
+        _route("demo/Keyless@1", COUNTER, None),
+    )
+    assert inputs.matches(record) is expected

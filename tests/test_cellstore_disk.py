@@ -24,6 +24,7 @@ from world.cellstore._format import (
     decode_plan,
     encode_checkpoint,
 )
+from world.cellstore._legacy import LEGACY_INTENT_NAME
 from world.errors import StoreDamaged
 
 
@@ -157,3 +158,16 @@ def test_write_takes_a_fan_out_folder_made_meanwhile(
     disk.write(_plan([objects[0][0]], [], CHECKPOINT), objects)
     assert looked == [fan_out]
     assert Path(disk.object_path(objects[0][0])).read_bytes() == objects[0][1]
+
+
+def test_recover_finishes_removing_a_converted_tree_down_to_its_last_file(
+    disk: StoreDisk,
+) -> None:
+    """A conversion to format 2 committed and died removing the format-1 tree: its last
+    leftover may be the old flush intent alone, with no folder beside it."""
+    disk.commit(CHECKPOINT)
+    intent = Path(disk.root, LEGACY_INTENT_NAME)
+    intent.write_bytes(b"old")
+    disk.recover()
+    assert not intent.exists()
+    assert os.listdir(disk.root) == ["checkpoint.cbor"]

@@ -125,3 +125,59 @@ def test_the_hook_sees_every_operation_with_its_path(tmp_path: Path) -> None:
         ("fsync_dir", str(tmp_path)),
         ("unlink", str(tmp_path / "f")),
     ]
+
+
+def test_a_file_opened_for_writing_blocks_as_a_plain_open_would(tmp_path: Path) -> None:
+    """Opened with ``O_NONBLOCK`` (a FIFO cannot stall the open), then made blocking again."""
+    created = fileio.create(tmp_path / "f")
+    try:
+        assert os.get_blocking(created)
+    finally:
+        os.close(created)
+    appending = fileio.open_append(tmp_path / "f")
+    try:
+        assert os.get_blocking(appending)
+    finally:
+        os.close(appending)
+
+
+def test_mkdir_makes_parents_only_when_asked_each_0700(tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b" / "c"
+    with pytest.raises(StorageError) as caught:
+        fileio.mkdir(deep)
+    assert (caught.value.operation, caught.value.errno_name) == ("mkdir", "ENOENT")
+    assert not (tmp_path / "a").exists()
+    fileio.mkdir(deep, parents=True)
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", deep):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_mkdir_of_an_existing_folder_fails_unless_exist_ok(tmp_path: Path) -> None:
+    fileio.mkdir(tmp_path / "d")
+    with pytest.raises(StorageError) as caught:
+        fileio.mkdir(tmp_path / "d")
+    assert caught.value.errno_name == "EEXIST"
+    fileio.mkdir(tmp_path / "d", exist_ok=True)
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(StorageError):
+        fileio.mkdir(tmp_path / "f", exist_ok=True)  # a file there is not a folder
+
+
+def test_mkdir_takes_a_parent_made_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread can make a parent between ``mkdir``'s look and its own mkdir."""
+    parent = tmp_path / "p"
+    parent.mkdir()
+    isdir, looked = os.path.isdir, []
+
+    def not_there_at_the_first_look(path: str) -> bool:
+        if path == os.fspath(parent) and not looked:
+            looked.append(path)
+            return False
+        return isdir(path)
+
+    monkeypatch.setattr(os.path, "isdir", not_there_at_the_first_look)
+    fileio.mkdir(parent / "child", parents=True)
+    assert looked == [os.fspath(parent)]
+    assert (parent / "child").is_dir()

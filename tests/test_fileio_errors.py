@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from world import _fileio as fileio
-from world.errors import StorageError
+from world.errors import StorageError, StoreDamaged
 
 EIO = OSError(errno.EIO, "Input/output error")
 
@@ -181,3 +181,59 @@ def test_mkdir_takes_a_parent_made_meanwhile(
     fileio.mkdir(parent / "child", parents=True)
     assert looked == [os.fspath(parent)]
     assert (parent / "child").is_dir()
+
+
+def test_read_regular_refuses_a_file_over_its_bound_naming_both_sizes(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    path.write_bytes(b"12345")
+    assert fileio.read_regular(path, 5) == b"12345"
+    with pytest.raises(StoreDamaged) as caught:
+        fileio.read_regular(path, 4)
+    assert (caught.value.path, caught.value.reason) == (
+        str(path),
+        "5 bytes, more than the 4 such a file may hold",
+    )
+    assert fileio.read_regular(tmp_path / "missing", 4) is None
+
+
+def test_read_regular_refuses_a_file_that_grew_after_its_size_was_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _file(tmp_path)
+    path.write_bytes(b"12345")
+    unbounded = fileio.open_regular
+    monkeypatch.setattr(
+        fileio,
+        "open_regular",
+        lambda where, *, bytes_max, damaged: unbounded(where, damaged=damaged),
+    )
+    with pytest.raises(StoreDamaged) as caught:
+        fileio.read_regular(path, 4)
+    assert (caught.value.path, caught.value.reason) == (
+        str(path),
+        "more than the 4 bytes such a file may hold",
+    )
+
+
+@pytest.mark.parametrize("operation", [None, "read checkpoint"])
+def test_read_regular_fails_as_a_storage_error_naming_its_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str | None
+) -> None:
+    def failing(*_args: object, **_kwargs: object) -> None:
+        raise EIO
+
+    monkeypatch.setattr(fileio, "open_regular", failing)
+    path = tmp_path / "f"
+    given = {} if operation is None else {"operation": operation}
+    with pytest.raises(StorageError) as caught:
+        fileio.read_regular(path, 4, **given)
+    assert (caught.value.path, caught.value.operation, caught.value.errno_name) == (
+        str(path),
+        operation or "read",
+        "EIO",
+    )
+
+
+def test_a_file_of_no_kind_known_is_something_else() -> None:
+    status = os.stat_result((0,) * 10)  # a mode of no file type
+    assert fileio._unfit(status, None) == "something else, not a regular file"

@@ -176,3 +176,43 @@ def test_an_outside_event_is_a_cells_input_when_routed_to_it_by_its_key(
         _route("demo/Keyless@1", COUNTER, None),
     )
     assert inputs.matches(record) is expected
+
+
+# --- the fast path and the full replay answer alike, field by field ------------------------
+
+
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tt") / "w"
+    with World.create(path, COUNTER_AIR) as world:
+        for key, n in (("a", 1), ("b", 2), ("a", 3)):
+            world.send(EVENT, add(key, n))
+            world.step()
+    return path
+
+
+def test_cell_at_answers_every_field_the_same_by_either_path(
+    stepped: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with World.open(stepped, readonly=True) as world:
+        seq_next = world.journal.seq_next
+        era = world.genesis_air.manifest_hash
+        live = world.state(COUNTER, "a")
+    fast = {
+        (key, seq): timetravel.cell_at(stepped, COUNTER, key, seq)
+        for key in ("a", "b", "c")
+        for seq in range(seq_next)
+    }
+    monkeypatch.setattr(timetravel, "_cell_steps_at", lambda *_args: None)
+    for (key, seq), answer in fast.items():
+        assert timetravel.cell_at(stepped, COUNTER, key, seq) == answer, (key, seq)
+        assert answer.seq == seq
+        assert seq <= answer.seq_through < seq_next
+        if answer.state is None:
+            assert (answer.state_cbor, answer.era) == (None, None)
+        else:
+            assert answer.state_cbor is not None
+            assert answer.era == era
+    last = seq_next - 1
+    assert fast["a", last].state == live != fast["a", 0].state
+    assert fast["c", last].state is None

@@ -119,8 +119,10 @@ def test_a_cell_is_named_through_its_reducers_key_schema(small: Path) -> None:
 def test_a_reducer_without_cells_has_no_cell_to_name() -> None:
     air = load_air_path(ROOT / "manifests" / "counter_v1")
     [reducer] = air.modules
-    with pytest.raises(KeyMismatch):
+    with pytest.raises(KeyMismatch) as caught:
         timetravel.cell_key(air, reducer, "a")
+    assert (caught.value.reducer, caught.value.keyed) == (reducer, False)
+    assert str(caught.value) == f"{reducer} is not keyed: give no key"
 
 
 # --- which outside events are a cell's inputs ------------------------------------------------

@@ -237,3 +237,19 @@ def test_read_regular_fails_as_a_storage_error_naming_its_operation(
 def test_a_file_of_no_kind_known_is_something_else() -> None:
     status = os.stat_result((0,) * 10)  # a mode of no file type
     assert fileio._unfit(status, None) == "something else, not a regular file"
+
+
+def test_a_file_swapped_for_a_fifo_after_the_look_is_refused_and_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size and kind are checked again on the opened file (``fstat``): what was swapped in
+    between the ``stat`` and the ``open`` is refused, and the descriptor does not leak."""
+    path = _file(tmp_path)
+    fifo = os.stat_result((0o010600, *os.stat(path)[1:]))
+    fds = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fstat", lambda _fd: fifo)
+    with pytest.raises(StoreDamaged) as caught:
+        fileio.open_regular(path)
+    monkeypatch.undo()
+    assert caught.value.reason == "a FIFO, not a regular file"
+    assert set(os.listdir("/proc/self/fd")) == fds

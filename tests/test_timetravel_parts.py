@@ -218,3 +218,21 @@ def test_cell_at_answers_every_field_the_same_by_either_path(
     last = seq_next - 1
     assert fast["a", last].state == live != fast["a", 0].state
     assert fast["c", last].state is None
+
+
+def test_a_cells_seqs_are_the_same_read_from_the_index_or_the_journal(
+    stepped: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``world why`` pages a cell's records by ``cell_seqs``: from the history index, or (a
+    world not yet checkpointed, or an index that does not describe the journal) the journal."""
+    with World.open(stepped, readonly=True) as world:
+        seqs = range(world.journal.seq_next)
+        wheres = [timetravel.cell_key(world.air, COUNTER, key) for key in ("a", "b")]
+        indexed = [[timetravel.cell_seqs(world, w, seq) for seq in seqs] for w in wheres]
+        monkeypatch.setattr(timetravel, "_indexed", lambda *_args: None)
+        read = [[timetravel.cell_seqs(world, w, seq) for seq in seqs] for w in wheres]
+    assert read == indexed
+    a_steps = indexed[0][-1]
+    assert len(a_steps) == 2
+    assert all(seq in indexed[0][seq] for seq in a_steps)  # a record counts at its own seq
+    assert all(seq not in indexed[0][seq - 1] for seq in a_steps)  # nor before it

@@ -190,6 +190,18 @@ def op(name: str, *args: Any) -> dict[str, Any]:
     return {"op": name, "args": list(args)}
 
 
+def blob_put(step_id: str, data: Any, bind: str) -> dict[str, Any]:
+    """An ``emit_effect`` of a ``blob.put`` of ``data`` (an Expr) under grant ``blob``."""
+    return {
+        "id": step_id,
+        "op": "emit_effect",
+        "kind": "blob.put",
+        "params": {"record": {"data": data}},
+        "cap": "blob",
+        "bind": {"effect_id_as": bind},
+    }
+
+
 def http_get(step_id: str, url: Any, bind: str, cap: str = "http") -> dict[str, Any]:
     """An ``emit_effect`` of a GET to ``url`` (an Expr)."""
     return {

@@ -18,6 +18,7 @@ from plans_kit import (
     SINK,
     SINK_STATE,
     blob_grant,
+    blob_put,
     chain,
     end,
     ended,
@@ -357,14 +358,7 @@ def test_the_failures_kept_are_the_last_ones(
 
 def test_a_denied_run_fails_at_the_step_it_waits_in(tmp_path: Path) -> None:
     """An approver's denial ends the run where it waits: ``wait`` (``/steps/1``)."""
-    put = {
-        "id": "a_put",
-        "op": "emit_effect",
-        "kind": "blob.put",
-        "params": {"record": {"data": {"bytes": "AAAA"}}},
-        "cap": "blob",
-        "bind": {"effect_id_as": "p"},
-    }
+    put = blob_put("a_put", {"bytes": "AAAA"}, "p")
     wait = {"id": "wait", "op": "await_receipt", "for": ref("@var:p"), "bind": {"as": "r"}}
     air = plan_world(
         tmp_path / "air",
@@ -478,14 +472,7 @@ def _early_receipt_world(folder: Path, with_end: bool = False) -> Path:
     awaits the put's receipt (in long since) while ``d_one`` and ``e_two`` are ready too.
     ``with_end``: then ``z_end`` ends it with whether ``@step:a_put`` and ``@step:c_wait``
     are the values bound to ``p`` and ``r``."""
-    put = {
-        "id": "a_put",
-        "op": "emit_effect",
-        "kind": "blob.put",
-        "params": {"record": {"data": {"bytes": "AAAA"}}},
-        "cap": "blob",
-        "bind": {"effect_id_as": "p"},
-    }
+    put = blob_put("a_put", {"bytes": "AAAA"}, "p")
     steps = [
         put,
         {"id": "b_go", "op": "await_event", "event": GO, "bind": {"as": "g"}},
@@ -581,14 +568,7 @@ def _put_world(folder: Path, *, rules: list[dict[str, Any]], host: str | None = 
     """``t/put@1`` stores a blob (or, with ``host``, GETs ``http://<host>/`` under a grant for
     ``example.com`` only), then awaits its receipt."""
     if host is None:
-        first = {
-            "id": "a_put",
-            "op": "emit_effect",
-            "kind": "blob.put",
-            "params": {"record": {"data": {"bytes": "AAAA"}}},
-            "cap": "blob",
-            "bind": {"effect_id_as": "p"},
-        }
+        first = blob_put("a_put", {"bytes": "AAAA"}, "p")
         grants = [blob_grant()]
     else:
         first = http_get("a_put", {"text": f"http://{host}/"}, "p")

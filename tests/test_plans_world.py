@@ -29,6 +29,7 @@ from plans_kit import (
     ReceiptGates,
     await_receipt,
     blob_grant,
+    blob_put,
     chain,
     end,
     ended,
@@ -303,14 +304,7 @@ def test_await_event_wakes_only_its_own_correlated_run_and_only_for_later_events
 def test_a_run_denied_while_its_awaited_event_is_queued_leaves_the_world_runnable(
     tmp_path: Path,
 ) -> None:
-    put = {
-        "id": "a_put",
-        "op": "emit_effect",
-        "kind": "blob.put",
-        "params": {"record": {"data": {"bytes": "AAAA"}}},
-        "cap": "blob",
-        "bind": {"effect_id_as": "p"},
-    }
+    put = blob_put("a_put", {"bytes": "AAAA"}, "p")
     wait = {
         "id": "wait",
         "op": "await_event",
@@ -358,22 +352,11 @@ def _http_plan(method: str = "GET") -> dict[str, Any]:
     return plan("t/go@1", GO, steps, chain("fetch", "wait", "end"))
 
 
-def _put(step_id: str, data: Any, bind: str) -> dict[str, Any]:
-    return {
-        "id": step_id,
-        "op": "emit_effect",
-        "kind": "blob.put",
-        "params": {"record": {"data": data}},
-        "cap": "blob",
-        "bind": {"effect_id_as": bind},
-    }
-
-
 def _blob_plan(*puts: Any) -> dict[str, Any]:
     """One ``blob.put`` of each data Expr in ``puts``, each awaited before the next."""
     steps: list[dict[str, Any]] = []
     for i, data in enumerate(puts):
-        steps += [_put(f"put_{i}", data, f"p{i}"), await_receipt(f"wait_{i}", f"p{i}", f"r{i}")]
+        steps += [blob_put(f"put_{i}", data, f"p{i}"), await_receipt(f"wait_{i}", f"p{i}", f"r{i}")]
     steps.append(end())
     return plan("t/go@1", GO, steps, chain(*[s["id"] for s in steps]))
 

@@ -7,7 +7,11 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+from air import cbor
+from air.errors import CborError
+from kernel import native
 
 FUZZ = Path(__file__).resolve().parents[1] / "tools" / "fuzz"
 EXAMPLES_SCALE = float(os.environ.get("WORLD_EXAMPLES_SCALE", "1"))
@@ -30,3 +34,24 @@ def load_oracle() -> Any:
         sys.modules["native_oracle"] = module
         spec.loader.exec_module(module)
     return sys.modules["native_oracle"]
+
+
+REFUSED: Final = object()
+"""What ``native_loads`` and ``python_loads`` answer for bytes their decoder refuses."""
+
+
+def native_loads(data: bytes) -> Any:
+    """The C decoder alone: ``REFUSED`` where it declines (``kernel.native.loads`` would then
+    run the reference)."""
+    try:
+        return native.built().loads(data)
+    except ValueError:
+        return REFUSED
+
+
+def python_loads(data: bytes) -> Any:
+    """The reference decoder (``air.cbor.loads``): ``REFUSED`` where it refuses."""
+    try:
+        return cbor.loads(data)
+    except CborError:
+        return REFUSED

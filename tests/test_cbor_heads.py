@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pytest
-from fuzzkit import load_oracle
+from fuzzkit import REFUSED, load_oracle, native_loads, python_loads
 
 from air import cbor
 from air.errors import CborError
@@ -233,29 +233,12 @@ def native_switched(flag: bool) -> Iterator[None]:
         native.set_enabled(was)
 
 
-_REFUSED: Final = object()
-
-
-def _native_loads(data: bytes) -> Any:
-    try:
-        return native.built().loads(data)
-    except ValueError:  # "not mine": kernel.native.loads runs air.cbor.loads
-        return _REFUSED
-
-
-def _python_loads(data: bytes) -> Any:
-    try:
-        return cbor.loads(data)
-    except CborError:
-        return _REFUSED
-
-
 def _state_of(found: abi.StepOutput | None) -> Any:
-    return _REFUSED if found is None else found.values.state  # type: ignore[union-attr]
+    return REFUSED if found is None else found.values.state  # type: ignore[union-attr]
 
 
 def _key_of(found: abi.StepOutput | None) -> Any:
-    return _REFUSED if found is None else found.domain_events[0].key_cbor
+    return REFUSED if found is None else found.domain_events[0].key_cbor
 
 
 def _python_output(data: bytes) -> abi.StepOutput | None:
@@ -267,7 +250,7 @@ def _python_output(data: bytes) -> abi.StepOutput | None:
 
 
 def _body_of(found: tuple[int, str, str, Any] | None) -> Any:
-    return _REFUSED if found is None else found[3]
+    return REFUSED if found is None else found[3]
 
 
 def _python_record(data: bytes) -> tuple[int, str, str, Any] | None:
@@ -282,7 +265,7 @@ def _python_record(data: bytes) -> tuple[int, str, str, Any] | None:
 @dataclass(frozen=True)
 class Entry:
     """An entry point of the C decoder: how a row's item is wrapped for it, what it answers (the
-    value it found, or ``_REFUSED`` when it declines), its reference's answer, and what an
+    value it found, or ``REFUSED`` when it declines), its reference's answer, and what an
     accepted row must give."""
 
     name: str
@@ -293,7 +276,7 @@ class Entry:
 
 
 ENTRIES: Final = [
-    Entry("loads", bytes, _native_loads, _python_loads, lambda row: row.value),
+    Entry("loads", bytes, native_loads, python_loads, lambda row: row.value),
     Entry(
         "decode_output-state",
         as_state,
@@ -332,8 +315,8 @@ def test_c_decoder_accepts_only_the_shortest_head(entry: Entry, row: Row) -> Non
     data = entry.wrap(row.item)
     ours, theirs = entry.c(data), entry.python(data)
     if row.refused is not None:
-        assert theirs is _REFUSED, "the reference accepted it"
-        assert ours is _REFUSED, f"the C decoder accepted it as {ours!r}"
+        assert theirs is REFUSED, "the reference accepted it"
+        assert ours is REFUSED, f"the C decoder accepted it as {ours!r}"
         return
     wanted = entry.expected(row)
     assert type(theirs) is type(wanted)

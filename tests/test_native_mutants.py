@@ -33,9 +33,10 @@ import tracemalloc
 from typing import Any, Final
 
 import pytest
+from fuzzkit import REFUSED, native_loads, python_loads
 
 from air import cbor
-from air.errors import CborError, WorldError
+from air.errors import WorldError
 from air.types import ListT, OptionT, Prim, Record, TypeNode, Variant
 from air.values import normalise
 from kernel import abi, native
@@ -44,22 +45,6 @@ from kernel.errors import StepRejected
 pytestmark = pytest.mark.skipif(
     not native.available(), reason="the native extension is not built: no C decoder to check"
 )
-
-_REFUSED: Final = object()
-
-
-def _c_loads(data: bytes) -> Any:
-    try:
-        return native.built().loads(data)
-    except ValueError:  # "not mine": kernel.native.loads would run the reference
-        return _REFUSED
-
-
-def _python_loads(data: bytes) -> Any:
-    try:
-        return cbor.loads(data)
-    except CborError:
-        return _REFUSED
 
 
 def _c_key_ok(item: bytes) -> bool:
@@ -86,11 +71,11 @@ def _python_key_ok(item: bytes) -> bool:
 def assert_same(data: bytes) -> Any:
     """The C decoder and the reference agree on ``data`` (value and type, or both refuse);
     returns the reference's answer."""
-    ours, theirs = _c_loads(data), _python_loads(data)
-    if theirs is _REFUSED:
-        assert ours is _REFUSED, f"the C decoder accepted {data[:16].hex()}... as {ours!r}"
+    ours, theirs = native_loads(data), python_loads(data)
+    if theirs is REFUSED:
+        assert ours is REFUSED, f"the C decoder accepted {data[:16].hex()}... as {ours!r}"
     else:
-        assert ours is not _REFUSED, f"the C decoder declined {data[:16].hex()}..."
+        assert ours is not REFUSED, f"the C decoder declined {data[:16].hex()}..."
         assert cbor.dumps(ours) == cbor.dumps(theirs) == data
     assert _c_key_ok(data) is _python_key_ok(data), data[:16].hex()
     return theirs
@@ -111,18 +96,18 @@ def test_nested_maps_stop_at_the_same_depth_as_the_reference(depth: int) -> None
     # Kills: decode_item's map case "depth >= NATIVE_CBOR_DEPTH_MAX" -> ">" (257 accepted),
     # "depth + 1" -> "depth + 2" (129 and up declined), "depth + 1" -> "depth - 1" (no limit).
     answer = assert_same(nested_maps(depth))
-    assert (answer is _REFUSED) is (depth > cbor.CBOR_DEPTH_MAX)
+    assert (answer is REFUSED) is (depth > cbor.CBOR_DEPTH_MAX)
 
 
 @pytest.mark.parametrize("depth", [255, 256, 257])
 def test_arrays_and_maps_in_turn_stop_at_the_same_depth(depth: int) -> None:
     answer = assert_same(nested_mixed(depth))
-    assert (answer is _REFUSED) is (depth > cbor.CBOR_DEPTH_MAX)
+    assert (answer is REFUSED) is (depth > cbor.CBOR_DEPTH_MAX)
 
 
 def test_maps_nested_far_past_the_limit_are_declined_not_recursed() -> None:
     # With no depth limit for maps the C decoder would recurse 200,000 frames deep.
-    assert _c_loads(nested_maps(200_000)) is _REFUSED
+    assert native_loads(nested_maps(200_000)) is REFUSED
 
 
 def test_the_key_check_builds_nothing_and_keeps_nothing() -> None:
@@ -195,15 +180,15 @@ def test_normalise_takes_what_the_reference_takes_and_declines_the_rest(
     try:
         theirs = normalise(node, value, {})
     except WorldError:
-        theirs = _REFUSED
+        theirs = REFUSED
     try:
         ours = native.built().normalise(native.norm_program(node, {}), value)
     except ValueError:  # "not mine"
-        ours = _REFUSED
-    if theirs is _REFUSED:
-        assert ours is _REFUSED, f"the C normaliser took {value!r} as {ours!r}"
+        ours = REFUSED
+    if theirs is REFUSED:
+        assert ours is REFUSED, f"the C normaliser took {value!r} as {ours!r}"
     else:
-        assert ours is not _REFUSED, f"the C normaliser declined {value!r}"
+        assert ours is not REFUSED, f"the C normaliser declined {value!r}"
         assert cbor.dumps(ours) == cbor.dumps(theirs)
 
 

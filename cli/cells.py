@@ -39,7 +39,7 @@ import typer
 from rich.table import Table
 
 from cli.common import answers, console, emit_json, fail, handle_errors
-from cli.core import opened, parse_key_arg, via_server
+from cli.core import asking, parse_key_arg
 
 __all__ = ["app"]
 
@@ -64,14 +64,12 @@ def ls(
 ) -> None:
     """List a keyed reducer's cells sorted by key (canonical CBOR order), a page at a time:
     key, state hash, size, last active journal seq."""
-    from world import cells_page
-
     with handle_errors(json_output):
         after_value = None if after is None else parse_key_arg(after)
-        page = via_server(directory, "cells_ls", reducer=reducer, limit=limit, after=after_value)
-        if page is None:
-            with opened(directory, readonly=True) as world:
-                page = world.read(lambda: cells_page(world, reducer, after_value, limit))
+        with asking(directory, readonly=True) as handle:
+            page = handle.cells(reducer, limit=limit, after=after_value).model_dump()
+        if page["next_after"] is None:  # the last page (a key is never null)
+            del page["next_after"]
     out: dict[str, Any] = {"ok": True, **page}
     total, cells = page["count"], page["cells"]
     if json_output:
@@ -115,21 +113,12 @@ def upgrade(
     state schema is the same, else one step of the new module with sys/StateUpgrade@1. A cell
     whose upgrade fails stays in its era, with the reason. Journaled in batches; --all can be
     run again to go on after an interruption."""
-    from world.gov import upgrade_cells
-
     if every == bool(key):
         fail("give --key KEY (one or more) or --all")
     with handle_errors(json_output):
-        reply = via_server(
-            directory,
-            "cells_upgrade",
-            reducer=reducer,
-            keys=None if every else [parse_key_arg(k) for k in key or []],
-        )
-        if reply is None:
-            with opened(directory) as world:
-                keys = None if every else [parse_key_arg(k) for k in key or []]
-                reply = upgrade_cells(world, reducer, keys).as_json()
+        keys = None if every else [parse_key_arg(k) for k in key or []]
+        with asking(directory) as handle:
+            reply = handle.cells_upgrade(reducer, keys).model_dump()
     if json_output:
         emit_json({"ok": not reply["failed"], **reply})
         return

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from air.errors import InputFileError, InvalidArgument, JsonError
+from air.errors import InputFileError, InvalidArgument, JsonError, WorldError
 from cli import _progress
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import (
@@ -30,13 +30,13 @@ from cli.common import (
 if TYPE_CHECKING:
     from world import World
     from world.effects import ChosenMode, EffectsMode
-    from world.errors import ServedError
-    from world.serve import Client
+    from world.ops import Handle, RemoteHandle, Sent
 
 __all__ = [
     "EFFECTS_CHOICES",
     "EffectsChoice",
     "EffectsOpt",
+    "asking",
     "chosen_effects",
     "effects_mode",
     "info",
@@ -48,11 +48,10 @@ __all__ = [
     "print_notices",
     "run",
     "send",
-    "served_client",
+    "served_handle",
     "snapshot",
     "state",
     "step",
-    "via_server",
 ]
 
 DirArg = Annotated[Path, typer.Argument(help="The world directory")]
@@ -178,9 +177,10 @@ def _read_jsonl(path: Path) -> list[Any]:
 def opened(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[World]:
-    """The world at ``directory``, closed at the end; its notices go to stderr once. A writer's
-    open of a world ``world serve`` holds is ``WorldServed``, saying what to do (commands with
-    a server path ask ``served_client`` first and never come here for a served world)."""
+    """The world at ``directory`` itself, closed at the end; its notices go to stderr once, for
+    the commands that run its loop (``step``, ``run``): an operation is asked through
+    ``asking``. A writer's open of a world ``world serve`` holds is ``WorldServed``, saying
+    what to do."""
     from world import World, WorldLocked, WorldServed
     from world.serve import served
 
@@ -207,35 +207,35 @@ def print_notices(notices: list[str]) -> None:
         err_console.print(f"[yellow]notice:[/yellow] {notice}", soft_wrap=True)
 
 
-def served_client(directory: Path) -> Client | None:
-    """A client of the server holding ``directory`` (``world serve``), or None when the world
-    is not served: the command then opens the world itself. A served world must be asked:
-    opening it would fail on the write lock, or show a reader's stale view (the server runs
-    the ready work before it answers a read)."""
-    from world.serve import Client, served, socket_path
+@contextmanager
+def asking(
+    directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
+) -> Iterator[Handle]:
+    """The handle a command asks its world through (``world.ops.attach``): the server's when
+    ``world serve`` holds the world, else the world itself (read-only for ``readonly``);
+    closed at the end, its notices on stderr once."""
+    from world.ops import attach
 
-    return Client(socket_path(directory)) if served(directory) else None
+    handle = attach(directory, readonly=readonly)
+    if gate is not None:
+        gate.target = handle
+    try:
+        yield handle
+    finally:
+        try:
+            handle.close()
+        finally:
+            print_notices(handle.notices)
 
 
-def via_server(directory: Path, op: str, **args: Any) -> Any | None:
-    """The reply of the server holding ``directory`` to ``op``, or None when it is not served
-    (see ``served_client``)."""
-    client = served_client(directory)
-    if client is None:
-        return None
-    with client:
-        return client.call(op, **args)
+def served_handle(directory: Path) -> RemoteHandle | None:
+    """The handle of the server holding ``directory``, or None when it is not served: for the
+    commands that read the journal's files themselves when no server holds it (``journal
+    tail``, ``cells tail``: a reader that opens no world follows a live writer's appends)."""
+    from world.ops import connect
+    from world.serve import served
 
-
-def _served_rejection(exc: ServedError, file: Path | None, lines: list[Any]) -> ServedError:
-    """A batch the server refused, worded as the local send words it (file:line: cause)."""
-    from world.errors import ServedError
-
-    index, cause = exc.fields.get("index"), exc.fields.get("cause")
-    if exc.error_class != "EventRejected" or not isinstance(index, int) or cause is None:
-        return exc
-    where = f"{file}:{lines[index][0]}: " if file is not None else ""
-    return ServedError(exc.error_class, exc.code, f"{where}{cause}", exc.fields)
+    return connect(directory) if served(directory) else None
 
 
 def send(
@@ -261,31 +261,23 @@ def send(
     json_output: JsonOpt = False,
 ) -> None:
     """Send events into the world (durable when the command returns)."""
-    from world.errors import ServedError
-
     if (value is None) == (file is None):
         fail("give exactly one of VALUE or --file")
     if event_id is not None and file is not None:
         fail('--id is for one VALUE; in a --file, give each line an "$id"')
-    with handle_errors(json_output), signals_deferred():
+    with handle_errors(json_output), signals_deferred() as gate:
         lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
         lines, ids = _split_ids(lines, event_id)
         big = file is not None and len(lines) >= SEND_PROGRESS_MIN
         shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
-        with shown as progress:
-            try:
-                sent = _send_served(directory, schema, [v for _n, v in lines], ids, progress)
-            except ServedError as exc:
-                raise _served_rejection(exc, file, lines) from exc
-            seqs = (
-                sent
-                if sent is not None
-                else _send_here(directory, schema, lines, ids, file, progress)
-            )
+        with shown as progress, asking(directory, gate=gate) as handle:
+            sent = _sent(handle, schema, lines, ids, file, progress)
+    seqs = sent.seqs
     if json_output:
-        emit_json({"ok": True, "seqs": seqs})
+        emit_json({"ok": True, "seqs": seqs, "duplicates": sent.duplicates})
     else:
-        console.print(f"sent {len(seqs)} event(s), journal seq {seqs[0]}..{seqs[-1]}")
+        again = f" ({sent.duplicates} already journaled under their ids)" if sent.duplicates else ""
+        console.print(f"sent {len(seqs)} event(s), journal seq {min(seqs)}..{max(seqs)}{again}")
 
 
 ID_FIELD = "$id"
@@ -312,73 +304,28 @@ def _split_ids(
     return values, ids
 
 
-def _send_served(
-    directory: Path,
-    schema: str,
-    values: list[Any],
-    ids: list[str | None],
-    progress: _progress.ProgressFn | None,
-) -> list[int] | None:
-    """Send through a served world (None: not served): one request if it fits, else parts of a
-    batch that the server journals whole with the last one (``world.serve._ops``)."""
-    from air.errors import LimitExceeded
-
-    client = served_client(directory)
-    if client is None:
-        return None
-    with client:
-        batch, start, size = None, 0, len(values)
-        while True:
-            part = values[start : start + size]
-            part_ids = ids[start : start + size]
-            more = start + len(part) < len(values)
-            try:
-                reply = client.call(
-                    "send", schema=schema, values=part, ids=part_ids, batch=batch, more=more
-                )
-            except LimitExceeded:
-                if size == 1:
-                    raise
-                size = max(1, size // 2)  # the next part is smaller; nothing was sent
-                continue
-            start += len(part)
-            if progress is not None:
-                progress(start, len(values))
-            if not more:
-                return list(reply["seqs"])
-            batch = reply["batch"]
-
-
-def _send_here(
-    directory: Path,
+def _sent(
+    handle: Handle,
     schema: str,
     lines: list[Any],
     ids: list[str | None],
     file: Path | None,
-    progress: _progress.ProgressFn | None = None,
-) -> list[int]:
+    progress: _progress.ProgressFn | None,
+) -> Sent:
+    """Send the values of ``lines`` as one batch; a rejected one named by its file and line."""
     from world import EventRejected
 
-    events = [(schema, v) for _n, v in lines]
-    with opened(directory) as world:
-        try:
-            taken = events if progress is None else _counted(events, progress)
-            return world.send_many(taken, ids=ids)
-        except EventRejected as exc:
-            if file is None:
-                raise exc.cause from exc
-            raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
-
-
-def _counted(items: list[Any], progress: _progress.ProgressFn) -> Iterator[Any]:
-    """``items``, calling ``progress(done, total)`` as they are taken (about 100 times in
-    all): ``World.send_many`` checks each event as it takes it, then journals them all."""
-    total = len(items)
-    every = max(1, total // 100)
-    for done, item in enumerate(items, start=1):
-        yield item
-        if done % every == 0 or done == total:
-            progress(done, total)
+    if progress is not None:
+        handle.progress = progress  # type: ignore[attr-defined]  # a remote handle's parts
+    try:
+        sent = handle.send_many(schema, [v for _n, v in lines], ids=ids)
+    except EventRejected as exc:
+        if file is None:
+            raise exc.cause if isinstance(exc.cause, WorldError) else exc from exc
+        raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
+    if progress is not None:
+        progress(len(lines), len(lines))
+    return sent
 
 
 def step(
@@ -532,12 +479,8 @@ def state(
     """Show a reducer's state, or one cell's with --key."""
     with handle_errors(json_output):
         key_value = None if key is None else parse_key_arg(key)
-        reply = via_server(directory, "state", reducer=reducer, key=key_value)
-        if reply is not None:
-            value = reply["state"]
-        else:
-            with opened(directory, readonly=True) as world:
-                value = world.state(reducer, key_value)
+        with asking(directory, readonly=True) as handle:
+            value = handle.state(reducer, key_value)
     answer_state(value, reducer, key_value, json_output)
 
 
@@ -569,12 +512,9 @@ def answer_state(value: Any, reducer: str, key_value: Any, json_output: bool) ->
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Summarise a world: manifest, journal, reducers and cells, dead letters."""
     with handle_errors(json_output):
-        data = via_server(directory, "info")
-        if data is not None:
-            data["path"] = str(directory)  # the server's own path may be spelled otherwise
-        else:
-            with opened(directory, readonly=True) as world:
-                data = world.info()
+        with asking(directory, readonly=True) as handle:
+            data = handle.info().model_dump()
+        data["path"] = str(directory)  # a server's own path may be spelled otherwise
     data["http"] = _http(directory)
     if json_output:
         emit_json(data)
@@ -648,13 +588,8 @@ def _http(directory: Path) -> dict[str, Any]:
 
 def snapshot(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Checkpoint cells, index and kernel state now."""
-    with handle_errors(json_output), signals_deferred():
-        reply = via_server(directory, "snapshot")
-        if reply is not None:
-            address = reply["snapshot"]
-        else:
-            with opened(directory) as world:
-                address = world.snapshot()
+    with handle_errors(json_output), signals_deferred() as gate, asking(directory, gate=gate) as h:
+        address = h.snapshot()
     if json_output:
         emit_json({"ok": True, "snapshot": address})
     else:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from cli.common import answers, console, emit_json, handle_errors, signals_deferred
-from cli.core import opened, via_server
+from cli.core import asking
 
 __all__ = ["app"]
 
@@ -38,10 +38,8 @@ def _short(text: str) -> str:
 @answers
 def ls(directory: DirArg, json_output: JsonOpt = False) -> None:
     """List the kept dead letters, oldest first, and how many there were in all."""
-    from world.operate import dead_letters
-
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        data = dead_letters(world)
+    with handle_errors(json_output), asking(directory, readonly=True) as handle:
+        data = handle.dead_letters().model_dump()
     if json_output:
         emit_json({"ok": True, **data})
         return
@@ -64,10 +62,8 @@ def ls(directory: DirArg, json_output: JsonOpt = False) -> None:
 @answers
 def show(directory: DirArg, letter_id: IdArg, json_output: JsonOpt = False) -> None:
     """Show one dead letter: its target, event, code and the whole reason."""
-    from world.operate import dead_letter
-
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        data = dead_letter(world, letter_id)
+    with handle_errors(json_output), asking(directory, readonly=True) as handle:
+        data = handle.dead_letter(letter_id)
     if json_output:
         emit_json({"ok": True, "letter": data})
         return
@@ -88,14 +84,12 @@ def show(directory: DirArg, letter_id: IdArg, json_output: JsonOpt = False) -> N
 
 def _act(directory: Path, letter_id: str, retry: bool, json_output: bool) -> None:
 
-    with handle_errors(json_output), signals_deferred():
-        action = "retry" if retry else "drop"
-        reply = via_server(directory, "dead_letter", id=letter_id, action=action)
-        if reply is not None:
-            seq = int(reply["seq"])
-        else:
-            with opened(directory) as world:
-                seq = (world.retry_dead_letter if retry else world.drop_dead_letter)(letter_id)
+    with (
+        handle_errors(json_output),
+        signals_deferred() as gate,
+        asking(directory, gate=gate) as handle,
+    ):
+        seq = (handle.retry_dead_letter if retry else handle.drop_dead_letter)(letter_id)
     verb = "retried" if retry else "dropped"
     if json_output:
         emit_json({"ok": True, "seq": seq, "id": letter_id, "action": verb})

@@ -30,14 +30,14 @@ import typer
 
 from cli import cells
 from cli.common import EXIT_INTERRUPTED, answers, console, emit_json, fail, handle_errors
-from cli.core import opened, parse_key_arg, served_client, via_server
+from cli.core import asking, parse_key_arg, served_handle
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
     from world import RecordView
     from world.history import HistoryEntry
     from world.journal import FileJournal
-    from world.serve import Client
+    from world.ops import RemoteHandle
 
 __all__ = ["fork", "show", "tail"]
 
@@ -66,33 +66,17 @@ def show(
     history index stored, each checked against its journaled state hash (a full replay when
     one cannot be); a SEQ inside a tick that journaled several records means after that
     whole tick."""
-    from world.history import cell_at, cell_key
-
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
         key_value = parse_key_arg(key)
-        reply = None
-        if at is None or at <= SEQ_MAX:  # past it: the direct read says how far the journal is
-            reply = via_server(directory, "cells_show", reducer=reducer, key=key_value, at=at)
-        if reply is not None:
-            found_cbor = reply["state_cbor"]
-            state_cbor = None if found_cbor is None else bytes.fromhex(found_cbor)
-            state = reply["state"]
-            if at is not None:
-                out |= {"at": reply["at"], "through": reply["through"], "era": reply["era"]}
-            else:
-                out |= {"era": reply["era"], "current_era": reply["current_era"]}
-        elif at is None:
-            with opened(directory, readonly=True) as world:
-                cell_key(world.air, reducer, key_value)  # the errors a wrong key gets
-                # One read: the bytes, the value and the era from one view, whatever a writer
-                # does.
-                state_cbor, state, era = world.read(lambda: _now(world, reducer, key_value))
-                out |= {"era": era, "current_era": world.air.manifest_hash}
+        with asking(directory, readonly=True) as handle:
+            found = handle.cell(reducer, key_value, at=None if at is None else min(at, SEQ_MAX))
+        state_cbor = None if found.state_cbor is None else bytes.fromhex(found.state_cbor)
+        state = found.state
+        if at is not None:
+            out |= {"at": found.at, "through": found.through, "era": found.era}
         else:
-            found = cell_at(directory, reducer, key_value, at)
-            state_cbor, state = found.state_cbor, found.state
-            out |= {"at": found.seq, "through": found.seq_through, "era": found.era}
+            out |= {"era": found.era, "current_era": found.current_era}
     shown = state_cbor.hex() if raw and state_cbor is not None else state
     out |= {"key": key_value, "state": shown}
     when = "" if at is None else f" at seq {at}"
@@ -122,17 +106,6 @@ def show(
         )
 
 
-def _now(world: Any, reducer: str, key: Any) -> tuple[bytes | None, Any, str | None]:
-    """A cell now: its state's bytes, its value and its era (manifest hash); Nones if absent."""
-    from air import cbor
-
-    view = world.cell(reducer, key)
-    if view is None:
-        return None, None, None
-    found = world.kernel.cell_of(reducer, world.key_cbor(reducer, key))
-    return found[1], view.state, cbor.raw_to_hash(view.entry.manifest_hash)
-
-
 @answers
 def tail(
     directory: DirArg,
@@ -158,7 +131,7 @@ def tail(
             rows.append(_row(shown))
 
     with handle_errors(json_output):
-        client = served_client(directory)
+        client = served_handle(directory)
         try:
             if client is None:
                 _tail_here(directory, reducer, key, follow, raw, emit)
@@ -214,7 +187,7 @@ def _tail_here(
 
 
 def _tail_served(
-    client: Client,
+    client: RemoteHandle,
     reducer: str,
     key: Any,
     follow: bool,
@@ -223,12 +196,15 @@ def _tail_served(
 ) -> None:
     """The cell's history from the server holding the world, a page per request, each entry
     as ``_as_json`` makes it (the server renders it the same way)."""
+    from world.ops import CellTail
+
     seq = 0
     while True:
-        for page in client.pages("cells_tail", from_seq=seq, reducer=reducer, key=key, raw=raw):
-            for shown in page["entries"]:
+        args = CellTail(reducer=reducer, key=key, from_seq=seq, raw=raw)
+        for page in client.pages("cells.tail", args):
+            for shown in page.entries:  # type: ignore[attr-defined]
                 emit(shown)
-            seq = page["next"]
+            seq = page.next  # type: ignore[attr-defined]
         if not follow:
             return
         time.sleep(FOLLOW_POLL_S)

@@ -47,11 +47,11 @@ from cli.common import (
     handle_errors,
     stdout_is_terminal,
 )
-from cli.core import served_client
+from cli.core import served_handle
 
 if TYPE_CHECKING:
     from world.journal import FileJournal
-    from world.serve import Client
+    from world.ops import RemoteHandle
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
 
@@ -187,7 +187,7 @@ def tail(
         if until_seq is not None and until_seq < 0:
             raise InvalidArgument("--until", until_seq, "a journal position, 0 or more")
         stop = SEQ_MAX if until_seq is None else min(until_seq + 1, SEQ_MAX)
-        client = served_client(directory)
+        client = served_handle(directory)
         if client is not None:  # the same checks first, so errors read the same
             check_read_args(from_seq, subject or None)
             with client:
@@ -314,7 +314,7 @@ def stored_air(directory: Path) -> Any:
 
 
 def _tail_served(
-    client: Client,
+    client: RemoteHandle,
     out: _Lines,
     subject: str | None,
     from_seq: int,
@@ -353,10 +353,10 @@ def _tail_served(
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _served_end(client: Client, raw: bool) -> int:
+def _served_end(client: RemoteHandle, raw: bool) -> int:
     """Where the served journal ends now (after the server ran what was ready)."""
-    reply = client.call("journal_tail", from_seq=SEQ_MAX, until_seq=None, subject=None, raw=raw)
-    return int(reply["end"])
+    page = client.call("journal.tail", {"from_seq": SEQ_MAX, "raw": raw})
+    return int(page.end)  # type: ignore[attr-defined]
 
 
 class _ServedPass:
@@ -364,21 +364,22 @@ class _ServedPass:
     ``next`` is where the next pass goes on."""
 
     def __init__(
-        self, client: Client, from_seq: int, stop: int, subject: str | None, raw: bool
+        self, client: RemoteHandle, from_seq: int, stop: int, subject: str | None, raw: bool
     ) -> None:
         self.client, self.stop, self.subject, self.raw = client, stop, subject, raw
         self.next = from_seq
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for page in self.client.pages(
-            "journal_tail", from_seq=self.next, subject=self.subject, raw=self.raw
-        ):
-            for shown in page["records"]:
+        from world.ops import JournalTail
+
+        args = JournalTail(from_seq=self.next, subject=self.subject, raw=self.raw)
+        for page in self.client.pages("journal.tail", args):
+            for shown in page.records:  # type: ignore[attr-defined]
                 if shown["seq"] >= self.stop:
                     self.next = self.stop
                     return
                 yield shown
-            self.next = page["next"]
+            self.next = page.next  # type: ignore[attr-defined]
             if self.next >= self.stop:
                 self.next = self.stop
                 return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -17,10 +17,7 @@ from air.errors import InvalidArgument
 from cli._progress import bar
 from cli.cells import app as cells_app
 from cli.common import answers, console, emit_json, handle_errors, signals_deferred
-from cli.core import opened, parse_key_arg, print_notices, served_client
-
-if TYPE_CHECKING:
-    from world.serve import Client
+from cli.core import asking, parse_key_arg, print_notices
 
 # world.moves._cellfiles and world.moves._migrate are imported where used: `world --help` need not load them.
 
@@ -53,13 +50,14 @@ def export(
 
     with handle_errors(json_output):
         check_export_target(out, folder=all_cells, force=force)
-        client = served_client(directory)
-        if client is None:
-            count = _export_here(directory, reducer, key, all_cells, out, force)
-        else:
-            _one_of(key, all_cells)
-            with client:
-                count = _export_served(client, reducer, key, out, force)
+        _one_of(key, all_cells)
+        key_value = None if key is None else parse_key_arg(key)
+        with asking(directory, readonly=True) as handle:
+            exported = handle.cells_export(
+                reducer, out, key=key_value, every=all_cells, force=force
+            )
+        print_notices(exported.notices)  # the server's reading handle's (a local one's: above)
+        count = exported.cells
         signer = world_signer(directory)
     signer_hex = None if signer is None else signer.hex()
     if json_output:
@@ -99,37 +97,6 @@ def _one_of(key: str | None, all_cells: bool) -> None:
         raise InvalidArgument("KEY", key or "", "give exactly one of KEY or --all")
 
 
-def _export_here(
-    directory: Path, reducer: str, key: str | None, all_cells: bool, out: Path, force: bool
-) -> int:
-    from world.moves import export_all, export_cell
-
-    with opened(directory, readonly=True) as world:
-        _one_of(key, all_cells)
-        if key is None:
-            return export_all(world, reducer, out, force=force)
-        export_cell(world, reducer, parse_key_arg(key), out, force=force)
-        return 1
-
-
-def _export_served(client: Client, reducer: str, key: str | None, out: Path, force: bool) -> int:
-    """The server writes the export (to ``out`` made absolute: its working folder is not
-    ours) from a read-only handle of its own, as ``_export_here`` does. The target was
-    checked here first (``check_export_target``); ``force`` is passed on for the server's own
-    check."""
-    args: dict[str, Any] = {
-        "reducer": reducer,
-        "out": str(out.absolute()),
-        "all": key is None,
-        "force": force,
-    }
-    if key is not None:
-        args["key"] = parse_key_arg(key)
-    reply = client.call("cells_export", **args)
-    print_notices(reply["notices"])
-    return int(reply["cells"])
-
-
 @cells_app.command("import")
 def import_cells(
     directory: DirArg,
@@ -164,24 +131,13 @@ def import_cells(
     --trust-key says otherwise; a signature that does not verify is never taken. A cell that
     stepped since the export, or that another world's file would replace, is refused (the
     message names both) unless --force."""
-    from world.moves import Trust, import_path
+    from world.moves import Trust
 
     keys_hex = list(trust_key or [])
-    with handle_errors(json_output), signals_deferred():
-        trusted = Trust.of(any_signer=trust, keys_hex=keys_hex)
-        client = served_client(directory)
-        if client is not None:
-            with client:
-                args = {
-                    "path": str(path.absolute()),
-                    "trust": trust,
-                    "trust_keys": keys_hex,
-                    "force": force,
-                }
-                count = int(client.call("cells_import", **args)["cells"])
-        else:
-            with opened(directory) as world:
-                count = import_path(world, path, trusted, force=force)
+    with handle_errors(json_output), signals_deferred() as gate:
+        Trust.of(any_signer=trust, keys_hex=keys_hex)  # the keys' errors before anything
+        with asking(directory, gate=gate) as handle:
+            count = handle.cells_import(path, trust=trust, trust_keys=keys_hex, force=force)
     if json_output:
         emit_json({"ok": True, "cells": count})
     else:

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from air.errors import InvalidArgument
 from cli.common import answers, console, emit_json, handle_errors, signals_deferred
-from cli.core import opened, via_server
+from cli.core import asking
 
 __all__ = ["app", "describe_wait"]
 
@@ -54,10 +55,13 @@ def ls(
 ) -> None:
     """List every plan run: live ones (running, waiting) and ended ones (ok, error,
     cancelled), with its seqs, steps taken and what it waits for."""
-    from world.operate import runs_list
+    from world.operate import RUN_STATUSES
 
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        rows = world.read(lambda: runs_list(world.kernel, world.journal, status, plan))
+    with handle_errors(json_output):
+        if status is not None and status not in RUN_STATUSES:
+            raise InvalidArgument("--status", status, f"one of {', '.join(RUN_STATUSES)}")
+        with asking(directory, readonly=True) as handle:
+            rows = handle.runs(status=status, plan=plan)
     if json_output:
         emit_json({"ok": True, "runs": rows})
         return
@@ -87,10 +91,12 @@ def ls(
 def show(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None:
     """Show one run: its path through the plan, locals (live), what it waits for, its effects
     with their decisions and receipts, and for a failed run the error with its pointer."""
-    from world.operate import run_detail
+    from world.operate import parse_run_id
 
-    with handle_errors(json_output), opened(directory, readonly=True) as world:
-        row = world.read(lambda: run_detail(world.kernel, world.journal, run))
+    with handle_errors(json_output):
+        run_id = parse_run_id(run)
+        with asking(directory, readonly=True) as handle:
+            row = handle.run(run_id).model_dump()
     if json_output:
         emit_json({"ok": True, **row})
         return
@@ -131,31 +137,17 @@ def show(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None:
 def cancel(directory: DirArg, run: RunArg, json_output: JsonOpt = False) -> None:
     """Cancel a live run (journaled): it ends `cancelled`, its parked and in-flight intents
     are cancelled (no later receipt revives it) and their budget reservations released."""
-    from air import cbor
-    from world.operate import cancel_run
+    from world.operate import parse_run_id
 
-    with handle_errors(json_output), signals_deferred():
-        reply = via_server(directory, "runs_cancel", run=run)
-        if reply is None:
-            with opened(directory) as world:
-                seq, body = cancel_run(world.kernel, run)
-                world.commit()
-            intents = [cbor.raw_to_hash(h) for h in body["intents"]]
-        else:
-            seq, body, intents = reply["seq"], reply, list(reply["intents"])
+    with handle_errors(json_output), signals_deferred() as gate:
+        run_id = parse_run_id(run)
+        with asking(directory, gate=gate) as handle:
+            done = handle.cancel_run(run_id)
     if json_output:
-        emit_json(
-            {
-                "ok": True,
-                "seq": seq,
-                "run_id": body["run_id"],
-                "plan": body["plan"],
-                "intents": intents,
-            }
-        )
+        emit_json({"ok": True, **done.model_dump()})
     else:
         console.print(
-            f"cancelled run {body['run_id']} of {body['plan']} (journal seq {seq}); "
-            f"{len(intents)} intent(s) cancelled",
+            f"cancelled run {done.run_id} of {done.plan} (journal seq {done.seq}); "
+            f"{len(done.intents)} intent(s) cancelled",
             soft_wrap=True,
         )

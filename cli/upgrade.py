@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.common import answers, console, emit_json, handle_errors
-from cli.core import ModuleOpt, module_bindings, opened, via_server
+from cli.core import ModuleOpt, asking, module_bindings
 
 if TYPE_CHECKING:
     from air.errors import ManifestError
@@ -41,8 +41,6 @@ def propose(
     """Validate the AIR at --air against the world and journal it as a proposal with its diff
     (defs, routes, triggers, grants, policy; per reducer: wasm, state and key schema).
     --module NAME=FILE.wasm binds a module that names no wasm, as for `world init`."""
-    from world.gov import proposal_cells
-    from world.gov import propose as propose_air
 
     def on_manifest(exc: ManifestError) -> None:
         from cli.validate import _print_diagnostics, diagnostics_answer
@@ -53,16 +51,9 @@ def propose(
             _print_diagnostics(exc.diagnostics)
 
     with handle_errors(json_output, on_manifest):
-        bindings = {
-            name: str(Path(file).absolute()) for name, file in module_bindings(module or []).items()
-        }
-        reply = via_server(
-            directory, "upgrade_propose", air=str(air.absolute()), note=note, modules=bindings
-        )
-        if reply is None:
-            with opened(directory) as world:
-                made, _diff = propose_air(world, air, note, modules=bindings)
-                reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
+        bindings = dict(module_bindings(module or []))
+        with asking(directory) as handle:
+            reply = handle.propose(air, note=note, modules=dict(bindings)).model_dump()
     _print_proposal(reply, json_output)
 
 
@@ -71,13 +62,8 @@ def propose(
 def list_proposals(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Every proposal of the world, oldest first, with its approvals and whether it was
     applied."""
-    from world.gov import listing
-
-    with handle_errors(json_output):
-        reply = via_server(directory, "upgrade_ls")
-        if reply is None:
-            with opened(directory, readonly=True) as world:
-                reply = listing(world)
+    with handle_errors(json_output), asking(directory, readonly=True) as handle:
+        reply = handle.proposals().model_dump()
     if json_output:
         emit_json({"ok": True, **reply})
         return
@@ -109,14 +95,8 @@ def show(
     json_output: JsonOpt = False,
 ) -> None:
     """One proposal and what it changes."""
-    from world.gov import proposal, proposal_cells
-
-    with handle_errors(json_output):
-        reply = via_server(directory, "upgrade_show", id=proposal_id)
-        if reply is None:
-            with opened(directory, readonly=True) as world:
-                made = proposal(world, proposal_id)
-                reply = {**made.as_json(), "cells": proposal_cells(world, made.diff)}
+    with handle_errors(json_output), asking(directory, readonly=True) as handle:
+        reply = handle.proposal(proposal_id).model_dump()
     _print_proposal(reply, json_output)
 
 
@@ -128,13 +108,8 @@ def approve(
     json_output: JsonOpt = False,
 ) -> None:
     """Journal an approval of a proposal (it applies nothing)."""
-    from world.gov import approve as approve_proposal
-
-    with handle_errors(json_output):
-        reply = via_server(directory, "upgrade_approve", id=proposal_id, note=note)
-        if reply is None:
-            with opened(directory) as world:
-                reply = {"seq": approve_proposal(world, proposal_id, note)}
+    with handle_errors(json_output), asking(directory) as handle:
+        reply = {"seq": handle.approve(proposal_id, note)}
     if json_output:
         emit_json({"ok": True, **reply})
     else:
@@ -147,13 +122,8 @@ def apply(directory: DirArg, proposal_id: IdArg, json_output: JsonOpt = False) -
     AIR; existing cells keep stepping in their era until `world cells upgrade`; runs already
     started finish on their plan; capabilities and policy are the new ones for all. A stale
     proposal (the world's AIR changed since it was made) is refused."""
-    from world.gov import apply as apply_proposal
-
-    with handle_errors(json_output):
-        reply = via_server(directory, "upgrade_apply", id=proposal_id)
-        if reply is None:
-            with opened(directory) as world:
-                reply = apply_proposal(world, proposal_id).as_json()
+    with handle_errors(json_output), asking(directory) as handle:
+        reply = handle.apply(proposal_id).model_dump()
     if json_output:
         emit_json({"ok": True, **reply})
         return
@@ -184,22 +154,10 @@ def shadow(
     (field by field), failed steps, effects emitted or no longer emitted, runs. Nothing the
     world runs changes, and no effect reaches the outside world (receipts are reused from the
     journal, else stubbed); the report is kept in the world and journaled."""
-    from world.gov import shadow as shadow_proposal
-
     with handle_errors(json_output):
         extra = [] if events is None else _events(events)
-        reply = via_server(
-            directory,
-            "upgrade_shadow",
-            id=proposal_id,
-            from_seq=from_seq,
-            events=[[schema, value] for schema, value in extra],
-        )
-        if reply is None:
-            with opened(directory) as world:
-                reply = shadow_proposal(
-                    world, proposal_id, from_seq=from_seq, events=extra
-                ).as_json()
+        with asking(directory) as handle:
+            reply = handle.shadow(proposal_id, from_seq=from_seq, events=extra).model_dump()
     if json_output:
         emit_json({"ok": True, **reply})
         return

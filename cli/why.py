@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cli.common import answers, console, emit_json, fail, handle_errors
-from cli.core import parse_key_arg
-
-if TYPE_CHECKING:
-    from world.history import Cause
+from cli.core import asking, parse_key_arg
 
 __all__ = ["why"]
 
@@ -36,17 +33,15 @@ def why(
 
     Each link is read from the journal (a step's src, a run's trigger, an intent's hash),
     never guessed. Reads only: works beside a running or served world."""
-    from world.history import why as find_why
-
-    with handle_errors(json_output):
-        answer = find_why(directory, reducer, parse_key_arg(key), at)
+    with handle_errors(json_output), asking(directory, readonly=True) as handle:
+        answer = handle.why(reducer, parse_key_arg(key), at=at)
     missing = f"{reducer} has no cell for key {key} at seq {answer.at}"
     if json_output:
         if not answer.chain:  # exit 1 as without --json (as `cells show` does)
             failed = {"ok": False, "error": "NoSuchCell", "code": "cell.missing"}
-            emit_json({**answer.to_json(), **failed, "detail": missing})
+            emit_json({**answer.model_dump(), **failed, "detail": missing})
             raise typer.Exit(1)
-        emit_json({"ok": True, **answer.to_json()})
+        emit_json({"ok": True, **answer.model_dump()})
         return
     if not answer.chain:
         fail(missing)
@@ -57,9 +52,9 @@ def why(
     _line(f"  ({answer.ends})")
 
 
-def _cause(cause: Cause, indent: str) -> None:
-    _line(f"{indent}seq {cause.seq:<6} {cause.kind:<16} {cause.link}: {cause.says}")
-    for beside in cause.beside:
+def _cause(cause: dict[str, Any], indent: str) -> None:
+    _line(f"{indent}seq {cause['seq']:<6} {cause['kind']:<16} {cause['link']}: {cause['says']}")
+    for beside in cause["beside"]:
         _cause(beside, indent + "      ")
 
 

@@ -226,9 +226,9 @@ def test_a_served_world_takes_ids_too(tmp_path: Path) -> None:
     try:
         assert ready.wait(20)
         with Client(socket_path(w), timeout_s=20) as client:
-            first = client.call("send", schema=EVENT, values=[add("a", 1)], ids=["s-1"])
+            first = client.call("events.send", schema=EVENT, values=[add("a", 1)], ids=["s-1"])
             again = client.call(
-                "send", schema=EVENT, values=[add("a", 1), add("b", 1)], ids=["s-1", None]
+                "events.send", schema=EVENT, values=[add("a", 1), add("b", 1)], ids=["s-1", None]
             )
         assert again["seqs"][0] == first["seqs"][0]
     finally:

@@ -27,6 +27,7 @@ from world import World
 from world import _fileio as fileio
 from world.errors import ProtocolError, ServedError, SocketNotTrusted
 from world.serve import Client, ServeReport, _server, serve, served, socket_path
+from world.serve._protocol import PROTOCOL_VERSION
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -116,7 +117,7 @@ def test_a_socket_that_is_another_worlds_is_refused_and_nothing_is_delivered(
     a = _world(tmp_path / "a")
     plant(a, served_world.path)
     with pytest.raises(SocketNotTrusted) as caught, Client(socket_path(a), timeout_s=WAIT_S) as c:
-        c.call("send", schema=EVENT, values=[add("k", 1)])
+        c.call("events.send", schema=EVENT, values=[add("k", 1)])
     assert caught.value.path == str(socket_path(a))
     assert why in caught.value.reason
     result = runner.invoke(app, _send_argv(a))
@@ -138,7 +139,7 @@ def test_a_socket_of_another_user_is_refused(
         served(served_world.path)
     assert caught.value.reason == f"owned by uid {owner}, not {owner + 1}"
     with pytest.raises(SocketNotTrusted), served_world.client() as client:
-        client.call("info")
+        client.call("world.info")
 
 
 def test_a_server_of_another_user_is_refused_by_its_peer_credentials(
@@ -152,7 +153,7 @@ def test_a_server_of_another_user_is_refused_by_its_peer_credentials(
     monkeypatch.setattr(_protocol, "_check_socket_file", lambda _path: None)
     monkeypatch.setattr(os, "getuid", lambda: owner + 1)
     with pytest.raises(SocketNotTrusted) as caught, served_world.client() as client:
-        client.call("info")
+        client.call("world.info")
     assert caught.value.reason == f"its server runs as uid {owner}, not {owner + 1}"
 
 
@@ -245,7 +246,7 @@ def test_a_full_server_answers_busy_instead_of_resetting_the_connection(
             assert (reply["ok"], reply["error"]["class"]) == (False, "ServerBusy")
             assert turned_away.recv(1) == b""  # then closed
         with pytest.raises(ServedError) as caught, server.client() as client:
-            client.call("send", schema=EVENT, values=[add("k", 1)])
+            client.call("events.send", schema=EVENT, values=[add("k", 1)])
         assert (caught.value.error_class, caught.value.fields) == ("ServerBusy", {"clients_max": 3})
         result = runner.invoke(app, _send_argv(server.path))
         assert result.exit_code == 1
@@ -264,15 +265,15 @@ def test_idle_connections_are_closed_after_idle_s_and_the_next_client_is_served(
 ) -> None:
     server, clock = small_server
     kept = server.client()
-    kept.call("info")  # a client that keeps its connection, then falls silent
+    kept.call("world.info")  # a client that keeps its connection, then falls silent
     idle = _idle(server.path, 2)
     try:
         with pytest.raises(ServedError), server.client() as client:
-            client.call("info")  # full: the kept one and the two idle ones
+            client.call("world.info")  # full: the kept one and the two idle ones
         clock.now += _server.IDLE_S + 1
         for sock in idle:
             assert sock.recv(1) == b""  # closed by the server (recv waits for it, bounded)
-        assert kept.call("info")["journal_seq_next"] == 1  # a new connection, transparently
+        assert kept.call("world.info")["journal_seq_next"] == 1  # a new connection, transparently
         result = runner.invoke(app, [*_send_argv(server.path), "--json"])
         assert (result.exit_code, json.loads(result.stdout)) == (0, {"ok": True, "seqs": [1]})
     finally:
@@ -286,7 +287,7 @@ def test_a_connection_that_talks_is_not_idle(small_server: tuple[Served, Clock])
     with server.client() as client:
         for n in range(3):
             clock.now += _server.IDLE_S / 2  # never IDLE_S without a byte moving
-            assert client.call("send", schema=EVENT, values=[add("k", n)])["seqs"]
+            assert client.call("events.send", schema=EVENT, values=[add("k", n)])["seqs"]
 
 
 # --- (c) a failing disk costs the request, not the server -----------------------------------
@@ -317,15 +318,15 @@ def test_a_send_whose_commit_fails_is_answered_with_the_error_and_the_world_serv
     hook = FailOnce(served_world.path, 1, code)
     with served_world.client() as client, fileio.fault_hook(hook):
         with pytest.raises(ServedError) as caught:
-            client.call("send", schema=EVENT, values=[add("lost", 5)])
+            client.call("events.send", schema=EVENT, values=[add("lost", 5)])
         assert caught.value.error_class == "JournalWriteFailed"
         assert caught.value.fields["errno_name"] == errno.errorcode[code]
-        assert client.call("send", schema=EVENT, values=[add("kept", 2)])["seqs"] == [1]
-        assert client.call("state", reducer=COUNTER, key="kept")["state"] == {
+        assert client.call("events.send", schema=EVENT, values=[add("kept", 2)])["seqs"] == [1]
+        assert client.call("world.state", reducer=COUNTER, key="kept")["state"] == {
             "count": 2,
             "events": 1,
         }
-        assert client.call("state", reducer=COUNTER, key="lost")["state"] is None
+        assert client.call("world.state", reducer=COUNTER, key="lost")["state"] is None
     assert served_world.thread.is_alive()
     report = served_world.stop()
     assert any("reopened the world" in notice for notice in report.notices)
@@ -337,9 +338,12 @@ def test_a_cycle_whose_commit_fails_is_noted_and_its_work_done_after_a_reopen(
 ) -> None:
     hook = FailOnce(served_world.path, 2)  # the send's commit passes, its steps' commit fails
     with served_world.client() as client, fileio.fault_hook(hook):
-        assert client.call("send", schema=EVENT, values=[add("k", 4)])["seqs"] == [1]
+        assert client.call("events.send", schema=EVENT, values=[add("k", 4)])["seqs"] == [1]
         assert hook.failed.wait(WAIT_S)
-        assert client.call("state", reducer=COUNTER, key="k")["state"] == {"count": 4, "events": 1}
+        assert client.call("world.state", reducer=COUNTER, key="k")["state"] == {
+            "count": 4,
+            "events": 1,
+        }
     report = served_world.stop()
     assert any("the world's loop failed" in notice for notice in report.notices)
     assert any("reopened the world" in notice for notice in report.notices)
@@ -352,7 +356,11 @@ def test_a_request_right_behind_a_failed_one_is_answered_by_the_reopened_world(
 ) -> None:
     def send(key: str) -> bytes:
         body = msgpack.packb(
-            {"v": 1, "op": "send", "args": {"schema": EVENT, "values": [add(key, 1)]}}
+            {
+                "v": PROTOCOL_VERSION,
+                "op": "events.send",
+                "args": {"schema": EVENT, "values": [add(key, 1)]},
+            }
         )
         return struct.pack(">I", len(body)) + body
 
@@ -387,7 +395,7 @@ def test_an_export_through_a_served_world_refuses_to_write_over_a_file_too(
 
 def _greets_then_drops(world: Path, listener: socket.socket) -> None:
     """Answer ``hello`` as the world's server would, then close on the next request unread."""
-    from world.serve._protocol import PROTOCOL_VERSION, folder_id
+    from world.serve._protocol import folder_id
 
     conn, _ = listener.accept()
     with conn:
@@ -399,7 +407,7 @@ def _greets_then_drops(world: Path, listener: socket.socket) -> None:
 
 
 @pytest.mark.parametrize(
-    ("op", "advice"), [("send", True), ("cells_ls", False)], ids=["send", "other"]
+    ("op", "advice"), [("events.send", True), ("cells.ls", False)], ids=["send", "other"]
 )
 def test_a_server_gone_after_the_request_says_it_may_have_been_carried_out(
     tmp_path: Path, op: str, advice: bool

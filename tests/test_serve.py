@@ -117,7 +117,9 @@ def test_a_served_world_takes_1000_sends_from_4_clients_with_nothing_lost(
         try:
             with server.client() as client:
                 for i in range(250):
-                    seqs[n] += client.call("send", schema=EVENT, values=[add(f"c{n}", i)])["seqs"]
+                    seqs[n] += client.call("events.send", schema=EVENT, values=[add(f"c{n}", i)])[
+                        "seqs"
+                    ]
         except BaseException as exc:
             failures.append(exc)
 
@@ -132,7 +134,7 @@ def test_a_served_world_takes_1000_sends_from_4_clients_with_nothing_lost(
     assert len(every) == len(set(every)) == 1000
     with server.client() as client:
         for n in range(4):
-            state = client.call("state", reducer=COUNTER, key=f"c{n}")["state"]
+            state = client.call("world.state", reducer=COUNTER, key=f"c{n}")["state"]
             assert state == {"count": sum(range(250)), "events": 250}
         assert client.call("stop")["journal_seq_next"] > max(every)
     server.join()
@@ -143,11 +145,11 @@ def test_garbage_oversized_unknown_and_torn_requests_leave_it_serving(server: Se
     with raw_conn(server.path) as sock:  # a body that is not msgpack: the framing survives
         sock.sendall(struct.pack(">I", 3) + b"\xc1\xc1\xc1")
         assert read_reply(sock)["error"]["code"] == "malformed"  # type: ignore[index]
-        sock.sendall(frame({"v": 99, "op": "info", "args": {}}))
+        sock.sendall(frame({"v": 99, "op": "world.info", "args": {}}))
         assert read_reply(sock)["error"]["code"] == "version"  # type: ignore[index]
         sock.sendall(frame([1, 2, 3]))
         assert read_reply(sock)["error"]["code"] == "malformed"  # type: ignore[index]
-        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "info", "args": {}}))
+        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "world.info", "args": {}}))
         assert read_reply(sock)["ok"] is True
     with raw_conn(server.path) as sock:  # plain text: its first bytes read as a huge length
         sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
@@ -164,7 +166,7 @@ def test_garbage_oversized_unknown_and_torn_requests_leave_it_serving(server: Se
             frame(
                 {
                     "v": PROTOCOL_VERSION,
-                    "op": "send",
+                    "op": "events.send",
                     "args": {"schema": EVENT, "values": [add("a", 5)]},
                 }
             )
@@ -177,16 +179,19 @@ def test_garbage_oversized_unknown_and_torn_requests_leave_it_serving(server: Se
             "launch",
         )
         with pytest.raises(ServedError) as bad_args:
-            client.call("send", schema=EVENT, values="nope")
+            client.call("events.send", schema=EVENT, values="nope")
         assert bad_args.value.error_class == "InvalidArgument"
         with pytest.raises(ServedError) as bad_event:
-            client.call("send", schema=EVENT, values=[add("a", 1), {"key": 1}])
+            client.call("events.send", schema=EVENT, values=[add("a", 1), {"key": 1}])
         assert (bad_event.value.error_class, bad_event.value.fields["index"]) == (
             "EventRejected",
             1,
         )
-        client.call("send", schema=EVENT, values=[add("a", 2)])
-        assert client.call("state", reducer=COUNTER, key="a")["state"] == {"count": 7, "events": 2}
+        client.call("events.send", schema=EVENT, values=[add("a", 2)])
+        assert client.call("world.state", reducer=COUNTER, key="a")["state"] == {
+            "count": 7,
+            "events": 2,
+        }
     assert served(server.path)
 
 
@@ -220,7 +225,7 @@ def test_stop_drains_checkpoints_and_removes_the_0600_socket(server: Served) -> 
     sock_file = socket_path(server.path)
     assert stat.S_IMODE(sock_file.stat().st_mode) == 0o600
     with server.client() as client:
-        client.call("send", schema=EVENT, values=[add(f"k{i}", 1) for i in range(500)])
+        client.call("events.send", schema=EVENT, values=[add(f"k{i}", 1) for i in range(500)])
     result = runner.invoke(local, ["serve", str(server.path), "--stop", "--json"])
     assert result.exit_code == 0
     stopped = json.loads(result.stdout)
@@ -271,7 +276,7 @@ def test_serve_in_a_subprocess_stops_on_sigterm_with_a_checkpoint(world_dir: Pat
             assert sel.select(WAIT_S), "no 'serving' line"
         assert proc.stdout.readline().startswith(f"serving {world_dir}")
         with Client(socket_path(world_dir), timeout_s=WAIT_S) as client:
-            client.call("send", schema=EVENT, values=[add("s", 3)])
+            client.call("events.send", schema=EVENT, values=[add("s", 3)])
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=WAIT_S)
     finally:
@@ -287,7 +292,7 @@ def test_serve_in_a_subprocess_stops_on_sigterm_with_a_checkpoint(world_dir: Pat
 
 def test_a_stop_right_behind_a_send_runs_that_send_first(server: Served) -> None:
     values = [add(f"k{i}", 1) for i in range(300)]
-    send = {"v": PROTOCOL_VERSION, "op": "send", "args": {"schema": EVENT, "values": values}}
+    send = {"v": PROTOCOL_VERSION, "op": "events.send", "args": {"schema": EVENT, "values": values}}
     with raw_conn(server.path) as sock:  # both frames in one write: no tick runs between them
         sock.sendall(frame(send) + frame({"v": PROTOCOL_VERSION, "op": "stop", "args": {}}))
         assert read_reply(sock)["ok"] is True
@@ -307,11 +312,11 @@ def test_a_served_export_writes_over_a_file_only_with_force(
     out = tmp_path / "a.cbor"
     out.write_bytes(b"keep me")
     with server.client() as client:
-        client.call("send", schema=EVENT, values=[add("a", 3)])
+        client.call("events.send", schema=EVENT, values=[add("a", 3)])
         args = {"reducer": COUNTER, "out": str(out), "all": False, "key": "a"}
         with pytest.raises(ServedError) as refused:
-            client.call("cells_export", **args)
+            client.call("cells.export", **args)
         assert refused.value.error_class == OutputExists.__name__
         assert out.read_bytes() == b"keep me"
-        assert client.call("cells_export", **args, force=True)["cells"] == 1
+        assert client.call("cells.export", **args, force=True)["cells"] == 1
     assert out.read_bytes() != b"keep me"

@@ -26,8 +26,9 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import World
 from world.errors import ServedError
+from world.ops import _events as _served_events
+from world.ops import _journal as _served_ops
 from world.serve import PROTOCOL_VERSION, Client, ServeReport, serve, served, socket_path
-from world.serve import _ops as _served_ops
 from world.serve import _protocol as control
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add
@@ -111,67 +112,67 @@ def ops_called(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 # (name, arguments after the world directory, the op it must send when served)
 COMMANDS: list[tuple[str, list[str], str]] = [
-    ("journal tail", ["journal", "tail"], "journal_tail"),
-    ("journal tail --subject", ["journal", "tail", "--subject", "/world/cell/**"], "journal_tail"),
-    ("journal tail --from --raw", ["journal", "tail", "--from", "4", "--raw"], "journal_tail"),
+    ("journal tail", ["journal", "tail"], "journal.tail"),
+    ("journal tail --subject", ["journal", "tail", "--subject", "/world/cell/**"], "journal.tail"),
+    ("journal tail --from --raw", ["journal", "tail", "--from", "4", "--raw"], "journal.tail"),
     (
         "journal tail --subject --from",
         ["journal", "tail", "--subject", "/world/event/**", "--from", "3"],
-        "journal_tail",
+        "journal.tail",
     ),
-    ("journal tail past the end", ["journal", "tail", "--from", "100000"], "journal_tail"),
-    ("cells show", ["cells", "show", "*", COUNTER, "a"], "cells_show"),
+    ("journal tail past the end", ["journal", "tail", "--from", "100000"], "journal.tail"),
+    ("cells show", ["cells", "show", "*", COUNTER, "a"], "cells.show"),
     (
         "cells show --json --raw",
         ["cells", "show", "*", COUNTER, "a", "--json", "--raw"],
-        "cells_show",
+        "cells.show",
     ),
-    ("cells show a deleted cell", ["cells", "show", "*", COUNTER, "c"], "cells_show"),
-    ("cells show --json deleted", ["cells", "show", "*", COUNTER, "c", "--json"], "cells_show"),
-    ("cells show --at", ["cells", "show", "*", COUNTER, "a", "--at", "4"], "cells_show"),
+    ("cells show a deleted cell", ["cells", "show", "*", COUNTER, "c"], "cells.show"),
+    ("cells show --json deleted", ["cells", "show", "*", COUNTER, "c", "--json"], "cells.show"),
+    ("cells show --at", ["cells", "show", "*", COUNTER, "a", "--at", "4"], "cells.show"),
     (
         "cells show --at --json --raw",
         ["cells", "show", "*", COUNTER, "c", "--at", "6", "--json", "--raw"],
-        "cells_show",
+        "cells.show",
     ),
     (
         "cells show --at before it",
         ["cells", "show", "*", COUNTER, "d", "--at", "2", "--json"],
-        "cells_show",
+        "cells.show",
     ),
     (
         "cells show --at past the end",
         ["cells", "show", "*", COUNTER, "a", "--at", "9999", "--json"],
-        "cells_show",
+        "cells.show",
     ),
     (
         "cells show unknown reducer",
         ["cells", "show", "*", "demo/Nope@1", "a", "--json"],
-        "cells_show",
+        "cells.show",
     ),
-    ("cells tail", ["cells", "tail", "*", COUNTER, "a"], "cells_tail"),
-    ("cells tail --json", ["cells", "tail", "*", COUNTER, "a", "--json"], "cells_tail"),
+    ("cells tail", ["cells", "tail", "*", COUNTER, "a"], "cells.tail"),
+    ("cells tail --json", ["cells", "tail", "*", COUNTER, "a", "--json"], "cells.tail"),
     (
         "cells tail --json --raw",
         ["cells", "tail", "*", COUNTER, "c", "--json", "--raw"],
-        "cells_tail",
+        "cells.tail",
     ),
-    ("cells tail never seen", ["cells", "tail", "*", COUNTER, "zz", "--json"], "cells_tail"),
-    ("cells export", ["cells", "export", "*", COUNTER, "a", "-o", "out/a.cbor"], "cells_export"),
+    ("cells tail never seen", ["cells", "tail", "*", COUNTER, "zz", "--json"], "cells.tail"),
+    ("cells export", ["cells", "export", "*", COUNTER, "a", "-o", "out/a.cbor"], "cells.export"),
     (
         "cells export --json",
         ["cells", "export", "*", COUNTER, "b", "-o", "out/b.cbor", "--json"],
-        "cells_export",
+        "cells.export",
     ),
     (
         "cells export --all",
         ["cells", "export", "*", COUNTER, "--all", "-o", "out/all"],
-        "cells_export",
+        "cells.export",
     ),
     (
         "cells export a deleted cell",
         ["cells", "export", "*", COUNTER, "c", "-o", "out/c.cbor", "--json"],
-        "cells_export",
+        "cells.export",
     ),
 ]
 
@@ -252,9 +253,9 @@ def test_each_routed_command_prints_through_the_server_what_it_prints_directly(
 def test_a_pass_in_pages_is_the_pass_in_one_page(server: Served) -> None:
     with server.client() as client:
         for op, items, args in (
-            ("journal_tail", "records", {"raw": False}),
-            ("journal_tail", "records", {"raw": True, "subject": "/world/cell/**"}),
-            ("cells_tail", "entries", {"raw": False, "reducer": COUNTER, "key": "a"}),
+            ("journal.tail", "records", {"raw": False}),
+            ("journal.tail", "records", {"raw": True, "subject": "/world/cell/**"}),
+            ("cells.tail", "entries", {"raw": False, "reducer": COUNTER, "key": "a"}),
         ):
             (whole,) = list(client.pages(op, from_seq=0, **args))
             paged = list(client.pages(op, from_seq=0, limit=2, **args))
@@ -303,7 +304,7 @@ def test_a_follow_through_the_server_shows_new_records_and_ctrl_c_exits_130(
         seen = [lines.next() for _ in range(8)]  # the 8 events sent so far
         assert [s["body"]["value"]["key"] for s in seen] == list("abcacadb")
         with server.client() as client:
-            (seq,) = client.call("send", schema=EVENT, values=[add("e", 9)])["seqs"]
+            (seq,) = client.call("events.send", schema=EVENT, values=[add("e", 9)])["seqs"]
         new = lines.next()
         assert (new["seq"], new["body"]["value"]) == (seq, add("e", 9))
         proc.send_signal(signal.SIGINT)
@@ -317,37 +318,40 @@ def test_a_follow_through_the_server_shows_new_records_and_ctrl_c_exits_130(
 
 
 BAD_REQUESTS: list[tuple[str, dict[str, Any], str]] = [
-    ("journal_tail", {"from_seq": "0", "raw": False}, "InvalidArgument"),
-    ("journal_tail", {"from_seq": -1, "raw": False}, "InvalidArgument"),
-    ("journal_tail", {"from_seq": 0}, "InvalidArgument"),
-    ("journal_tail", {"from_seq": 0, "raw": False, "subject": 5}, "InvalidArgument"),
-    ("journal_tail", {"from_seq": 0, "raw": False, "subject": "world/x"}, "UsageError"),
-    ("journal_tail", {"from_seq": 0, "raw": False, "limit": 0}, "InvalidArgument"),
-    ("journal_tail", {"from_seq": 0, "raw": False, "until_seq": "end"}, "InvalidArgument"),
-    ("cells_tail", {"from_seq": 0, "raw": False, "reducer": "demo/Nope@1"}, "UnknownName"),
-    ("cells_tail", {"from_seq": 0, "raw": False, "reducer": COUNTER, "key": 5}, "ValueMismatch"),
+    ("journal.tail", {"from_seq": "0", "raw": False}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": -1, "raw": False}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": 0, "raw": "yes"}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": 0, "rows": 5}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": 0, "raw": False, "subject": 5}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": 0, "raw": False, "subject": "world/x"}, "UsageError"),
+    ("journal.tail", {"from_seq": 0, "raw": False, "limit": 0}, "InvalidArgument"),
+    ("journal.tail", {"from_seq": 0, "raw": False, "until_seq": "end"}, "InvalidArgument"),
+    ("cells.tail", {"from_seq": 0, "reducer": "demo/Nope@1", "key": "a"}, "UnknownName"),
+    ("cells.tail", {"from_seq": 0, "raw": False, "reducer": "demo/Nope@1"}, "InvalidArgument"),
+    ("cells.tail", {"from_seq": 0, "raw": False, "reducer": COUNTER, "key": 5}, "ValueMismatch"),
     (
-        "cells_tail",
+        "cells.tail",
         {"from_seq": None, "raw": False, "reducer": COUNTER, "key": "a"},
         "InvalidArgument",
     ),
-    ("cells_show", {"reducer": 7, "key": "a"}, "InvalidArgument"),
-    ("cells_show", {"reducer": COUNTER, "key": "a", "at": -1}, "InvalidArgument"),
-    ("cells_show", {"reducer": COUNTER, "key": "a", "at": True}, "InvalidArgument"),
-    ("cells_show", {"reducer": COUNTER, "key": "a", "at": 10**6}, "SeqPastEnd"),  # deferred
-    ("cells_show", {"reducer": COUNTER, "key": ["a"], "at": 1}, "ValueMismatch"),  # deferred
-    ("cells_show", {"reducer": COUNTER}, "ValueMismatch"),
-    ("cells_export", {"reducer": COUNTER, "out": "relative/a", "all": True}, "InvalidArgument"),
+    ("cells.show", {"reducer": 7, "key": "a"}, "InvalidArgument"),
+    ("cells.show", {"reducer": COUNTER, "key": "a", "at": -1}, "InvalidArgument"),
+    ("cells.show", {"reducer": COUNTER, "key": "a", "at": True}, "InvalidArgument"),
+    ("cells.show", {"reducer": COUNTER, "key": "a", "at": 10**6}, "SeqPastEnd"),  # deferred
+    ("cells.show", {"reducer": COUNTER, "key": ["a"], "at": 1}, "ValueMismatch"),  # deferred
+    ("cells.show", {"reducer": COUNTER}, "InvalidArgument"),
+    ("cells.show", {"reducer": COUNTER, "key": None}, "ValueMismatch"),
+    ("cells.export", {"reducer": COUNTER, "out": "relative/a", "all": True}, "InvalidArgument"),
     (
-        "cells_export",
+        "cells.export",
         {"reducer": COUNTER, "out": "/tmp/x", "all": True, "key": "a"},
         "InvalidArgument",
     ),
-    ("cells_export", {"reducer": COUNTER, "out": "/tmp/x", "all": False}, "InvalidArgument"),
-    ("cells_export", {"reducer": COUNTER, "out": "/tmp/x"}, "InvalidArgument"),
-    ("cells_export", {"reducer": "demo/Nope@1", "out": "/tmp/x", "all": True}, "UnknownName"),
+    ("cells.export", {"reducer": COUNTER, "out": "/tmp/x", "all": False}, "InvalidArgument"),
+    ("cells.export", {"reducer": COUNTER, "out": "/tmp/x"}, "InvalidArgument"),
+    ("cells.export", {"reducer": "demo/Nope@1", "out": "/tmp/x", "all": True}, "UnknownName"),
     (
-        "cells_export",
+        "cells.export",
         {"reducer": COUNTER, "out": "/tmp/x", "all": False, "key": "zz"},
         "InvalidArgument",
     ),
@@ -363,7 +367,10 @@ def test_a_bad_request_for_a_routed_op_gets_an_error_reply_and_the_server_serves
         with pytest.raises(ServedError) as refused:
             client.call(op, **args)
         assert refused.value.error_class == error
-        assert client.call("state", reducer=COUNTER, key="a")["state"] == {"count": 7, "events": 3}
+        assert client.call("world.state", reducer=COUNTER, key="a")["state"] == {
+            "count": 7,
+            "events": 3,
+        }
     assert served(server.path)
 
 
@@ -371,18 +378,18 @@ def test_malformed_frames_and_torn_deferred_requests_leave_it_serving(
     server: Served, tmp_path: Path
 ) -> None:
     with raw_conn(server.path) as sock:  # args that are not a map
-        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "journal_tail", "args": [0]}))
+        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "journal.tail", "args": [0]}))
         assert read_reply(sock)["error"]["code"] == "malformed"  # type: ignore[index]
     for op, args in (
-        ("cells_export", {"reducer": COUNTER, "out": str(tmp_path / "gone"), "all": True}),
-        ("cells_show", {"reducer": COUNTER, "key": "a", "at": 3}),
+        ("cells.export", {"reducer": COUNTER, "out": str(tmp_path / "gone"), "all": True}),
+        ("cells.show", {"reducer": COUNTER, "key": "a", "at": 3}),
     ):
         with raw_conn(server.path) as sock:  # gone before its deferred reply
             sock.sendall(frame({"v": PROTOCOL_VERSION, "op": op, "args": args}))
     with raw_conn(server.path) as sock:  # gone mid-frame
-        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "cells_tail", "args": {}})[:9])
+        sock.sendall(frame({"v": PROTOCOL_VERSION, "op": "cells.tail", "args": {}})[:9])
     with server.client() as client:
-        assert client.call("info")["journal_seq_next"] == 17
+        assert client.call("world.info")["journal_seq_next"] == 17
     assert served(server.path)
 
 
@@ -392,9 +399,9 @@ def test_replies_keep_request_order_behind_a_deferred_one(server: Served) -> Non
 
     with raw_conn(server.path) as sock:  # three frames in one write
         sock.sendall(
-            request("cells_show", reducer=COUNTER, key="a", at=4)
-            + request("info")
-            + request("journal_tail", from_seq=16, raw=False)
+            request("cells.show", reducer=COUNTER, key="a", at=4)
+            + request("world.info")
+            + request("journal.tail", from_seq=16, raw=False)
         )
         first, second, third = (next_reply(sock)["result"] for _ in range(3))
     assert first == {
@@ -416,7 +423,7 @@ def test_a_stop_answers_the_deferred_requests_first(world_dir: Path, tmp_path: P
             frame(
                 {
                     "v": PROTOCOL_VERSION,
-                    "op": "cells_export",
+                    "op": "cells.export",
                     "args": {"reducer": COUNTER, "out": str(out), "all": True},
                 }
             )
@@ -440,7 +447,7 @@ def test_a_client_never_builds_a_pass_from_pages_that_do_not_advance(
     monkeypatch.setattr(control.Client, "call", lambda self, op, **args: next(replies))
     client = control.Client("/nonexistent")
     with pytest.raises(control.ProtocolError) as stuck:
-        list(client.pages("journal_tail", from_seq=0))
+        list(client.pages("journal.tail", from_seq=0))
     assert stuck.value.code == "malformed"
 
 
@@ -480,12 +487,12 @@ def test_a_send_too_big_for_one_request_goes_in_parts_and_is_journaled_whole(
     assert result.exit_code == 0, result.stderr
     seqs = json.loads(result.stdout)["seqs"]
     assert seqs == list(range(seqs[0], seqs[0] + 2000))  # one batch, in order
-    sends = [c for c in calls if c["op"] == "send"]
+    sends = [c for c in calls if c["op"] == "events.send"]
     assert len(sends) > 10
     assert sum(c["values"] for c in sends) >= 2000  # a part refused locally is sent again smaller
     assert [c["more"] for c in sends][-1] is False
     with server.client() as client:
-        assert client.call("state", reducer=COUNTER, key="z")["state"]["events"] == 2000
+        assert client.call("world.state", reducer=COUNTER, key="z")["state"]["events"] == 2000
 
 
 def test_a_bad_value_in_a_later_part_rejects_the_whole_file_by_its_line(
@@ -493,29 +500,29 @@ def test_a_bad_value_in_a_later_part_rejects_the_whole_file_by_its_line(
 ) -> None:
     monkeypatch.setattr(control, "REQUEST_BYTES_MAX", 4096)
     with server.client() as client:
-        before = client.call("info")["journal_seq_next"]
+        before = client.call("world.info")["journal_seq_next"]
     events = _events_file(tmp_path / "events.jsonl", 1000, bad_at=900)
     result = runner.invoke(app, ["send", str(server.path), EVENT, "--file", str(events)])
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: EventRejected: {events}:901: ")
     with server.client() as client:
-        assert client.call("info")["journal_seq_next"] == before  # nothing journaled
-        assert client.call("state", reducer=COUNTER, key="z")["state"] is None
+        assert client.call("world.info")["journal_seq_next"] == before  # nothing journaled
+        assert client.call("world.state", reducer=COUNTER, key="z")["state"] is None
 
 
 def test_a_staged_batch_is_named_by_its_token_and_the_oldest_is_dropped(server: Served) -> None:
     with server.client() as client:
-        first = client.call("send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
+        first = client.call("events.send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
         later = [
-            client.call("send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
-            for _ in range(_served_ops.STAGED_BATCHES_MAX)
+            client.call("events.send", schema=EVENT, values=[add("y", 1)], more=True)["batch"]
+            for _ in range(_served_events.STAGED_BATCHES_MAX)
         ]
         with pytest.raises(ServedError) as dropped:
-            client.call("send", schema=EVENT, values=[add("y", 1)], batch=first)
+            client.call("events.send", schema=EVENT, values=[add("y", 1)], batch=first)
         assert dropped.value.error_class == "InvalidArgument"
         with pytest.raises(ServedError) as other_schema:
-            client.call("send", schema="demo/Other@1", values=[1], batch=later[0])
+            client.call("events.send", schema="demo/Other@1", values=[1], batch=later[0])
         assert other_schema.value.error_class == "InvalidArgument"
-        done = client.call("send", schema=EVENT, values=[add("y", 1)], batch=later[1])
+        done = client.call("events.send", schema=EVENT, values=[add("y", 1)], batch=later[1])
         assert len(done["seqs"]) == 2
-        assert client.call("state", reducer=COUNTER, key="y")["state"]["events"] == 2
+        assert client.call("world.state", reducer=COUNTER, key="y")["state"]["events"] == 2

@@ -384,11 +384,11 @@ def test_a_served_import_carries_the_trust_flags(worlds: Worlds, served_a: Path)
     signer = _signer(worlds.b).hex()
     with Client(socket_path(served_a), timeout_s=WAIT_S) as client:
         with pytest.raises(ServedError) as refused:
-            client.call("cells_import", path=str(theirs))
+            client.call("cells.import", path=str(theirs))
         assert refused.value.error_class == "CellFileRefused"
         assert refused.value.fields["reason"] == "foreign_signer"
         with pytest.raises(ServedError) as refused:
-            client.call("cells_import", path=str(_edited_payload(worlds)), trust=True)
+            client.call("cells.import", path=str(_edited_payload(worlds)), trust=True)
         assert refused.value.fields["reason"] == "bad_signature"
     result = runner.invoke(app, ["cells", "import", str(served_a), str(theirs)])
     assert (result.exit_code, "foreign_signer" in result.output) == (1, True)
@@ -399,5 +399,5 @@ def test_a_served_import_carries_the_trust_flags(worlds: Worlds, served_a: Path)
     result = runner.invoke(app, ["cells", "import", str(served_a), str(theirs), "--trust"])
     assert result.exit_code == 0, result.output
     with Client(socket_path(served_a), timeout_s=WAIT_S) as client:
-        state = client.call("state", reducer=COUNTER, key="z")["state"]
+        state = client.call("world.state", reducer=COUNTER, key="z")["state"]
     assert state == _states(worlds.b)["z"]

@@ -135,9 +135,10 @@ def make_app(directory: Path, token: str, *, allow_approvals: bool = False) -> S
 
 
 def views_decide(directory: Path, intent: str, approved: bool) -> int:
-    from cli.effects import decide
+    from world.ops import attach
 
-    return decide(directory, intent, approved)
+    with attach(directory) as handle:
+        return handle.decide(intent, approved)
 
 
 def _journal_args(request: Request) -> dict[str, Any]:

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import InvalidArgument, UnknownName
-from cli.core import opened
-from cli.effects import effects_listing
 
 __all__ = [
     "PAGE_MAX",
@@ -34,6 +32,31 @@ __all__ = [
 
 PAGE_MAX: Final = 200
 """Records or steps a page shows at most."""
+
+
+def opened(directory: Path, *, readonly: bool = True) -> Any:
+    """The world read-only for one request, as a ``world.ops`` handle; its ``world`` for the
+    views that render what no operation answers (a plan's DAG, a record's body)."""
+    from world.ops import open as open_world
+
+    return _Reading(open_world(directory, readonly=readonly))
+
+
+class _Reading:
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __enter__(self) -> Any:
+        return self.handle.world
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+
+def _reader(directory: Path) -> Any:
+    from world.ops import open as open_world
+
+    return open_world(directory, readonly=True)
 
 
 def world_view(directory: Path) -> dict[str, Any]:
@@ -240,23 +263,18 @@ def _escape(name: str) -> str:
 
 def cells_view(directory: Path, reducer: str, after: Any = None) -> dict[str, Any]:
     """A page of a keyed reducer's cells, by key (``world cells ls``)."""
-    from world import cells_page
-
-    with opened(directory, readonly=True) as world:  # a checkpoint may move: World.read
-        return world.read(lambda: cells_page(world, reducer, after, PAGE_MAX))
+    with _reader(directory) as handle:
+        return dict(handle.cells(reducer, limit=PAGE_MAX, after=after).model_dump())
 
 
 def why_view(directory: Path, reducer: str, key: Any, at: int | None = None) -> dict[str, Any]:
-    from world.history import why
-
-    return why(directory, reducer, key, at).to_json()
+    with _reader(directory) as handle:
+        return dict(handle.why(reducer, key, at=at).model_dump())
 
 
 def runs_view(directory: Path) -> dict[str, Any]:
-    from world.operate import runs_list
-
-    with opened(directory, readonly=True) as world:
-        return {"runs": runs_list(world.kernel, world.journal)}
+    with _reader(directory) as handle:
+        return {"runs": handle.runs()}
 
 
 def plan_view(directory: Path, name: str, run: str | None = None) -> dict[str, Any]:
@@ -306,8 +324,8 @@ def upgrades_view(directory: Path, chosen: int | None = None) -> dict[str, Any]:
 
 
 def effects_view(directory: Path) -> dict[str, Any]:
-    rows, dead = effects_listing(directory)
-    return {"intents": rows, "dead_effects": dead}
+    with _reader(directory) as handle:
+        return dict(handle.effects().model_dump())
 
 
 def _plain(value: Any) -> Any:

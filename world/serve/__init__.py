@@ -16,8 +16,8 @@ Invariants:
   for ``IDLE_S`` is closed. A request that meets a failing disk is answered with the error,
   and the server reopens the world from its journal and serves on.
 
-Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_ops`` (what each
-request does), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
+Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_dispatch`` (every
+operation of ``world.ops``, by name, for every transport), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
 commands use).
 """
 
@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from world.serve._ops import PAGE_BYTES_MAX, PAGE_ITEMS_MAX, STAGED_EVENTS_MAX
+    from world.ops._events import STAGED_EVENTS_MAX
+    from world.ops._journal import PAGE_BYTES_MAX, PAGE_ITEMS_MAX
     from world.serve._protocol import (
         PROTOCOL_VERSION,
         REPLY_BYTES_MAX,
@@ -96,14 +97,8 @@ _WHERE: dict[str, str] = {
                 "SOCKET_NAME",
             ),
         ),
-        (
-            "world.serve._ops",
-            (
-                "PAGE_BYTES_MAX",
-                "PAGE_ITEMS_MAX",
-                "STAGED_EVENTS_MAX",
-            ),
-        ),
+        ("world.ops._journal", ("PAGE_BYTES_MAX", "PAGE_ITEMS_MAX")),
+        ("world.ops._events", ("STAGED_EVENTS_MAX",)),
     )
     for name in names
 }

@@ -2,7 +2,7 @@
 
 A frame is a 4-byte big-endian length followed by that many bytes of one msgpack map::
 
-    request  {"v": PROTOCOL_VERSION, "op": "send", "args": {"schema": ..., "values": [...]}}
+    request  {"v": PROTOCOL_VERSION, "op": "events.send", "args": {"schema": ..., "values": [...]}}
     reply    {"v": PROTOCOL_VERSION, "ok": true, "result": {...}}
              {"v": PROTOCOL_VERSION, "ok": false,
               "error": {"class": "UnknownName", "code": "...", "detail": "...", "fields": {...}}}
@@ -11,9 +11,10 @@ One request, one reply, in order, on one connection; a connection may carry many
 Values travel as sugar JSON (what the CLI reads and prints), so msgpack's types are enough.
 The socket is ``<world>/control.sock``, mode 0600: only the world's owner can talk to it.
 
-Paged ops (``journal_tail``, ``cells_tail``) answer a pass over the journal a page at a time:
-each reply carries ``next`` (where the following page starts) and ``end`` (where the pass
-ends, fixed by its first page); ``Client.pages`` asks for pages until ``next`` reaches ``end``.
+``op`` names an operation of ``world.ops`` (``world.serve._dispatch`` answers it), besides
+``hello`` (the world served, the version and the operations) and ``stop``. Paged operations
+(``journal.tail``, ``cells.tail``) answer a pass over the journal a page at a time: each reply
+carries ``next`` and ``end``; ``world.ops.Handle.pages`` asks until ``next`` reaches ``end``.
 
 Limits: a request is at most ``REQUEST_BYTES_MAX`` bytes (the server replies with an error and
 closes the connection past it, since it will not read that much to find the next frame); a
@@ -73,7 +74,8 @@ __all__ = [
     "socket_path",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
+"""2: operations by their ``world.ops`` names (``events.send``, ``runs.ls``, ...); 1 had its own."""
 REQUEST_BYTES_MAX: Final = 16 * 1024 * 1024
 """The largest request body (after the length prefix) a server reads."""
 REPLY_BYTES_MAX: Final = 256 * 1024 * 1024
@@ -328,7 +330,7 @@ def _outcome_unknown(op: str) -> str:
         f"the server closed the connection before replying to {op!r}, which it may or may not "
         "have carried out"
     )
-    if op == "send":
+    if op == "events.send":
         detail += (
             '; retry with the same event ids (send --id, or "$id" in each line) and the events '
             "already journaled under them are not journaled again"

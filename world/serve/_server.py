@@ -12,8 +12,8 @@ not thread-safe)::
 
 Invariants. A ``send`` is one durable batch (``World.send_many``: one group commit) and its
 reply carries the journal seqs, so an acknowledged event is never lost; a send that failed
-journaled nothing. Reads (every op but ``send`` and ``snapshot``; ``world.serve._ops`` lists
-them) first run the ready work (up to ``READ_CATCHUP_TICKS_MAX`` ticks), so a client that sent
+journaled nothing. Reads (``world.serve._dispatch``: every operation of ``world.ops`` that
+does not write) first run the ready work (up to ``READ_CATCHUP_TICKS_MAX`` ticks), so a client that sent
 and then reads sees its events processed. Stopping answers the deferred requests still
 running, drains (runs until idle, as ``world run --until-idle``), checkpoints, replies to the
 ``stop`` request, removes the socket and closes the world.
@@ -63,7 +63,9 @@ reopen's too, answers outward intents in that mode.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import queue
 import selectors
 import signal
 import socket
@@ -75,7 +77,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from air.errors import InvalidArgument, LimitExceeded, UnknownName, WorldError
+from air.errors import InvalidArgument, LimitExceeded, WorldError
 from world._engine import Engine, LoopReport
 from world._world import World
 from world.effects import EffectsMode, choose_mode
@@ -87,8 +89,11 @@ from world.errors import (
     StorageError,
     WorldStale,
 )
-from world.serve._ops import Deferred, Ops, plain_fields
+from world.ops import _families  # noqa: F401  (every operation registered)
+from world.ops._base import REGISTRY
+from world.serve._dispatch import Deferred, Dispatcher, plain_fields
 from world.serve._protocol import (
+    PROTOCOL_VERSION,
     REPLY_BYTES_MAX,
     REQUEST_BYTES_MAX,
     decode,
@@ -129,7 +134,7 @@ RECV_BYTES: Final = 1 << 16
 FLUSH_WAIT_S: Final = 5.0
 """At stop, how long the last replies may take to be written."""
 JOBS_MAX: Final = 2
-"""Deferred requests (``world.serve._ops.Deferred``) running at once; more wait their turn."""
+"""Deferred requests (``world.serve._dispatch.Deferred``) running at once; more wait their turn."""
 JOB_WAIT_S: Final = 300.0
 """At stop, how long each deferred request still running may take to finish."""
 
@@ -166,13 +171,32 @@ class _Conn:
 
 
 @dataclass
-class _Job:
-    """A deferred request: ``conn`` gets ``reply`` once ``thread`` has finished."""
+class _Call:
+    """A request from another thread: ``future`` gets its reply."""
 
-    conn: _Conn
-    deferred: Deferred
+    op: str
+    args: Any
+    future: concurrent.futures.Future[dict[str, Any]]
+
+
+@dataclass
+class _Job:
+    """A deferred request: ``conn`` (a socket's) or ``call`` (another thread's) gets ``reply``
+    once ``thread`` has finished."""
+
+    conn: _Conn | None = None
+    call: _Call | None = None
+    deferred: Deferred | None = None
     thread: threading.Thread | None = None
     reply: dict[str, Any] | None = None
+
+    def answered_elsewhere(self) -> bool:
+        """A call's job: its future got the reply (the socket's is queued by the loop)."""
+        if self.call is None:
+            return False
+        if not self.call.future.done():
+            self.call.future.set_result(self.reply or error_reply(WorldError("no answer")))
+        return True
 
 
 class _Server:
@@ -194,8 +218,15 @@ class _Server:
         self.sel = selectors.DefaultSelector()
         self.conns: dict[int, _Conn] = {}
         self.report = ServeReport(loop=self.engine.report)
-        self.ops = Ops(world, self._catch_up).table()
-        self.hello = {"world": folder_id(world.path), "path": str(world.path.absolute())}
+        self.ops = Dispatcher(world, self._catch_up)
+        self.hello = {
+            "world": folder_id(world.path),
+            "path": str(world.path.absolute()),
+            "version": PROTOCOL_VERSION,
+            "ops": sorted(REGISTRY),
+        }
+        self.inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()  # from other threads (HTTP)
+        self.closed = False
         self.notices: list[str] = []  # of the worlds closed by a reopen, and why they were
         self.reopen_due: WorldError | None = None
         self.jobs: list[_Job] = []  # running first (at most JOBS_MAX), then waiting, in order
@@ -219,6 +250,8 @@ class _Server:
                     self._reopen()
                 self._finish_stop()
         finally:
+            self.closed = True
+            self._refuse_calls()
             for conn in list(self.conns.values()):
                 self._drop(conn)
             self.sel.close()
@@ -246,6 +279,7 @@ class _Server:
                 if self.stopper is not None:
                     return
             self._reap()
+            self._take_calls()
             self._close_idle()
             if self.reopen_due is None:
                 try:
@@ -271,7 +305,7 @@ class _Server:
         self.engine.report = self.report.loop
         self.engine.start()
         self.sel.register(self.engine.wakeup_fd, selectors.EVENT_READ)
-        self.ops = Ops(self.world, self._catch_up).table()
+        self.ops = Dispatcher(self.world, self._catch_up)
         self.notices.append(f"reopened the world from its journal after: {cause}")
 
     def _stopping(self) -> bool:
@@ -430,27 +464,34 @@ class _Server:
 
     def _answer(self, conn: _Conn, body: bytes) -> dict[str, Any] | None:
         """The reply to one request (None for ``stop``, answered after the drain, and for a
-        deferred request, answered when its job finishes). A reopen an earlier request made
-        due is done first, so no request is answered by a stale world."""
-        if self.reopen_due is not None:
-            self._reopen()
+        deferred request, answered when its job finishes)."""
         try:
             request = decode(body)
             op, args = request.get("op"), request.get("args", {})
             if not isinstance(op, str) or not isinstance(args, dict):
                 raise ProtocolError("malformed", "a request needs op (text) and args (a map)")
-            if op == "stop":
-                self.stopper = conn
-                return None
-            if op == "hello":
-                return ok_reply(self.hello)
-            handler = self.ops.get(op)
-            if handler is None:
-                raise UnknownName("op", op, [*sorted(self.ops), "hello", "stop"])
-            result = handler(args)
+        except WorldError as exc:
+            return error_reply(exc, plain_fields(exc))
+        if op == "stop":
+            self.stopper = conn
+            return None
+        if op == "hello":
+            return ok_reply(self.hello)
+        return self._run_op(op, args, _Job(conn=conn), http=False)
+
+    def _run_op(self, op: str, args: Any, job: _Job, *, http: bool) -> dict[str, Any] | None:
+        """The reply to operation ``op``, or None when it was deferred (``job`` answers it). A
+        reopen an earlier request made due is done first, so no request is answered by a
+        stale world."""
+        if self.reopen_due is not None:
+            self._reopen()
+        try:
+            result = self.ops.answer(op, args, http=http)
             if isinstance(result, Deferred):
-                conn.waiting = True
-                self.jobs.append(_Job(conn, result))
+                job.deferred = result
+                if job.conn is not None:
+                    job.conn.waiting = True
+                self.jobs.append(job)
                 self._start_jobs()
                 return None
             return ok_reply(result)
@@ -460,6 +501,41 @@ class _Server:
             return error_reply(exc, plain_fields(exc))
         except RecursionError as exc:  # a value nested deeper than normalisation allows
             return error_reply(_too_deep(exc))
+
+    # --- requests from other threads (the HTTP front, ``world.serve._http``) ----------------
+
+    def submit(self, op: str, args: Any) -> concurrent.futures.Future[dict[str, Any]]:
+        """Ask for operation ``op`` from another thread; the future gets its reply (as the
+        socket's: ``{ok, result}`` or ``{ok: false, error}``). Thread-safe: the loop takes it
+        at its next turn (woken at once)."""
+        call = _Call(op, args, concurrent.futures.Future())
+        self.inbox.put(call)
+        if self.closed:
+            self._refuse_calls()
+        with contextlib.suppress(OSError):  # full: the loop has a wake-up to read already
+            self.wake_w.send(b"\0")
+        return call.future
+
+    def _take_calls(self) -> None:
+        while True:
+            try:
+                call = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            self.report.requests += 1
+            reply = self._run_op(call.op, call.args, _Job(call=call), http=True)
+            if reply is not None:
+                call.future.set_result(reply)
+
+    def _refuse_calls(self) -> None:
+        """At the end: the calls still waiting are answered, not left hanging."""
+        gone = ProtocolError("closed", "the served world stopped before answering")
+        while True:
+            try:
+                call = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            call.future.set_result(error_reply(gone))
 
     def _catch_up(self) -> None:
         if not self.world.kernel.idle():
@@ -476,6 +552,7 @@ class _Server:
     def _work(self, job: _Job) -> None:
         """A job's thread: it touches only its own read-only handle and ``job.reply``."""
         try:
+            assert job.deferred is not None
             job.reply = ok_reply(job.deferred.run())
         except WorldError as exc:
             job.reply = error_reply(exc, plain_fields(exc))
@@ -491,6 +568,8 @@ class _Server:
         """Answer the finished jobs, read on from their connections, start waiting jobs."""
         for job in [j for j in self.jobs if j.thread is not None and not j.thread.is_alive()]:
             self.jobs.remove(job)
+            if job.answered_elsewhere() or job.conn is None:
+                continue
             job.conn.waiting = False
             if job.conn.closed():
                 continue
@@ -509,7 +588,10 @@ class _Server:
                 job.thread.join(JOB_WAIT_S)
                 if job.thread.is_alive():
                     self.jobs.remove(job)
-                    self._drop(job.conn)
+                    if job.conn is not None:
+                        self._drop(job.conn)
+                    else:
+                        job.answered_elsewhere()
             self._reap()
 
 

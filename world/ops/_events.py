@@ -1,0 +1,84 @@
+"""Events in: ``events.send``, one durable batch of events of one schema.
+
+A batch is all or nothing (``World.send_many``): every value is normalised before any is
+journaled, and a bad one rejects the batch by its index (``EventRejected``). Each event may
+carry an idempotency id: one journaled under it before is not journaled again, and its seq is
+answered (``duplicates`` counts them), so a client that lost an acknowledgement sends again.
+
+A batch too big for one request of a transport is sent in parts: each part but the last says
+``more`` and gets a ``batch`` token the next part names; the parts are only staged (at most
+``STAGED_EVENTS_MAX`` events, ``STAGED_BATCHES_MAX`` batches at a time, the oldest dropped: a
+client that went away) and the last part journals them all as one batch, so a client that goes
+away mid-batch leaves nothing journaled. The remote handles split and send the parts
+(``world.ops._handle.RemoteHandle``); in process there is one part.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import Field
+
+from air.errors import InvalidArgument, LimitExceeded
+from world.ops._base import Args, Context, Result, operation
+
+__all__ = ["STAGED_BATCHES_MAX", "STAGED_EVENTS_MAX", "Send", "Sent", "send"]
+
+STAGED_EVENTS_MAX: Final = 10_000_000
+"""Events one batch may stage before its last part."""
+STAGED_BATCHES_MAX: Final = 8
+"""Batches staged at a time; a ninth drops the oldest (a client that went away)."""
+
+
+class Send(Args):
+    schema_: str = Field(alias="schema", description="The events' schema, e.g. demo/CounterEvent@1")
+    values: list[Any] = Field(description="The event values, sugar JSON")
+    ids: list[str | None] | None = Field(
+        default=None, description="One idempotency id per value (text, or null for none)"
+    )
+    batch: int | None = Field(default=None, description="The token of the batch this part goes on")
+    more: bool = Field(default=False, description="More parts follow: stage, journal nothing yet")
+
+
+class Sent(Result):
+    seqs: list[int] = Field(description="The journal seq of each event (a duplicate's: the first)")
+    duplicates: int = Field(default=0, description="Events already journaled under their id")
+    batch: int | None = Field(default=None, description="With more: the batch's token")
+    staged: int = Field(default=0, description="With more: the events staged so far")
+
+
+@operation("events.send", writes=True)
+def send(ctx: Context, args: Send) -> Sent:
+    """Send events into the world: one durable batch, acknowledged when journaled."""
+    values, ids = list(args.values), _ids(args)
+    if not values:
+        raise InvalidArgument("values", 0, "send at least one event")
+    if args.batch is not None:
+        staged = ctx.staged.pop(args.batch, None)
+        if staged is None:
+            raise InvalidArgument("batch", args.batch, "no batch by that token is being staged")
+        if staged[0] != args.schema_:
+            raise InvalidArgument("schema", args.schema_, f"batch {args.batch} is of {staged[0]}")
+        values, ids = staged[1] + values, staged[2] + ids
+    if len(values) > STAGED_EVENTS_MAX:
+        raise LimitExceeded("STAGED_EVENTS_MAX", STAGED_EVENTS_MAX, f"{len(values)} events")
+    if args.more:
+        ctx.tokens += 1
+        ctx.staged[ctx.tokens] = (args.schema_, values, ids)
+        while len(ctx.staged) > STAGED_BATCHES_MAX:
+            ctx.staged.pop(next(iter(ctx.staged)))
+        return Sent(seqs=[], batch=ctx.tokens, staged=len(values))
+    world = ctx.world
+    seq_before = world.journal.seq_next
+    seqs = world.send_many([(args.schema_, v) for v in values], ids=ids)
+    fresh = len({s for s in seqs if s >= seq_before})
+    return Sent(seqs=seqs, duplicates=len(seqs) - fresh)
+
+
+def _ids(args: Send) -> list[str | None]:
+    if args.ids is None:
+        return [None] * len(args.values)
+    if len(args.ids) != len(args.values):
+        count = len(args.values)
+        raise InvalidArgument("ids", len(args.ids), f"must be a list of {count} ids (text or null)")
+    return list(args.ids)

@@ -1,0 +1,121 @@
+"""The journal read a page at a time: ``journal.tail``, the records ``world journal tail``
+prints, rendered as it renders them.
+
+Paging. A call without ``until_seq`` starts a pass: it runs the ready work and fixes ``end``
+(the committed ``seq_next`` then); the caller sends ``next`` back as ``from_seq`` with
+``until_seq = end`` until ``next >= end`` (``world.ops.Handle.journal_tail`` does), which is what
+a reader that opened the journal then sees. A page ends after ``PAGE_ITEMS_MAX`` items,
+``PAGE_BYTES_MAX`` bytes of items or ``SCAN_RECORDS_MAX`` records read, whichever comes first,
+so no request holds a served world's loop for long and no reply comes near a transport's
+limit (the largest record, 16 MiB, shown as hex, is far below it). ``cells.tail`` pages the
+same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from pydantic import Field
+
+from world.ops._base import Args, Context, Result, operation
+from world.serve._protocol import encode
+
+if TYPE_CHECKING:
+    from kernel.journal import JournalRecord
+    from world.journal import FileJournal
+
+__all__ = [
+    "PAGE_BYTES_MAX",
+    "PAGE_ITEMS_MAX",
+    "SCAN_RECORDS_MAX",
+    "JournalPage",
+    "JournalTail",
+    "Page",
+    "Window",
+    "journal_tail",
+    "pass_end",
+]
+
+PAGE_ITEMS_MAX: Final = 1000
+"""Items (records, history entries) in one page."""
+PAGE_BYTES_MAX: Final = 4 * 1024 * 1024
+"""A page ends once its items take this many bytes (as msgpack)."""
+SCAN_RECORDS_MAX: Final = 20_000
+"""Journal records one page reads at most (a filter may match few of them)."""
+
+
+class JournalTail(Args):
+    from_seq: int = Field(default=0, ge=0, description="Where this page starts")
+    until_seq: int | None = Field(
+        default=None, ge=0, description="Where the pass ends (a page's end); none: a new pass"
+    )
+    subject: str | None = Field(default=None, description="Only records whose subject matches")
+    raw: bool = Field(default=False, description="Values and keys as canonical CBOR hex")
+    limit: int | None = Field(default=None, ge=1, description="Records in the page at most")
+
+
+class JournalPage(Result):
+    records: list[dict[str, Any]] = Field(description="Each as `world journal tail` prints it")
+    next: int = Field(description="Where the next page starts")
+    end: int = Field(description="Where the pass ends")
+
+
+@operation("journal.tail")
+def journal_tail(ctx: Context, args: JournalTail) -> JournalPage:
+    """A page of journal records, values and keys read through their schemas."""
+    from kernel.subjects import SubjectPattern
+
+    pattern = SubjectPattern.compile(args.subject) if args.subject else None
+    page = Page(args.limit)
+    end = pass_end(ctx, args.until_seq)
+    window = Window(ctx.world.journal, min(end, args.from_seq + SCAN_RECORDS_MAX))
+    next_seq = max(args.from_seq, window.stop)
+    view = ctx.view  # the eras applied so far, from the kernel
+    for record in window.read(args.from_seq):
+        if pattern is None or pattern.matches(record.subject):
+            page.add(view.render(record, raw=args.raw))
+            if page.full():
+                next_seq = record.seq + 1
+                break
+    return JournalPage(records=page.items, next=next_seq, end=end)
+
+
+def pass_end(ctx: Context, until_seq: int | None) -> int:
+    """Where this pass over the journal ends: fixed by its first call (after the ready work),
+    then passed back; never past what is committed."""
+    journal = ctx.world.journal
+    if until_seq is not None:
+        return min(until_seq, journal.seq_next_committed)
+    ctx.catch_up()
+    return journal.seq_next_committed
+
+
+class Page:
+    """The items of one page, and whether it is full."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = min(limit or PAGE_ITEMS_MAX, PAGE_ITEMS_MAX)
+        self.items: list[Any] = []
+        self.size = 0
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.size += len(encode(item))  # ProtocolError for what msgpack cannot carry
+        self.items.append(item)
+
+    def full(self) -> bool:
+        return len(self.items) >= self.limit or self.size >= PAGE_BYTES_MAX
+
+
+class Window:
+    """The committed records of ``journal`` below ``stop``, read like a journal."""
+
+    def __init__(self, journal: FileJournal, stop: int) -> None:
+        self.journal = journal
+        self.stop = stop
+
+    def read(self, from_seq: int = 0, subject: str | None = None) -> Iterator[JournalRecord]:
+        for record in self.journal.read(from_seq, subject, committed_only=True):
+            if record.seq >= self.stop:
+                return
+            yield record

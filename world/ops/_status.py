@@ -1,0 +1,76 @@
+"""The world as a whole: ``world.info`` (a summary), ``world.state`` (a reducer's state or one
+cell's) and ``world.snapshot`` (a checkpoint now)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from world.ops._base import Args, Context, Result, operation
+
+__all__ = ["Info", "NoArgs", "Snapshot", "State", "StateOf", "info", "snapshot", "state"]
+
+
+class NoArgs(Args):
+    """An operation that takes no argument."""
+
+
+class Info(Result):
+    """``world info``: the manifest, journal, reducers and cells, runs, effects, dead letters.
+    The fields named here are always there; a partitioned world's partition adds
+    ``partition``."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    path: str
+    manifest_hash: str
+    eras: list[dict[str, Any]]
+    journal_seq_next: int
+    steps_total: int
+    pending_deliveries: int
+    ready_entities: int
+    reducers: dict[str, dict[str, Any]]
+    dead_letters: list[dict[str, Any]] = Field(description="The last 20 kept, oldest first")
+    dead_letters_total: int
+    dead_letters_kept: int
+    steps_failed: int
+    runs: list[dict[str, Any]] = Field(description="The live runs")
+    runs_started: int
+    runs_failed: int
+    effects: dict[str, int]
+    effects_mode: dict[str, Any]
+    logical_now_ns: int
+    notices: list[str]
+
+
+@operation("world.info")
+def info(ctx: Context, args: NoArgs) -> Info:
+    """Summarise the world: manifest, journal, reducers and cells, runs, effects, dead letters."""
+    ctx.catch_up()
+    return Info.model_validate(ctx.world.info())
+
+
+class StateOf(Args):
+    reducer: str = Field(description="The reducer (module) name")
+    key: Any = Field(default=None, description="The cell's key (sugar JSON); none: non-keyed")
+
+
+class State(Result):
+    state: Any = Field(description="The state (sugar JSON); null: no such cell or state")
+
+
+@operation("world.state")
+def state(ctx: Context, args: StateOf) -> State:
+    """A reducer's state, or one cell's (``key``)."""
+    ctx.catch_up()
+    return State(state=ctx.world.state(args.reducer, args.key))
+
+
+class Snapshot(Result):
+    snapshot: str = Field(description="The snapshot's address (blake3:...)")
+
+
+@operation("world.snapshot", writes=True)
+def snapshot(ctx: Context, args: NoArgs) -> Snapshot:
+    """Checkpoint cells, index and kernel state now."""
+    return Snapshot(snapshot=ctx.world.snapshot())

@@ -16,17 +16,20 @@ Invariants:
 This face exports the supported API (the kernel, its limits and inputs). The storage contracts
 are public modules: ``kernel.journal`` (records, their encoding, the ``Journal`` protocol, an
 in-memory journal), ``kernel.cells`` (cell identities, the index format, the ``CellStore`` and
-``Cas`` protocols, in-memory backends), ``kernel.subjects`` (record subjects and kinds); and
+``Cas`` protocols, in-memory backends), ``kernel.subjects`` (record subjects and kinds),
+``kernel.abi`` (the reducer envelope: input encoding, output decoding and validation); and
 ``kernel.errors``, ``kernel.wasm`` (the WASM host), ``kernel.native`` (the C step path).
 
 Private parts: ``_core`` (``Kernel``: routing and ticks), ``_steps`` (one cell's step),
 ``_runs`` (live plan runs) and ``_plans`` (the pure run engine), ``_effects`` (intents,
-capabilities, policy, budgets), ``_grants`` (what a grant and a policy rule admit), ``_recorder`` (a tick's records: appended, or compared on
-replay), ``_scheduler`` (mailboxes, the fair ready queue), ``_deadletters``, ``_abi`` (the
-reducer envelope), ``_moves`` (records that move cells in), ``_partition`` (one partition of a partitioned
-world: key ownership, the outbox, cursors per source), ``_divergence`` (what replay
-compares), ``_urls`` (the one URL normaliser: the capability check reads a URL with it and the
-HTTP adapter sends what it returns).
+capabilities, policy, budgets), ``_grants`` (what a grant and a policy rule admit),
+``_recorder`` (a tick's records: appended, or compared on replay), ``_scheduler`` (mailboxes,
+the fair ready queue), ``_deadletters``, ``_eras`` (the manifests a world has run, and the era
+each cell and run is pinned to), ``_upgrades`` (cell upgrades to the current era), ``_moves``
+(records that move cells in), ``_partition`` (one partition of a partitioned world: key
+ownership, the outbox, cursors per source), ``_divergence`` (what replay compares), ``_urls``
+(the one URL normaliser: the capability check reads a URL with it and the HTTP adapter sends
+what it returns).
 """
 
 from __future__ import annotations

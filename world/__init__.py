@@ -19,8 +19,10 @@ This face exports the supported API: ``World`` (a world directory open for writi
 world's errors (``world.errors``). Concept packages, each with its own face: ``journal`` (the
 file journal), ``cellstore`` (the file cell store), ``effects`` (adapters, receipts, the effect
 pump), ``serve`` (a served world and its client), ``history`` (the history index, time travel,
-forks, replay), ``moves`` (cells exported, imported, migrated). ``sdk`` is the reducer SDK as a
-library.
+forks, replay), ``moves`` (cells exported, imported, migrated), ``gov`` (proposals of a new AIR,
+approved and applied as eras), ``operate`` (plan runs and dead letters as an operator sees and
+acts on them), ``cluster`` (a world partitioned by key: its partitions in one process or as Ray
+actors). ``sdk`` is the reducer SDK as a library.
 
 Private parts: ``_world`` (``World``), ``_recovery`` (opening: checkpoint and journal tail,
 rebuilds), ``_reading`` (states, cells, ``info``), ``_engine`` (the loop), ``_directory`` (the

@@ -1,18 +1,22 @@
 """The effect side of a world's loop: queued intents out to adapters, signed receipts back in.
 
     dispatch: every queued intent not yet sent  ->  Dispatcher (adapter threads)
-    take:     receipts that arrived  ->  signed, verified, journaled (one commit per batch)
+    done:     a receipt, on the thread that finished it  ->  signed, queued
+    take:     the queued receipts  ->  verified, journaled (one commit per batch)
 
 ``EffectPump`` is owned by the world's loop (``world._engine.Engine``), which decides when to
-dispatch and take; the pump never ticks the kernel. Receipts arrive on adapter threads; they
-are only put on a queue there (and ``wake`` is called, so a loop waiting on its wakeup fd
-looks). The loop's own thread signs nothing it did not verify: each receipt is signed with the
-world's key as it is taken (``world.effects._receipts``), verified, checked against the
-kernel's intents (an unknown intent is refused with ``ReceiptRefused``; a duplicate of one
-already journaled is ignored and noted while the kernel still remembers it settled, among the
-last ``kernel._effects.SETTLED_RECENT_MAX``, and refused as unknown after that), and journaled.
-Replay never gets here: it reuses the journaled receipts. An ``http.request`` under a byte
-budget goes out with its reservation as ``bytes_max`` (``kernel._effects``).
+dispatch and take; the pump never ticks the kernel. A receipt is signed where it arrives:
+``_signed``, the ``done`` callback, runs on the thread that finished the receipt (an adapter's;
+the loop's own for an answer made inside ``dispatch``), signs it with the world's key
+(``world.effects._receipts``), puts it with its signature on a queue and calls ``wake`` (so a
+loop waiting on its wakeup fd looks). ``take``, on the loop's thread, signs nothing: it verifies
+each signature (a receipt altered after it was signed is refused, ``ReceiptRefused``), checks
+the receipt against the kernel's intents (an unknown intent is refused with
+``ReceiptRefused``; a duplicate of one already journaled is ignored and noted while the kernel
+still remembers it settled, among the last ``kernel._effects.SETTLED_RECENT_MAX``, and refused
+as unknown after that), and journals it. Replay never gets here: it reuses the journaled
+receipts. An ``http.request`` under a byte budget goes out with its reservation as
+``bytes_max`` (``kernel._effects``).
 
 Time. ``sim=True`` runs the timer adapter on a simulated clock that starts at the kernel's
 logical ``now_ns``; ``advance_sim`` jumps it to the next deadline when only timers are in
@@ -25,8 +29,9 @@ advances a simulated ``TimerAdapter`` among them, if there is one.
 Effects that are not live. ``effects`` (``world.effects._modes``: ``live``, ``replay``, ``stub``,
 ``deny``) decides who answers the outward intents (``http.request``; timers and blobs always go
 to their adapters): in any mode but ``live`` they never reach an adapter; ``NotLive`` answers
-each inside ``dispatch`` and the answer goes through ``_signed`` like an adapter's, so it is
-signed, verified and journaled by the same path, and taken in the same cycle.
+each inside ``dispatch`` and the answer goes through ``_signed`` like an adapter's (there on the
+loop's thread), so it is signed, verified and journaled by the same path, and taken in the same
+cycle.
 
 Secrets. The default HTTP adapter resolves ``defsecret`` references at dispatch
 (``world.effects._secrets``) from ``local.json``'s bindings; a pump with live effects refuses

@@ -211,10 +211,10 @@ def print_notices(notices: list[str]) -> None:
 def asking(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[Handle]:
-    """The handle a command asks its world through (``world.ops.attach``): the server's when
+    """The handle a command asks its world through (``world.serve.attach``): the server's when
     ``world serve`` holds the world, else the world itself (read-only for ``readonly``);
     closed at the end, its notices on stderr once."""
-    from world.ops import attach
+    from world.serve import attach
 
     handle = attach(directory, readonly=readonly)
     if gate is not None:
@@ -232,8 +232,7 @@ def served_handle(directory: Path) -> RemoteHandle | None:
     """The handle of the server holding ``directory``, or None when it is not served: for the
     commands that read the journal's files themselves when no server holds it (``journal
     tail``, ``cells tail``: a reader that opens no world follows a live writer's appends)."""
-    from world.ops import connect
-    from world.serve import served
+    from world.serve import connect, served
 
     return connect(directory) if served(directory) else None
 
@@ -315,16 +314,13 @@ def _sent(
     """Send the values of ``lines`` as one batch; a rejected one named by its file and line."""
     from world import EventRejected
 
-    if progress is not None:
-        handle.progress = progress  # type: ignore[attr-defined]  # a remote handle's parts
+    handle.progress = progress
     try:
         sent = handle.send_many(schema, [v for _n, v in lines], ids=ids)
     except EventRejected as exc:
         if file is None:
             raise exc.cause if isinstance(exc.cause, WorldError) else exc from exc
         raise EventRejected(exc.index, exc.cause, f"{file}:{lines[exc.index][0]}") from exc
-    if progress is not None:
-        progress(len(lines), len(lines))
     return sent
 
 

@@ -163,14 +163,27 @@ def test_a_world_named_through_a_symlinked_folder_is_still_its_own(
     link = tmp_path / "link"
     link.symlink_to(served_world.path)
     result = runner.invoke(app, [*_send_argv(link), "--json"])
-    assert (result.exit_code, json.loads(result.stdout)) == (0, {"ok": True, "seqs": [1]})
+    assert (result.exit_code, json.loads(result.stdout)) == (
+        0,
+        {"ok": True, "seqs": [1], "duplicates": 0},
+    )
 
 
-def test_hello_names_the_folder_served(served_world: Served) -> None:
+def test_hello_names_the_folder_served_the_version_and_every_operation(
+    served_world: Served,
+) -> None:
+    from world.ops import REGISTRY
+
     with served_world.client() as client:
         hello = client.call("hello")
     found = os.stat(served_world.path)
-    assert hello == {"world": [found.st_dev, found.st_ino], "path": str(served_world.path)}
+    assert hello == {
+        "world": [found.st_dev, found.st_ino],
+        "path": str(served_world.path),
+        "version": PROTOCOL_VERSION,
+        "ops": sorted(REGISTRY),
+    }
+    assert {"events.send", "runs.ls", "cells.show", "journal.tail"} <= set(hello["ops"])
 
 
 def test_a_symlink_in_place_of_the_socket_is_not_served_on(tmp_path: Path) -> None:
@@ -275,7 +288,10 @@ def test_idle_connections_are_closed_after_idle_s_and_the_next_client_is_served(
             assert sock.recv(1) == b""  # closed by the server (recv waits for it, bounded)
         assert kept.call("world.info")["journal_seq_next"] == 1  # a new connection, transparently
         result = runner.invoke(app, [*_send_argv(server.path), "--json"])
-        assert (result.exit_code, json.loads(result.stdout)) == (0, {"ok": True, "seqs": [1]})
+        assert (result.exit_code, json.loads(result.stdout)) == (
+            0,
+            {"ok": True, "seqs": [1], "duplicates": 0},
+        )
     finally:
         kept.close()
         for sock in idle:
@@ -371,7 +387,10 @@ def test_a_request_right_behind_a_failed_one_is_answered_by_the_reopened_world(
         sock.sendall(send("lost") + send("kept"))  # both frames in one write: one turn
         failed, answered = _read_reply(sock), _read_reply(sock)
     assert (failed["ok"], failed["error"]["class"]) == (False, "JournalWriteFailed")
-    assert (answered["ok"], answered["result"]) == (True, {"seqs": [1]})
+    assert (answered["ok"], answered["result"]) == (
+        True,
+        {"seqs": [1], "duplicates": 0, "batch": None, "staged": 0},
+    )
     served_world.stop()
     assert events_in(served_world.path) == 1
 

@@ -363,7 +363,7 @@ def _serve_and_place(w: Path, server: Loopback, **options: Any) -> list[str]:
     with Client(socket_path(w), timeout_s=WAIT_S) as client:
         placed = {"order_id": "o-2", "url": server.url("/other")}
         client.call(
-            "send", schema=ORDER_PLACED, values=[placed], ids=[None], batch=None, more=False
+            "events.send", schema=ORDER_PLACED, values=[placed], ids=[None], batch=None, more=False
         )
     stop.set()
     thread.join(WAIT_S)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cli import _progress, core
+from cli import _progress
 from world import World
 from world.history import verify_world
 from world.moves import migrate_cells
@@ -79,10 +79,13 @@ def test_a_migration_counts_journaling_replay_and_swap_up_to_its_total(tmp_path:
 
 
 def test_a_send_counts_its_events_as_they_are_taken(tmp_path: Path) -> None:
+    from world.ops import open as open_world
+
     World.create(tmp_path / "w", COUNTER_AIR).close()
-    lines = [(n, add("k", n)) for n in range(1, 251)]
     calls = Calls()
-    seqs = core._send_here(tmp_path / "w", EVENT, lines, [None] * len(lines), None, calls)
+    with open_world(tmp_path / "w") as handle:
+        handle.progress = calls
+        seqs = handle.send_many(EVENT, [add("k", n) for n in range(1, 251)]).seqs
     assert seqs == list(range(1, 251))
     calls.assert_count_up_to_the_total()
     assert calls[-1] == (250, 250)

@@ -198,7 +198,10 @@ def test_garbage_oversized_unknown_and_torn_requests_leave_it_serving(server: Se
 def test_the_cli_talks_to_a_served_world_through_its_socket(server: Served) -> None:
     w = str(server.path)
     result = runner.invoke(app, ["send", w, EVENT, json.dumps(add("k", 4)), "--json"])
-    assert (result.exit_code, json.loads(result.stdout)) == (0, {"ok": True, "seqs": [1]})
+    assert (result.exit_code, json.loads(result.stdout)) == (
+        0,
+        {"ok": True, "seqs": [1], "duplicates": 0},
+    )
     lines = server.path.parent / "events.jsonl"
     lines.write_text(json.dumps(add("k", 1)) + "\n" + json.dumps({"key": "k"}) + "\n")
     result = runner.invoke(app, ["send", w, EVENT, "--file", str(lines)])

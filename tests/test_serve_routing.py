@@ -405,11 +405,14 @@ def test_replies_keep_request_order_behind_a_deferred_one(server: Served) -> Non
         )
         first, second, third = (next_reply(sock)["result"] for _ in range(3))
     assert first == {
+        "reducer": COUNTER,
+        "key": "a",
         "state": {"count": 1, "events": 1},
         "state_cbor": first["state_cbor"],
         "at": 4,
         "through": 4,
         "era": first["era"],
+        "current_era": None,
     }
     assert second["journal_seq_next"] == 17
     assert [r["seq"] for r in third["records"]] == [16]

@@ -6,11 +6,11 @@ models with a JSON form, registered by name (``family.verb``: ``events.send``, `
 through a ``Handle``, a served world's socket and HTTP through one dispatcher
 (``world.serve._dispatch``), the inspector, the cluster. ``docs/API.md`` lists them.
 
-Handles: ``open(path)`` (the world in this process: the writer, or ``readonly=True`` a reader
-beside one), ``connect(path_or_url)`` (a served world, over its socket or HTTP), and
-``attach(path)`` (what the CLI does: the server's when a server holds the world, else the
-world itself). Every handle has the same methods, returns the same models and raises the same
-errors (``world.ops._handle``).
+Handles: ``open(path)`` here (the world in this process: the writer, or ``readonly=True`` a
+reader beside one); ``world.serve.connect(path_or_url)`` (a served world, over its socket or
+HTTP) and ``world.serve.attach(path)`` (what the CLI does: the server's handle when a server
+holds the world, else the world itself) above it, with the transports. Every handle has the
+same methods, returns the same models and raises the same errors (``world.ops._handle``).
 
 Invariants:
 - Reading changes nothing; a write is journaled and durable when it returns.
@@ -19,7 +19,7 @@ Invariants:
 - Nothing here keeps state between calls but a send's staged parts (``world.ops._events``).
 
 Parts: ``_base`` (Operation, the registry, Context), ``_handle`` (Handle, LocalHandle,
-RemoteHandle), ``_remote`` (SocketHandle, HttpHandle, connect), and one module per family:
+RemoteHandle), and one module per family:
 ``_events``, ``_status`` (info, state, snapshot), ``_cells``, ``_moves`` (export, import),
 ``_journal``, ``_runs``, ``_deadletters``, ``_effects``, ``_upgrades``, ``_history`` (why).
 """
@@ -53,7 +53,6 @@ from world.ops._journal import (
     JournalTail,
 )
 from world.ops._moves import Export, Exported, Import, Imported
-from world.ops._remote import HttpHandle, SocketHandle, connect
 from world.ops._runs import RunCancelled, RunDetail, RunOf, RunsList, RunsOf
 from world.ops._status import Info, NoArgs, Snapshot, State, StateOf
 from world.ops._upgrades import (
@@ -96,7 +95,6 @@ __all__ = [
     "Export",
     "Exported",
     "Handle",
-    "HttpHandle",
     "Import",
     "Imported",
     "Info",
@@ -123,13 +121,10 @@ __all__ = [
     "Shadow",
     "Shadowed",
     "Snapshot",
-    "SocketHandle",
     "State",
     "StateOf",
     "Why",
     "WhyOf",
-    "attach",
-    "connect",
     "lookup",
     "open",
     "revive",
@@ -137,28 +132,10 @@ __all__ = [
 
 
 def open(path: Path | str, *, readonly: bool = False) -> LocalHandle:
-    """The world at ``path`` open in this process: its writer (one at a time), or with
-    ``readonly`` a reader, which works beside a writer. ``WorldServed`` when ``world serve``
-    holds it: ``connect`` to it instead."""
+    """The world at ``path`` open in this process: its writer (one at a time: ``WorldLocked``
+    while another holds it, a ``world run`` or a ``world serve``), or with ``readonly`` a
+    reader, which works beside a writer. ``world.serve.attach`` asks a served world's server
+    instead."""
     from world._world import World
-    from world.errors import WorldLocked, WorldServed
-    from world.serve import served
 
-    try:
-        world = World.open(Path(path), readonly=readonly)
-    except WorldLocked as exc:
-        if not readonly and served(path):
-            raise WorldServed(str(path)) from exc
-        raise
-    return LocalHandle(world)
-
-
-def attach(path: Path | str, *, readonly: bool = False) -> Handle:
-    """The server's handle when ``world serve`` holds the world at ``path`` (a served world
-    must be asked: opening it would fail on the write lock, or show a reader a view without
-    the server's ready work), else the world itself (``open``)."""
-    from world.serve import served
-
-    if served(path):
-        return connect(path)
-    return open(path, readonly=readonly)
+    return LocalHandle(World.open(Path(path), readonly=readonly))

@@ -57,6 +57,14 @@ class Args(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
 
+    def __init__(self, **data: Any) -> None:
+        """Arguments built in Python (a handle's methods) fail as a transport's do: one
+        ``InvalidArgument`` naming the field, never pydantic's own error."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid(type(self).__name__, exc) from None
+
     def plain(self) -> dict[str, Any]:
         """The arguments as a transport carries them (JSON form, fields by their wire names)."""
         return self.model_dump(mode="json", by_alias=True)
@@ -73,7 +81,9 @@ class Context:
 
     ``catch_up`` runs the world's ready work first (a served world's loop; a no-op in process,
     where reading changes nothing); ``staged`` holds the parts of a send made in parts (a
-    remote client's big batch, journaled whole with its last part); ``served`` says the caller
+    remote client's big batch, journaled whole with its last part); ``progress`` is told how
+    far a long operation got (``done, total``: a send counts the events as it takes them);
+    ``served`` says the caller
     is on the other side of a transport (paths it names must be absolute: the server's working
     folder is not the caller's)."""
 
@@ -88,6 +98,7 @@ class Context:
         self.catch_up: Callable[[], None] = catch_up or _nothing
         self.served = served
         self.staged: dict[int, tuple[str, list[Any], list[str | None]]] = {}
+        self.progress: Callable[[int, int], None] | None = None  # a caller's bar (a send's)
         self.tokens = 0
         self._view: JournalView | None = None
 
@@ -189,9 +200,8 @@ def operation(
 
 
 def lookup(name: Any) -> Operation:
-    """The operation called ``name``, or ``UnknownName`` listing them all."""
-    from world.ops import _families  # noqa: F401  (fills REGISTRY)
-
+    """The operation called ``name``, or ``UnknownName`` listing them all (the registry is
+    filled when ``world.ops`` is imported)."""
     found = REGISTRY.get(name) if isinstance(name, str) else None
     if found is None:
         raise UnknownName("operation", str(name), sorted(REGISTRY))

@@ -160,7 +160,7 @@ class CellsUpgraded(Result):
     upgraded: int
     already_current: int
     failed: list[dict[str, Any]] = Field(description="{key, reason} of each cell that stayed")
-    records: int = Field(description="Records journaled")
+    records: list[int] = Field(description="The seqs of the records journaled")
 
 
 @operation("cells.upgrade", writes=True)

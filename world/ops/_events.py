@@ -15,6 +15,7 @@ away mid-batch leaves nothing journaled. The remote handles split and send the p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from pydantic import Field
@@ -70,9 +71,22 @@ def send(ctx: Context, args: Send) -> Sent:
         return Sent(seqs=[], batch=ctx.tokens, staged=len(values))
     world = ctx.world
     seq_before = world.journal.seq_next
-    seqs = world.send_many([(args.schema_, v) for v in values], ids=ids)
+    events = [(args.schema_, v) for v in values]
+    taken = events if ctx.progress is None else _counted(events, ctx.progress)
+    seqs = world.send_many(taken, ids=ids)
     fresh = len({s for s in seqs if s >= seq_before})
     return Sent(seqs=seqs, duplicates=len(seqs) - fresh)
+
+
+def _counted(items: list[Any], progress: Callable[[int, int], None]) -> Iterator[Any]:
+    """``items``, calling ``progress(done, total)`` as they are taken (about 100 times in
+    all): ``World.send_many`` checks each event as it takes it, then journals them all."""
+    total = len(items)
+    every = max(1, total // 100)
+    for done, item in enumerate(items, start=1):
+        yield item
+        if done % every == 0 or done == total:
+            progress(done, total)
 
 
 def _ids(args: Send) -> list[str | None]:

@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +50,10 @@ _NONE = _status.NoArgs()
 
 class Handle(abc.ABC):
     """A world to ask: every operation as a method (see the module docstring)."""
+
+    progress: Callable[[int, int], None] | None = None
+    """Told ``(done, total)`` as a long send goes on (the CLI's bar): events taken in process,
+    parts acknowledged by a remote world."""
 
     @abc.abstractmethod
     def _call(self, op: Operation, args: Args) -> Result:
@@ -289,6 +293,7 @@ class LocalHandle(Handle):
         return bool(self.world.readonly)
 
     def _call(self, op: Operation, args: Args) -> Result:
+        self._ctx.progress = self.progress
         if op.writes:
             if self.world.readonly:
                 raise WrongMode(op.name, "open read-only")
@@ -346,13 +351,11 @@ class RemoteHandle(Handle):
                 size = max(1, size // 2)
                 continue
             start += len(part)
-            self.progress(start, len(values))
+            if self.progress is not None:
+                self.progress(start, len(values))
             if not more:
                 return sent.model_copy(update={"duplicates": sent.duplicates + duplicates})
             batch = sent.batch
-
-    def progress(self, done: int, total: int) -> None:
-        """Called after each part of a send in parts (the CLI shows a bar)."""
 
 
 def revive(exc: Any) -> WorldError:
@@ -373,5 +376,4 @@ def revive(exc: Any) -> WorldError:
     revived = cls.__new__(cls)
     Exception.__init__(revived, exc.detail)
     vars(revived).update(exc.fields)
-    revived.served = True  # type: ignore[attr-defined]
     return revived

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+import msgpack
 from pydantic import Field
 
+from world.errors import ProtocolError
 from world.ops._base import Args, Context, Result, operation
-from world.serve._protocol import encode
 
 if TYPE_CHECKING:
     from kernel.journal import JournalRecord
@@ -100,7 +101,10 @@ class Page:
         self.size = 0
 
     def add(self, item: dict[str, Any]) -> None:
-        self.size += len(encode(item))  # ProtocolError for what msgpack cannot carry
+        try:
+            self.size += len(msgpack.packb(item, use_bin_type=True))
+        except (TypeError, ValueError, OverflowError) as exc:  # e.g. an int past 64 bits
+            raise ProtocolError("malformed", f"cannot carry a page item: {exc}") from exc
         self.items.append(item)
 
     def full(self) -> bool:

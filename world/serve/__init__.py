@@ -17,7 +17,8 @@ Invariants:
   and the server reopens the world from its journal and serves on.
 
 Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_dispatch`` (every
-operation of ``world.ops``, by name, for every transport), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
+operation of ``world.ops``, by name, for every transport), ``_remote`` (the handles of a
+served world: ``connect``, and ``attach`` for a folder that may be served), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
 commands use).
 """
 
@@ -26,8 +27,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from world.ops._events import STAGED_EVENTS_MAX
-    from world.ops._journal import PAGE_BYTES_MAX, PAGE_ITEMS_MAX
     from world.serve._protocol import (
         PROTOCOL_VERSION,
         REPLY_BYTES_MAX,
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
         served,
         socket_path,
     )
+    from world.serve._remote import HttpHandle, SocketHandle, attach, connect
     from world.serve._server import (
         CLIENTS_MAX,
         IDLE_S,
@@ -52,18 +52,19 @@ __all__ = [
     "CLIENTS_MAX",
     "IDLE_S",
     "JOBS_MAX",
-    "PAGE_BYTES_MAX",
-    "PAGE_ITEMS_MAX",
     "POLL_S",
     "PROTOCOL_VERSION",
     "READ_CATCHUP_TICKS_MAX",
     "REPLY_BYTES_MAX",
     "REQUEST_BYTES_MAX",
     "SOCKET_NAME",
-    "STAGED_EVENTS_MAX",
     "TICKS_PER_TURN",
     "Client",
+    "HttpHandle",
     "ServeReport",
+    "SocketHandle",
+    "attach",
+    "connect",
     "serve",
     "served",
     "socket_path",
@@ -97,8 +98,7 @@ _WHERE: dict[str, str] = {
                 "SOCKET_NAME",
             ),
         ),
-        ("world.ops._journal", ("PAGE_BYTES_MAX", "PAGE_ITEMS_MAX")),
-        ("world.ops._events", ("STAGED_EVENTS_MAX",)),
+        ("world.serve._remote", ("HttpHandle", "SocketHandle", "attach", "connect")),
     )
     for name in names
 }

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from world.ops._base import Args, Context, Operation, lookup
+from world.ops import Args, Context, Operation, lookup
 
 if TYPE_CHECKING:
     from world._world import World

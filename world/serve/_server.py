@@ -89,8 +89,7 @@ from world.errors import (
     StorageError,
     WorldStale,
 )
-from world.ops import _families  # noqa: F401  (every operation registered)
-from world.ops._base import REGISTRY
+from world.ops import REGISTRY
 from world.serve._dispatch import Deferred, Dispatcher, plain_fields
 from world.serve._protocol import (
     PROTOCOL_VERSION,
@@ -501,6 +500,9 @@ class _Server:
             return error_reply(exc, plain_fields(exc))
         except RecursionError as exc:  # a value nested deeper than normalisation allows
             return error_reply(_too_deep(exc))
+        except Exception as exc:  # a bug in one operation must not take the server down
+            self.notices.append(f"{op} failed: {type(exc).__name__}: {exc}")
+            return error_reply(exc)
 
     # --- requests from other threads (the HTTP front, ``world.serve._http``) ----------------
 

@@ -1,5 +1,5 @@
-"""Handles of a served world (``world.connect``): over its Unix socket (``SocketHandle``) or
-over HTTP (``HttpHandle``). Both carry an operation's name and plain arguments and bring back
+"""Handles of a served world (``connect``): over its Unix socket (``SocketHandle``) or over
+HTTP (``HttpHandle``); and ``attach``, the handle a command asks a world folder through. Both carry an operation's name and plain arguments and bring back
 its reply; everything else (the methods, paging, sends in parts, errors by class) is
 ``RemoteHandle``'s, the same for both.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import InvalidArgument
-from world.ops._handle import RemoteHandle
+from world.ops import Handle, RemoteHandle
 
-__all__ = ["HTTP_TIMEOUT_S", "HttpHandle", "SocketHandle", "connect"]
+__all__ = ["HTTP_TIMEOUT_S", "HttpHandle", "SocketHandle", "attach", "connect"]
 
 HTTP_TIMEOUT_S: Final = 300.0
 """How long one HTTP request may take (an export or a shadow of a large world is long)."""
@@ -32,7 +32,7 @@ class SocketHandle(RemoteHandle):
     """A served world over its socket (``<world>/control.sock``)."""
 
     def __init__(self, world_dir: Path | str, *, timeout_s: float | None = None) -> None:
-        from world.serve import Client, socket_path
+        from world.serve._protocol import Client, socket_path
 
         self.path = Path(world_dir)
         self.client = Client(socket_path(self.path), timeout_s=timeout_s, world_dir=self.path)
@@ -107,3 +107,21 @@ def connect(
     if token is not None or token_file is not None:
         raise InvalidArgument("token", "...", "a token is for an http:// URL; a socket is 0600")
     return SocketHandle(Path(where), timeout_s=timeout_s)
+
+
+def attach(path: Path | str, *, readonly: bool = False) -> Handle:
+    """The server's handle when ``world serve`` holds the world at ``path`` (a served world
+    must be asked: opening it would fail on the write lock, or show a reader a view without
+    the server's ready work), else the world itself (``world.ops.open``)."""
+    from world.errors import WorldLocked, WorldServed
+    from world.ops import open as open_world
+    from world.serve._protocol import served
+
+    if served(path):
+        return connect(path)
+    try:
+        return open_world(path, readonly=readonly)
+    except WorldLocked as exc:  # a server that started since the look
+        if not readonly and served(path):
+            raise WorldServed(str(path)) from exc
+        raise

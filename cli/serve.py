@@ -31,6 +31,7 @@ from rich.markup import escape
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import console, emit_json, err_console, fail, handle_errors
 from cli.core import EffectsChoice, EffectsOpt, effects_mode
+from world.serve._http import HTTP_RATE_PER_S, TOKEN_FILE, HttpSettings
 
 __all__ = ["DETACH_WAIT_S", "SERVE_LOG", "serve"]
 
@@ -59,14 +60,46 @@ def serve(
     effects: EffectsOpt = None,
     archive_to: ArchiveOpt = None,
     verify_every: VerifyEveryOpt = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Answer the operations as JSON over HTTP too (docs/API.md); port 0: any free",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="The HTTP bearer token, in a file only you can read (else WORLD_TOKEN, else "
+            f"one generated into <world>/{TOKEN_FILE})",
+        ),
+    ] = None,
+    allow_remote: Annotated[
+        bool,
+        typer.Option("--http-allow-remote", help="Let --http bind an address not loopback"),
+    ] = False,
+    http_rate: Annotated[
+        float,
+        typer.Option("--http-rate", min=1.0, help="HTTP requests a second, over all callers"),
+    ] = HTTP_RATE_PER_S,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Serve a world in the foreground until stopped (Ctrl-C, SIGTERM or --stop)."""
     if stop:
         _stop(directory, json_output)
         return
+    http_args: list[str] = []
+    if http is not None:
+        http_args = ["--http", http, "--http-rate", str(http_rate)]
+        http_args += ["--http-allow-remote"] if allow_remote else []
+        http_args += [] if token_file is None else ["--token-file", str(token_file)]
+    elif token_file is not None or allow_remote:
+        with handle_errors(json_output):
+            fail("--token-file and --http-allow-remote go with --http HOST:PORT")
     if detach:
-        _detach(directory, archive_to, verify_every, json_output, effects)
+        _detach(directory, archive_to, verify_every, json_output, effects, http_args)
         return
     from world.serve import serve as serve_world  # lazy: keeps the other commands quick
     from world.serve import served, socket_path
@@ -74,6 +107,23 @@ def serve(
     with handle_errors(json_output):
         if served(directory):  # said plainly, not as the lock the running server holds
             fail(f"a server already answers on {socket_path(directory)}")
+        settings = (
+            None
+            if http is None
+            else _http_settings(directory, http, token_file, allow_remote, http_rate)
+        )
+
+    def on_http(url: str) -> None:
+        assert settings is not None
+        if json_output:
+            emit_json({"ok": True, "http": url, "token_from": settings.token_source})
+            sys.stdout.flush()
+        else:
+            console.print(
+                f"http on {url} (bearer token: {settings.token_source})",
+                soft_wrap=True,
+                markup=False,
+            )
 
     def listening(path: Path) -> None:
         console.print(
@@ -96,6 +146,8 @@ def serve(
             on_listening=listening_and_watching,
             effects=effects_mode(effects),
             on_notice=say,
+            http=settings,
+            on_http=on_http,
         )
     for notice in report.notices:
         err_console.print(f"[yellow]notice:[/yellow] {escape(notice)}", soft_wrap=True)
@@ -113,6 +165,23 @@ def serve(
             f"stopped after {report.requests} request(s); checkpoint {report.snapshot}",
             soft_wrap=True,
         )
+
+
+def _http_settings(
+    directory: Path, http: str, token_file: Path | None, allow_remote: bool, rate: float
+) -> HttpSettings:
+    """``--http HOST:PORT`` and its token, checked before the world is opened."""
+    from world import World
+    from world.serve._http import check_bind, server_token
+
+    host, sep, port_text = http.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        fail(f"--http {http}: give HOST:PORT, such as 127.0.0.1:8321 (port 0: any free one)")
+    check_bind(host, allow_remote)
+    World.check_directory(directory)
+    token, source = server_token(directory, token_file)
+    return HttpSettings(host, int(port_text), token, source, rate)
 
 
 def _stop(directory: Path, json_output: bool) -> None:
@@ -141,6 +210,7 @@ def _detach(
     verify_every: float | None,
     json_output: bool,
     effects: EffectsChoice | None = None,
+    http_args: list[str] | None = None,
 ) -> None:
     from world import World
     from world.serve import served, socket_path
@@ -156,6 +226,7 @@ def _detach(
             command += ["--verify-every", str(verify_every)]
         if effects is not None:
             command += ["--effects", effects.value]
+        command += http_args or []
         log_path = directory / SERVE_LOG
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         start = os.lseek(log_fd, 0, os.SEEK_END)

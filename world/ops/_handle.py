@@ -361,15 +361,8 @@ class RemoteHandle(Handle):
 def revive(exc: Any) -> WorldError:
     """A served error as the class the server raised (its fields set as it had them, plain),
     when that is one of the project's errors with a message of its own; else ``exc``."""
-    from air import errors as air_errors
-    from kernel import errors as kernel_errors
-    from world import errors as world_errors
-
-    for module in (air_errors, kernel_errors, world_errors):
-        cls = getattr(module, exc.error_class, None)
-        if isinstance(cls, type) and issubclass(cls, WorldError):
-            break
-    else:
+    cls = error_class(exc.error_class)
+    if cls is None:
         return exc  # type: ignore[no-any-return]
     if cls.__str__ is not BaseException.__str__ or cls.__name__ in ("ServedError", "WorldError"):
         return exc  # type: ignore[no-any-return]  # a message made from fields not carried
@@ -377,3 +370,16 @@ def revive(exc: Any) -> WorldError:
     Exception.__init__(revived, exc.detail)
     vars(revived).update(exc.fields)
     return revived
+
+
+def error_class(name: str) -> type[WorldError] | None:
+    """The project's error class called ``name`` (``air``, ``kernel`` or ``world``'s), if any."""
+    from air import errors as air_errors
+    from kernel import errors as kernel_errors
+    from world import errors as world_errors
+
+    for module in (air_errors, kernel_errors, world_errors):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, WorldError):
+            return cls
+    return None

@@ -52,8 +52,9 @@ the write lock is let go for an instant (a lock is held per open, and the open t
 
 Rejected: a thread per client with a lock around the world. Every request would still run one
 at a time, and receipts and ticks would need the same lock; the selector loop gives the same
-order with no lock and no shared state. Not here: authentication beyond the socket's mode,
-``--sim`` time (a served world runs on the wall clock).
+order with no lock and no shared state. HTTP (``--http``, ``world.serve._http``) runs on a
+thread of its own and hands each request to this loop (``submit``), which answers it in turn
+as it answers the socket's. Not here: ``--sim`` time (a served world runs on the wall clock).
 
 Effects. ``serve(effects=...)`` is ``world serve --effects``: the mode is chosen once, after the
 world is open (``world.effects.choose_mode``: a fork is ``stub`` by default, ``live`` given once
@@ -90,7 +91,9 @@ from world.errors import (
     WorldStale,
 )
 from world.ops import REGISTRY
+from world.serve import _http
 from world.serve._dispatch import Deferred, Dispatcher, plain_fields
+from world.serve._http import HttpSettings
 from world.serve._protocol import (
     PROTOCOL_VERSION,
     REPLY_BYTES_MAX,
@@ -632,26 +635,45 @@ def serve(
     on_listening: Callable[[Path], None] | None = None,
     effects: EffectsMode | None = None,
     on_notice: Callable[[str], None] | None = None,
+    http: HttpSettings | None = None,
+    on_http: Callable[[str], None] | None = None,
 ) -> ServeReport:
     """Serve the world at ``world_dir`` until stopped (a ``stop`` request, SIGINT/SIGTERM in
     the main thread, or ``stop_event``); return what was done. ``on_listening`` is called
     with the socket's path once clients can connect. ``effects``: ``--effects`` (None: the
-    world's mode); ``on_notice`` gets the line saying a mode that is not live by default."""
+    world's mode); ``on_notice`` gets the line saying a mode that is not live by default.
+    ``http``: answer over HTTP too (``world.serve._http``); ``on_http`` is called with its
+    URL once it listens, before ``on_listening``."""
     world_dir = Path(world_dir)
+    http_sock = None if http is None else _http.listen(http.host, http.port)
     world = World.open(world_dir)
     server: _Server | None = None
+    front: _http.HttpFront | None = None
     try:
         chosen = choose_mode(world_dir, effects)
         if chosen.notice is not None and on_notice is not None:
             on_notice(chosen.notice)
         with listening(world_dir) as listener:
             server = _Server(world, listener, stop_event, chosen.mode)
+            if http is not None and http_sock is not None:
+                app = _http.make_app(
+                    server.submit, http.token, server.hello, rate_per_s=http.rate_per_s
+                )
+                front = _http.HttpFront(app, http_sock)
+                front.start()
+                if on_http is not None:
+                    host, port = http_sock.getsockname()[:2]
+                    on_http(f"http://{_http.url_host(host)}:{port}")
             with _signals_stop(server):
                 if on_listening is not None:
                     on_listening(socket_path(world_dir))
                 server.run()
             report = server.report
     finally:
+        if front is not None:
+            front.stop()
+        elif http_sock is not None:
+            http_sock.close()
         if server is not None:
             world = server.world  # a reopen replaced it
         world.close()

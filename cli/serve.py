@@ -17,6 +17,7 @@ server is started with the same option.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -116,7 +117,8 @@ def serve(
     def on_http(url: str) -> None:
         assert settings is not None
         if json_output:
-            emit_json({"ok": True, "http": url, "token_from": settings.token_source})
+            said = {"ok": True, "http": url, "token_from": settings.token_source}
+            sys.stdout.write(json.dumps(said, sort_keys=True) + "\n")  # one line: read, then go
             sys.stdout.flush()
         else:
             console.print(
@@ -181,7 +183,7 @@ def _http_settings(
     check_bind(host, allow_remote)
     World.check_directory(directory)
     token, source = server_token(directory, token_file)
-    return HttpSettings(host, int(port_text), token, source, rate)
+    return HttpSettings(host, int(port_text), token, source, rate, max(1, int(rate)))
 
 
 def _stop(directory: Path, json_output: bool) -> None:

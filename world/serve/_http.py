@@ -81,7 +81,8 @@ __all__ = [
 HTTP_RATE_PER_S: Final = 5000.0
 """Requests a second the HTTP front answers, over all callers (``--http-rate``)."""
 HTTP_BURST: Final = 5000
-"""Requests the rate's bucket holds: a burst this large is answered at once."""
+"""Requests the rate's bucket holds: a burst this large is answered at once (``world serve``
+makes it one second's worth of ``--http-rate``)."""
 HTTP_CLIENTS_MAX: Final = 64
 """Requests in flight at once; one more is 503 (as the socket's ``CLIENTS_MAX``)."""
 TOKEN_FILE: Final = "http.token"
@@ -104,6 +105,7 @@ class HttpSettings:
     token_source: str
     """Where the token came from: a file's path, ``WORLD_TOKEN``, or the generated file's."""
     rate_per_s: float = HTTP_RATE_PER_S
+    burst: int = HTTP_BURST
 
 
 def check_bind(host: str, allow_remote: bool) -> None:

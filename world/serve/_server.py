@@ -657,7 +657,11 @@ def serve(
             server = _Server(world, listener, stop_event, chosen.mode)
             if http is not None and http_sock is not None:
                 app = _http.make_app(
-                    server.submit, http.token, server.hello, rate_per_s=http.rate_per_s
+                    server.submit,
+                    http.token,
+                    server.hello,
+                    rate_per_s=http.rate_per_s,
+                    burst=http.burst,
                 )
                 front = _http.HttpFront(app, http_sock)
                 front.start()

@@ -24,7 +24,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.markup import escape
@@ -32,7 +32,9 @@ from rich.markup import escape
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import console, emit_json, err_console, fail, handle_errors
 from cli.core import EffectsChoice, EffectsOpt, effects_mode
-from world.serve._http import HTTP_RATE_PER_S, TOKEN_FILE, HttpSettings
+
+if TYPE_CHECKING:
+    from world.serve import HttpSettings
 
 __all__ = ["DETACH_WAIT_S", "SERVE_LOG", "serve"]
 
@@ -74,7 +76,7 @@ def serve(
         typer.Option(
             "--token-file",
             help="The HTTP bearer token, in a file only you can read (else WORLD_TOKEN, else "
-            f"one generated into <world>/{TOKEN_FILE})",
+            "one generated into <world>/http.token)",
         ),
     ] = None,
     allow_remote: Annotated[
@@ -82,9 +84,11 @@ def serve(
         typer.Option("--http-allow-remote", help="Let --http bind an address not loopback"),
     ] = False,
     http_rate: Annotated[
-        float,
-        typer.Option("--http-rate", min=1.0, help="HTTP requests a second, over all callers"),
-    ] = HTTP_RATE_PER_S,
+        float | None,
+        typer.Option(
+            "--http-rate", min=1.0, help="HTTP requests a second, over all callers (default 5000)"
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Serve a world in the foreground until stopped (Ctrl-C, SIGTERM or --stop)."""
@@ -93,7 +97,8 @@ def serve(
         return
     http_args: list[str] = []
     if http is not None:
-        http_args = ["--http", http, "--http-rate", str(http_rate)]
+        http_args = ["--http", http]
+        http_args += [] if http_rate is None else ["--http-rate", str(http_rate)]
         http_args += ["--http-allow-remote"] if allow_remote else []
         http_args += [] if token_file is None else ["--token-file", str(token_file)]
     elif token_file is not None or allow_remote:
@@ -170,12 +175,13 @@ def serve(
 
 
 def _http_settings(
-    directory: Path, http: str, token_file: Path | None, allow_remote: bool, rate: float
+    directory: Path, http: str, token_file: Path | None, allow_remote: bool, rate: float | None
 ) -> HttpSettings:
     """``--http HOST:PORT`` and its token, checked before the world is opened."""
     from world import World
-    from world.serve._http import check_bind, server_token
+    from world.serve import HTTP_RATE_PER_S, HttpSettings, check_bind, server_token
 
+    rate = HTTP_RATE_PER_S if rate is None else rate
     host, sep, port_text = http.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:

@@ -23,8 +23,7 @@ import pytest
 
 from air.errors import UsageError
 from world import World
-from world.serve import serve
-from world.serve._http import TOKEN_FILE, HttpSettings, check_bind, server_token
+from world.serve import TOKEN_FILE, HttpSettings, check_bind, serve, server_token
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
@@ -201,7 +200,7 @@ def test_the_scheme_is_case_insensitive_as_rfc_7235_says(served: Served) -> None
 
 
 def test_a_body_over_the_bound_is_413_and_not_read(served: Served) -> None:
-    from world.serve._protocol import REQUEST_BYTES_MAX
+    from world.serve import REQUEST_BYTES_MAX
 
     host, port = served.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=WAIT_S) as raw:  # says, not sends

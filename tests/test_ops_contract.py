@@ -24,8 +24,7 @@ from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, pla
 from world import World
 from world.ops import REGISTRY, Handle, LocalHandle
 from world.ops import open as open_world
-from world.serve import HttpHandle, connect, serve
-from world.serve._http import HttpSettings
+from world.serve import HttpHandle, HttpSettings, connect, serve
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

@@ -14,7 +14,12 @@ Invariants:
 - Nothing reaches the outside but through an effect adapter, for an intent the kernel journaled
   and allowed; its receipt comes back signed and is verified before it is journaled.
 
-This face exports the supported API: ``World`` (a world directory open for writing or reading),
+An application starts here: ``open(path)`` (the world in this process), ``connect(path_or_url)``
+(a served world, over its socket or HTTP), ``attach(path)`` (the server's handle if one serves
+the world, else the world itself); each is a ``Handle`` with one method per operation, whose
+argument and result models are in ``world.ops`` (``docs/API.md``).
+
+This face also exports: ``World`` (a world directory open for writing or reading),
 ``Engine`` (its one loop), the checks and repairs of a whole world, record views, and the
 world's errors (``world.errors``). Concept packages, each with its own face: ``journal`` (the
 file journal), ``cellstore`` (the file cell store), ``effects`` (adapters, receipts, the effect
@@ -88,6 +93,8 @@ if TYPE_CHECKING:
         WorldStale,
         WorldUnavailable,
     )
+    from world.ops import Handle, open
+    from world.serve import attach, connect
 
 __all__ = [
     "PREFIX_MIN",
@@ -105,6 +112,7 @@ __all__ = [
     "Engine",
     "EventRejected",
     "GenesisMismatch",
+    "Handle",
     "Interrupted",
     "JournalReplaced",
     "JournalView",
@@ -139,13 +147,16 @@ __all__ = [
     "WorldStale",
     "WorldUnavailable",
     "archive_world",
+    "attach",
     "by_prefix",
     "cells_page",
     "check_world",
+    "connect",
     "current_air",
     "load_air_path",
     "load_world_air",
     "native_requested",
+    "open",
     "remembered_archive",
     "repair_world",
     "stored_air_reader",
@@ -191,6 +202,8 @@ _WHERE: dict[str, str] = {
                 "cells_page",
             ),
         ),
+        ("world.ops", ("Handle", "open")),
+        ("world.serve", ("attach", "connect")),
         ("world._airfiles", ("load_air_path",)),
         ("world._directory", ("load_world_air",)),
         ("world._airstore", ("current_air", "stored_air_reader")),

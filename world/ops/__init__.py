@@ -43,7 +43,7 @@ from world.ops._cells import (
 from world.ops._deadletters import DeadLetter, DeadLetterActed, DeadLetterOf, DeadLetters
 from world.ops._effects import Decided, EffectsList, IntentOf
 from world.ops._events import STAGED_BATCHES_MAX, STAGED_EVENTS_MAX, Send, Sent
-from world.ops._handle import Handle, LocalHandle, RemoteHandle, revive
+from world.ops._handle import Handle, LocalHandle, RemoteHandle, error_class, revive
 from world.ops._history import Why, WhyOf
 from world.ops._journal import (
     PAGE_BYTES_MAX,
@@ -125,6 +125,7 @@ __all__ = [
     "StateOf",
     "Why",
     "WhyOf",
+    "error_class",
     "lookup",
     "open",
     "revive",

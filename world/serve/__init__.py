@@ -27,6 +27,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from world.serve._http import (
+        HTTP_BURST,
+        HTTP_CLIENTS_MAX,
+        HTTP_RATE_PER_S,
+        TOKEN_FILE,
+        HttpSettings,
+        check_bind,
+        server_token,
+    )
     from world.serve._protocol import (
         PROTOCOL_VERSION,
         REPLY_BYTES_MAX,
@@ -50,6 +59,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENTS_MAX",
+    "HTTP_BURST",
+    "HTTP_CLIENTS_MAX",
+    "HTTP_RATE_PER_S",
     "IDLE_S",
     "JOBS_MAX",
     "POLL_S",
@@ -59,14 +71,18 @@ __all__ = [
     "REQUEST_BYTES_MAX",
     "SOCKET_NAME",
     "TICKS_PER_TURN",
+    "TOKEN_FILE",
     "Client",
     "HttpHandle",
+    "HttpSettings",
     "ServeReport",
     "SocketHandle",
     "attach",
+    "check_bind",
     "connect",
     "serve",
     "served",
+    "server_token",
     "socket_path",
 ]
 
@@ -99,6 +115,18 @@ _WHERE: dict[str, str] = {
             ),
         ),
         ("world.serve._remote", ("HttpHandle", "SocketHandle", "attach", "connect")),
+        (
+            "world.serve._http",
+            (
+                "HTTP_BURST",
+                "HTTP_CLIENTS_MAX",
+                "HTTP_RATE_PER_S",
+                "TOKEN_FILE",
+                "HttpSettings",
+                "check_bind",
+                "server_token",
+            ),
+        ),
     )
     for name in names
 }

@@ -200,7 +200,7 @@ class _Bucket:
 def _status(error: dict[str, Any]) -> int:
     from air.errors import LimitExceeded, UnknownName, WrongMode
     from world.errors import ProtocolError, ServerBusy, StorageError
-    from world.ops._handle import error_class
+    from world.ops import error_class
 
     cls = error_class(str(error.get("class")))
     if cls is None:

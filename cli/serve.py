@@ -131,6 +131,7 @@ def serve(
                 soft_wrap=True,
                 markup=False,
             )
+            sys.stdout.flush()  # a detached server's log says where it listens at once
 
     def listening(path: Path) -> None:
         console.print(

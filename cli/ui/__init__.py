@@ -57,7 +57,8 @@ def ui(
         pass  # the errors a wrong directory gets, before anything listens
     token = secrets.token_urlsafe(24)
     app = make_app(directory, token, allow_approvals=allow_approvals)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named so asyncio sets TCP_NODELAY per connection (world.serve's HTTP, too)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +22,9 @@ from cli.core import (
     parse_json_arg,
     parse_key_arg,
 )
+
+if TYPE_CHECKING:
+    from world.cluster import PartitionedHandle
 
 __all__ = ["app"]
 
@@ -37,20 +40,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output")
 
 
 @contextmanager
-def _client(directory: Path, *, readonly: bool = False) -> Iterator[Any]:
-    """The cluster's Ray client while it is up; else every partition opened here."""
-    from world.cluster import Layout, LocalCluster
+def _asking(directory: Path, *, readonly: bool = False) -> Iterator[PartitionedHandle]:
+    """The partitioned world's handle (``world.cluster.open_cluster``): its Ray actors while it
+    is up, else every partition opened here; closed at the end."""
+    from world.cluster import open_cluster
 
-    layout = Layout.read(directory)
-    up = layout.up()
-    if up is None:
-        with LocalCluster(directory, readonly=readonly) as local:
-            yield local
-        return
-    from world.cluster.ray import RayCluster, connect
-
-    connect(up["address"], up.get("token_path"))
-    yield RayCluster(directory)
+    handle = open_cluster(directory, readonly=readonly)
+    try:
+        yield handle
+    finally:
+        handle.close()
 
 
 @app.command("init")
@@ -141,8 +140,9 @@ def send(
     with handle_errors(json_output), signals_deferred():
         lines = _read_jsonl(file) if file is not None else [(0, parse_json_arg(value or ""))]
         lines, ids = _split_ids(lines, event_id)
-        with _client(directory) as cluster:
-            placed = cluster.send_many([(schema, v) for _n, v in lines], ids)
+        with _asking(directory) as cluster:
+            sent = cluster.send_many(schema, [v for _n, v in lines], ids=ids)
+    placed = list(zip(sent.partitions or [], sent.seqs, strict=True))
     if json_output:
         emit_json({"ok": True, "sent": [{"partition": p, "seq": s} for p, s in placed]})
         return
@@ -157,12 +157,12 @@ def send(
 def run(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Drive every partition in this process until all are idle and nothing is owed (the
     cluster must not be up: its actors run it then)."""
-    from world.cluster import Layout, LocalCluster
+    from world.cluster import Layout
 
     with handle_errors(json_output), signals_deferred():
         if Layout.read(directory).up() is not None:
             fail(f"{directory} is up on Ray: its partitions run there (world cluster down)")
-        with LocalCluster(directory) as cluster:
+        with _asking(directory) as cluster:
             steps = cluster.run_until_idle()
     if json_output:
         emit_json({"ok": True, "steps": steps})
@@ -184,7 +184,7 @@ def state(
     (exit 1 when there is none, as `world state`)."""
     with handle_errors(json_output):
         key_value = None if key is None else parse_key_arg(key)
-        with _client(directory, readonly=True) as cluster:
+        with _asking(directory, readonly=True) as cluster:
             found = cluster.state(reducer, key_value)
     answer_state(found, reducer, key_value, json_output)
 
@@ -193,8 +193,8 @@ def state(
 @answers
 def info(directory: DirArg, json_output: JsonOpt = False) -> None:
     """Per partition: journal height, cells, records/s (while up), outbox backlog, status."""
-    with handle_errors(json_output), _client(directory, readonly=True) as cluster:
-        infos = cluster.info()
+    with handle_errors(json_output), _asking(directory, readonly=True) as cluster:
+        infos = cluster.info().model_extra["partitions"]  # type: ignore[index]
     rows = [_row(i) for i in infos]
     if json_output:
         emit_json({"ok": all(r["ok"] for r in rows), "partitions": rows})
@@ -278,11 +278,13 @@ def cells_ls(
     limit: Annotated[int, typer.Option("--limit", help="At most this many")] = 100,
     json_output: JsonOpt = False,
 ) -> None:
-    """The cells of REDUCER, partition by partition."""
+    """The first LIMIT cells of REDUCER, sorted by key (as one world's), each with its
+    partition."""
     import json
 
-    with handle_errors(json_output), _client(directory, readonly=True) as cluster:
-        rows = _cells(cluster, reducer, limit)
+    with handle_errors(json_output), _asking(directory, readonly=True) as cluster:
+        page = cluster.cells(reducer, limit=limit)
+    rows = [{"partition": c["partition"], "key": c["key"], "state": c["state"]} for c in page.cells]
     if json_output:
         emit_json({"ok": True, "cells": rows})
         return
@@ -292,20 +294,6 @@ def cells_ls(
             markup=False,
             highlight=False,
         )
-
-
-def _cells(cluster: Any, reducer: str, limit: int) -> list[dict[str, Any]]:
-    from world.cluster import LocalCluster
-
-    if isinstance(cluster, LocalCluster):
-        found: list[dict[str, Any]] = []
-        for node in cluster.nodes:
-            for cell in node.world.cells(reducer):
-                if len(found) >= limit:
-                    return found
-                found.append({"partition": node.index, "key": cell.key, "state": cell.state})
-        return found
-    return [{"partition": p, "key": k, "state": s} for p, k, s in cluster.cells(reducer, limit)]
 
 
 @app.command("replay")

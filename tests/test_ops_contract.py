@@ -22,6 +22,7 @@ import pytest
 from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, plan_world, ref
 
 from world import World
+from world.cluster import PartitionedHandle, init_cluster, open_cluster, partition_dir
 from world.ops import REGISTRY, Handle, LocalHandle
 from world.ops import open as open_world
 from world.serve import HttpHandle, HttpSettings, connect, serve
@@ -77,18 +78,24 @@ class _Served:
 def _settle(handle: Handle) -> None:
     if isinstance(handle, LocalHandle):
         handle.world.run_until_idle()
+    elif isinstance(handle, PartitionedHandle) and handle.cluster is not None:
+        handle.run_until_idle()
 
 
-@pytest.fixture(params=["local", "socket", "http"])
+@pytest.fixture(params=["local", "socket", "http", "partitioned"])
 def asked(request: pytest.FixtureRequest) -> Iterator[Callable[[Path], Handle]]:
-    """Opens a world folder as one kind of handle; closed (and its server stopped) after."""
+    """Opens a world folder as one kind of handle; closed (and its server stopped) after.
+    "partitioned": the folder is partition 0 of a partitioned world of one partition, asked
+    through that world's handle (``world.cluster.open_cluster``)."""
     opened: list[Handle] = []
     servers: list[_Served] = []
 
     def ask(path: Path) -> Handle:
-        if request.param == "socket":
+        if request.param == "partitioned":
+            handle: Handle = open_cluster(path.parent)
+        elif request.param == "socket":
             servers.append(_Served(path))
-            handle: Handle = connect(path, timeout_s=WAIT_S)
+            handle = connect(path, timeout_s=WAIT_S)
         elif request.param == "http":
             servers.append(_Served(path, http=True))
             handle = connect(servers[-1].url, token=TOKEN, timeout_s=WAIT_S)
@@ -104,10 +111,25 @@ def asked(request: pytest.FixtureRequest) -> Iterator[Callable[[Path], Handle]]:
         server.stop()
 
 
-def _counter(folder: Path) -> Path:
+def _counter(folder: Path, partitioned: bool = False) -> Path:
+    """A counter world at ``folder``; ``partitioned``: partition 0 of a partitioned world of
+    one partition, in ``folder``'s parent."""
+    if partitioned:
+        init_cluster(folder.parent, COUNTER_AIR, 1)
+        return partition_dir(folder.parent, 0)
     with World.create(folder, COUNTER_AIR):
         pass
     return folder
+
+
+def _unplaced(found: Any) -> Any:
+    """``found`` without what only a partitioned world says: the ``partition`` of a listing's
+    rows, and ``partitions`` (where each event of a send went, each partition's figures)."""
+    if isinstance(found, list):
+        return [_unplaced(x) for x in found]
+    if isinstance(found, dict):
+        return {k: _unplaced(v) for k, v in found.items() if k not in ("partition", "partitions")}
+    return found
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -176,17 +198,23 @@ def counter_script(h: Handle, tmp: Path) -> list[Any]:
 
 
 def test_every_handle_answers_the_counter_script_alike(
-    asked: Callable[[Path], Handle], tmp_path: Path
+    asked: Callable[[Path], Handle], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    with open_world(_counter(tmp_path / "a" / "w")) as local:
+    partitioned = request.node.callspec.params["asked"] == "partitioned"
+    with open_world(_counter(tmp_path / "a" / "w", partitioned)) as local:
         expected = _rooted(counter_script(local, tmp_path / "a" / "out"), tmp_path / "a")
-    handle = asked(_counter(tmp_path / "b" / "w"))
+    handle = asked(_counter(tmp_path / "b" / "w", partitioned))
     answered = _rooted(counter_script(handle, tmp_path / "b" / "out"), tmp_path / "b")
     files = {27, 30, 31, 32}  # propose, export, import name the server's files: not over HTTP
     for number, (got, want) in enumerate(zip(answered, expected, strict=True)):
         if isinstance(handle, HttpHandle) and number in files:
             assert got[:2] == ["error", "InvalidArgument"], number
             assert got[2]["name"] == "op", number
+        elif isinstance(handle, PartitionedHandle) and number == 27:  # world cluster upgrade
+            assert got[:2] == ["error", "WrongMode"], number
+            assert "world cluster upgrade" in got[2]["mode"]
+        elif isinstance(handle, PartitionedHandle):
+            assert _unplaced(got) == _unplaced(want), number
         else:
             assert got == want, number
     # what the script checks, so that two equally wrong handles cannot pass
@@ -218,8 +246,9 @@ def test_every_handle_answers_the_counter_script_alike(
     assert expected[36] is True
 
 
-def _approval_world(folder: Path) -> Path:
-    """Two runs whose GETs a policy parks for approval."""
+def _approval_world(folder: Path, partitioned: bool = False) -> Path:
+    """Two runs whose GETs a policy parks for approval (``partitioned``: in partition 0 of a
+    partitioned world of one)."""
     fetch = [http_get("fetch", ref("@plan.input.url"), "req"), await_receipt("wait", "req", "r")]
     air = plan_world(
         folder / "air",
@@ -229,6 +258,9 @@ def _approval_world(folder: Path) -> Path:
         grants=[http_grant(["127.0.0.1"])],
         rules=[{"when": {"effect_kind": "http.request"}, "decision": "require_approval"}],
     )
+    if partitioned:
+        init_cluster(folder / "c", air, 1)
+        return partition_dir(folder / "c", 0)
     with World.create(folder / "w", air):
         pass
     return folder / "w"
@@ -257,13 +289,18 @@ def approval_script(h: Handle) -> list[Any]:
 
 
 def test_every_handle_answers_the_approval_script_alike(
-    asked: Callable[[Path], Handle], tmp_path: Path
+    asked: Callable[[Path], Handle], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    with open_world(_approval_world(tmp_path / "a")) as local:
+    partitioned = request.node.callspec.params["asked"] == "partitioned"
+    with open_world(_approval_world(tmp_path / "a", partitioned)) as local:
         expected = _rooted(approval_script(local), tmp_path / "a")
-    answered = _rooted(approval_script(asked(_approval_world(tmp_path / "b"))), tmp_path / "b")
+    handle = asked(_approval_world(tmp_path / "b", partitioned))
+    answered = _rooted(approval_script(handle), tmp_path / "b")
     for number, (got, want) in enumerate(zip(answered, expected, strict=True)):
-        assert got == want, number
+        if partitioned:
+            assert _unplaced(got) == _unplaced(want), number
+        else:
+            assert got == want, number
     assert {(kind, status) for kind, status, *_ in expected[0]} == {("http.request", "parked")}
     assert [r["status"] for r in expected[1]] == ["waiting", "waiting"]
     assert expected[3]["locals"] is not None

@@ -46,6 +46,11 @@ class Sent(Result):
     duplicates: int = Field(default=0, description="Events already journaled under their id")
     batch: int | None = Field(default=None, description="With more: the batch's token")
     staged: int = Field(default=0, description="With more: the events staged so far")
+    partitions: list[int] | None = Field(
+        default=None,
+        description="A partitioned world: the partition that journaled each event (the seqs "
+        "are its journal's)",
+    )
 
 
 @operation("events.send", writes=True)

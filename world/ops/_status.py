@@ -68,6 +68,9 @@ def state(ctx: Context, args: StateOf) -> State:
 
 class Snapshot(Result):
     snapshot: str = Field(description="The snapshot's address (blake3:...)")
+    partitions: list[str] | None = Field(
+        default=None, description="A partitioned world: each partition's (snapshot: p0's)"
+    )
 
 
 @operation("world.snapshot", writes=True)

@@ -59,7 +59,8 @@ class HttpHandle(RemoteHandle):
     def _transport(self, name: str, args: dict[str, Any]) -> Any:
         import httpx
 
-        from world.errors import ProtocolError, ServedError
+        from world.errors import ProtocolError
+        from world.serve._protocol import served_error
 
         try:
             reply = self.http.post(f"/v1/ops/{name}", json=args)
@@ -74,13 +75,7 @@ class HttpHandle(RemoteHandle):
         error = body.get("error") if isinstance(body, dict) else None
         if not isinstance(error, dict):
             raise ProtocolError("malformed", f"{self.url}: HTTP {reply.status_code} without error")
-        fields = error.get("fields")
-        raise ServedError(
-            str(error.get("class")),
-            str(error.get("code")),
-            str(error.get("detail")),
-            fields if isinstance(fields, dict) else None,
-        )
+        raise served_error(error)
 
     def close(self) -> None:
         self.http.close()
@@ -112,11 +107,18 @@ def connect(
 def attach(path: Path | str, *, readonly: bool = False) -> Handle:
     """The server's handle when ``world serve`` holds the world at ``path`` (a served world
     must be asked: opening it would fail on the write lock, or show a reader a view without
-    the server's ready work), else the world itself (``world.ops.open``)."""
+    the server's ready work), else the world itself (``world.ops.open``); a partitioned
+    world's directory gets its handle (``world.cluster.open_cluster``: its Ray actors while
+    it is up, else its partitions open here)."""
+    from world.cluster._layout import CLUSTER_FILE
     from world.errors import WorldLocked, WorldServed
     from world.ops import open as open_world
     from world.serve._protocol import served
 
+    if (Path(path) / CLUSTER_FILE).is_file():
+        from world.cluster._handle import open_cluster
+
+        return open_cluster(path, readonly=readonly)
     if served(path):
         return connect(path)
     try:

@@ -10,13 +10,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from air.errors import UsageError
 from kernel import Outgoing
-from world._reading import key_cbor as _key_cbor
 from world.cluster._layout import Layout, Router, partition_dir
 from world.cluster._node import PartitionNode
+
+if TYPE_CHECKING:
+    from world.cluster._handle import PartitionedHandle
 
 __all__ = [
     "ACTOR_OPTIONS",
@@ -67,6 +69,7 @@ class PartitionActor:
         self._stop = threading.Event()
         self._peers: dict[int, Any] = {}
         self._peer_errors: dict[int, str] = {}
+        self._dispatcher: Any = None
         self._started = time.monotonic()
         self._events_at_start = 0
         try:
@@ -101,19 +104,24 @@ class PartitionActor:
         with self._lock:
             return self._open().cursor(source)
 
-    def state(self, reducer: str, key: Any) -> Any:
-        with self._lock:
-            return self._open().world.state(reducer, key)
+    def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Operation ``name`` of ``world.ops`` on this partition, answered as a served world
+        answers (``world.serve._dispatch``): its reply, or an error reply naming its class.
+        It runs under the loop's lock; one that runs off the loop (``why``, a cell at a past
+        position, an export) runs after it, on a read-only handle of its own."""
+        from world.serve._dispatch import Deferred, Dispatcher, plain_fields
+        from world.serve._protocol import error_reply, ok_reply
 
-    def cells(self, reducer: str, limit: int) -> list[tuple[Any, Any]]:
-        with self._lock:
-            world = self._open().world
-            found: list[tuple[Any, Any]] = []
-            for cell in world.cells(reducer):
-                if len(found) >= limit:
-                    break
-                found.append((cell.key, cell.state))
-            return found
+        try:
+            with self._lock:
+                node = self._open()
+                if self._dispatcher is None:
+                    self._dispatcher = Dispatcher(node.world, lambda: None)
+                answer = self._dispatcher.answer(name, args)
+            self._wake.set()
+            return ok_reply(answer.run() if isinstance(answer, Deferred) else answer)
+        except Exception as exc:
+            return error_reply(exc, plain_fields(exc))
 
     def info(self) -> dict[str, Any]:
         ray = ray_module()
@@ -337,8 +345,7 @@ class RayCluster:
         """``handles``: of actors this client started (``start_actors``), kept alive by it."""
         self.layout = Layout.read(Path(root))
         self._handles = list(handles)
-        self._air = self.layout.air()
-        self._router = Router(self._air, self.layout.count)
+        self._router = Router(self.layout.air(), self.layout.count)
 
     def actor(self, what: str) -> Any:
         return ray_module().get_actor(actor_name(self.layout.id, what), namespace=NAMESPACE)
@@ -366,22 +373,16 @@ class RayCluster:
         )
         return [tuple(p) for p in placed]  # type: ignore[misc]
 
-    def owner(self, reducer: str, key: Any) -> int:
-        if key is None:
-            return 0
-        from kernel import owner_of
-        from kernel.cells import key_hash
+    def handle(self) -> PartitionedHandle:
+        """The partitioned world's handle (``world.cluster._handle``), asking each partition's
+        actor."""
+        from world.cluster._handle import ActorHandle, PartitionedHandle
 
-        return owner_of(key_hash(_key_cbor(self._air, reducer, key)), self.layout.count)
-
-    def state(self, reducer: str, key: Any = None) -> Any:
-        return ray_module().get(self.partition(self.owner(reducer, key)).state.remote(reducer, key))
-
-    def cells(self, reducer: str, limit: int) -> list[tuple[int, Any, Any]]:
-        refs = [self.partition(i).cells.remote(reducer, limit) for i in range(self.layout.count)]
-        return [(i, k, s) for i, ref in enumerate(refs) for k, s in ray_module().get(ref)][:limit]
+        parts = [ActorHandle(self.partition(i)) for i in range(self.layout.count)]
+        return PartitionedHandle(self.layout, parts, self.info)
 
     def info(self) -> list[dict[str, Any]]:
+        """Each partition actor's ``info``: its world's, its process's, whether it runs."""
         refs = [self.partition(i).info.remote() for i in range(self.layout.count)]
         return list(ray_module().get(refs))
 

@@ -9,7 +9,7 @@ one process (``_local``), ``PartitionedHandle`` asks it as a single world is ask
 
 from __future__ import annotations
 
-from world.cluster._handle import PartitionedHandle, open_cluster
+from world.cluster._handle import ROUTES, PartitionedHandle, open_cluster
 from world.cluster._layout import CLUSTER_FILE, Layout, Router, init_cluster, partition_dir
 from world.cluster._local import LocalCluster
 from world.cluster._node import FORWARD_BATCH, PartitionNode, forward, resync
@@ -18,6 +18,7 @@ from world.cluster._upgrade import upgrade_cluster
 __all__ = [
     "CLUSTER_FILE",
     "FORWARD_BATCH",
+    "ROUTES",
     "Layout",
     "LocalCluster",
     "PartitionNode",

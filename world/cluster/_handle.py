@@ -70,7 +70,8 @@ Route = Callable[["PartitionedHandle", Operation, Any], Result]
 class PartitionedHandle(Handle):
     """A partitioned world to ask: ``parts[i]`` asks partition ``i``; ``statuses`` says how
     each partition is (its ``info`` with its outbox and cursors, and on Ray its process);
-    ``cluster`` is the ``LocalCluster`` when the partitions are open here."""
+    ``cluster`` is the ``LocalCluster`` when the partitions are open here (``readonly``: for
+    reads only; an operation that writes is refused before anything is asked)."""
 
     def __init__(
         self,
@@ -79,6 +80,7 @@ class PartitionedHandle(Handle):
         statuses: Callable[[], list[dict[str, Any]]],
         *,
         cluster: Any = None,
+        readonly: bool = False,
     ) -> None:
         self.layout = layout
         self.parts = list(parts)
@@ -86,12 +88,15 @@ class PartitionedHandle(Handle):
         self.router = Router(self.air, layout.count)
         self.statuses = statuses
         self.cluster = cluster
+        self.readonly = readonly
 
     @property
     def count(self) -> int:
         return len(self.parts)
 
     def _call(self, op: Operation, args: Args) -> Result:
+        if op.writes and self.readonly:
+            raise WrongMode(op.name, "open read-only")
         return ROUTES[op.name](self, op, args)
 
     def close(self) -> None:
@@ -435,4 +440,5 @@ def open_cluster(root: Path | str, *, readonly: bool = False) -> PartitionedHand
         [LocalHandle(node.world) for node in local.nodes],
         lambda: [{**node.info(), "ok": True} for node in local.nodes],
         cluster=local,
+        readonly=readonly,
     )

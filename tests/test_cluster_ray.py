@@ -93,8 +93,9 @@ def test_four_partitions_on_ray_match_one_world_and_fan_out_exactly_once(
         infos = cluster.wait_idle()
         assert all(i["ok"] for i in infos), infos
         assert len({i["pid"] for i in infos}) == 4  # a process each
+        handle = cluster.handle()
         for index in (1, 2, 3):
-            assert cluster.state(COUNTER, owned[index]) == expected[json.dumps(owned[index])]
+            assert handle.state(COUNTER, owned[index]) == expected[json.dumps(owned[index])]
     finally:
         cluster.close_actors()
     assert cells_of(root) == expected
@@ -157,10 +158,67 @@ def test_a_damaged_partition_says_what_a_single_world_says_and_the_others_go_on(
             cluster.send_many([(EVENT, add(owned[2], 1))])
         assert isinstance(sent.value.cause, UsageError)
         cluster.wait_idle()
-        assert cluster.state(COUNTER, owned[1]) == {"count": 2, "events": 1}
-        assert cluster.state(COUNTER, owned[3]) == {"count": 4, "events": 1}
+        handle = cluster.handle()
+        assert handle.state(COUNTER, owned[1]) == {"count": 2, "events": 1}
+        assert handle.state(COUNTER, owned[3]) == {"count": 4, "events": 1}
+        with pytest.raises(UsageError, match="partition 2 stopped"):  # the handle says it too
+            handle.state(COUNTER, owned[2])
+        rows = handle.info().partitions  # type: ignore[attr-defined]
+        assert [r["ok"] for r in rows] == [True, True, False, True]
     finally:
         cluster.close_actors()
+
+
+def _script(h: Any, settle: Any, tmp: Path) -> list[Any]:
+    """What the partitioned handle answers, as plain JSON (errors as class and fields)."""
+    from test_ops_contract import _outcome
+
+    owned = keys_owned_by(2)
+    out: list[Any] = []
+    sent = h.send_many(EVENT, [add(k, i + 1) for i, k in enumerate(sorted(owned.values()) * 3)])
+    out.append(sorted(set(sent.partitions)))
+    settle()
+    out.append(_outcome(lambda: h.send_many(EVENT, [add(owned[0], 1), {"key": 5}])))
+    for key in owned.values():
+        out.append(_outcome(lambda k=key: h.state(COUNTER, k)))
+        out.append(_outcome(lambda k=key: h.cell(COUNTER, k, at=1)))
+        out.append(_outcome(lambda k=key: h.why(COUNTER, k).state))
+        out.append(_outcome(lambda k=key: [e.get("kind") for e in h.cell_history(COUNTER, k)]))
+    out.append(_outcome(lambda: h.cells(COUNTER, limit=1)))
+    out.append(_outcome(lambda: h.state("demo/Nope@1", "a")))
+    out.append(_outcome(lambda: h.runs()))
+    out.append(_outcome(lambda: h.dead_letters()))
+    out.append(_outcome(lambda: h.dead_letter("nope")))
+    out.append(_outcome(lambda: h.effects()))
+    out.append(_outcome(lambda: list(h.journal_tail())))
+    out.append(_outcome(lambda: h.cells_upgrade(COUNTER, None)))
+    out.append(_outcome(lambda: h.cells_export(COUNTER, tmp / "one.cbor", key=owned[1])))
+    out.append(h.info().reducers)
+    return out
+
+
+def test_the_handle_of_partitions_on_ray_answers_as_the_partitions_open_here(
+    local_ray: None, tmp_path: Path
+) -> None:
+    from world.cluster import open_cluster
+
+    air = counter_air(tmp_path)
+    init_cluster(tmp_path / "here", air, 2)
+    with open_cluster(tmp_path / "here") as here:
+        expected = _script(here, here.run_until_idle, tmp_path / "a")
+    init_cluster(tmp_path / "ray", air, 2)
+    cluster = up(tmp_path / "ray")
+    try:
+        answered = _script(cluster.handle(), cluster.wait_idle, tmp_path / "b")
+    finally:
+        cluster.close_actors()
+    for number, (got, want) in enumerate(zip(answered, expected, strict=True)):
+        assert got == want, number
+    assert expected[0] == [0, 1]
+    assert expected[1][:2] == ["error", "EventRejected"]
+    assert {expected[2]["count"], expected[6]["count"]} == {1 + 3 + 5, 2 + 4 + 6}
+    assert expected[-4][:2] == ["error", "WrongMode"]  # journal.tail of two partitions
+    assert (tmp_path / "b" / "one.cbor").is_file()
 
 
 def test_a_trapping_reducer_is_a_dead_letter_on_ray_and_in_this_process_after_it(

@@ -30,7 +30,7 @@ from cli.common import (
 if TYPE_CHECKING:
     from world import World
     from world.effects import ChosenMode, EffectsMode
-    from world.ops import Handle, RemoteHandle, Sent
+    from world.ops import Handle, Sent
 
 __all__ = [
     "EFFECTS_CHOICES",
@@ -43,12 +43,12 @@ __all__ = [
     "init",
     "module_bindings",
     "opened",
+    "paging_handle",
     "parse_json_arg",
     "parse_key_arg",
     "print_notices",
     "run",
     "send",
-    "served_handle",
     "snapshot",
     "state",
     "step",
@@ -228,12 +228,16 @@ def asking(
             print_notices(handle.notices)
 
 
-def served_handle(directory: Path) -> RemoteHandle | None:
-    """The handle of the server holding ``directory``, or None when it is not served: for the
-    commands that read the journal's files themselves when no server holds it (``journal
-    tail``, ``cells tail``: a reader that opens no world follows a live writer's appends)."""
+def paging_handle(directory: Path) -> Handle | None:
+    """The handle to page through when the files cannot be read directly: the server's when
+    ``world serve`` holds ``directory``, a partitioned world's (read-only) for a cluster's
+    directory; else None (``journal tail`` and ``cells tail`` then read the journal's files
+    themselves: a reader that opens no world follows a live writer's appends)."""
+    from world.cluster import CLUSTER_FILE, open_cluster
     from world.serve import connect, served
 
+    if (directory / CLUSTER_FILE).is_file():
+        return open_cluster(directory, readonly=True)
     return connect(directory) if served(directory) else None
 
 
@@ -273,10 +277,15 @@ def send(
             sent = _sent(handle, schema, lines, ids, file, progress)
     seqs = sent.seqs
     if json_output:
-        emit_json({"ok": True, "seqs": seqs, "duplicates": sent.duplicates})
-    else:
-        again = f" ({sent.duplicates} already journaled under their ids)" if sent.duplicates else ""
+        placed = {} if sent.partitions is None else {"partitions": sent.partitions}
+        emit_json({"ok": True, "seqs": seqs, "duplicates": sent.duplicates, **placed})
+        return
+    again = f" ({sent.duplicates} already journaled under their ids)" if sent.duplicates else ""
+    if sent.partitions is None:
         console.print(f"sent {len(seqs)} event(s), journal seq {min(seqs)}..{max(seqs)}{again}")
+    else:  # a partitioned world: each partition's seqs are its own journal's
+        used = ", ".join(f"p{p}" for p in sorted(set(sent.partitions)))
+        console.print(f"sent {len(seqs)} event(s) to partitions {used}{again}")
 
 
 ID_FIELD = "$id"

@@ -30,14 +30,14 @@ import typer
 
 from cli import cells
 from cli.common import EXIT_INTERRUPTED, answers, console, emit_json, fail, handle_errors
-from cli.core import asking, parse_key_arg, served_handle
+from cli.core import asking, paging_handle, parse_key_arg
 from cli.journal import FOLLOW_POLL_S, SEQ_MAX
 
 if TYPE_CHECKING:  # imported where used: `world --help` need not load the world (issue 9)
     from world import RecordView
     from world.history import HistoryEntry
     from world.journal import FileJournal
-    from world.ops import RemoteHandle
+    from world.ops import Handle
 
 __all__ = ["fork", "show", "tail"]
 
@@ -131,7 +131,7 @@ def tail(
             rows.append(_row(shown))
 
     with handle_errors(json_output):
-        client = served_handle(directory)
+        client = paging_handle(directory)
         try:
             if client is None:
                 _tail_here(directory, reducer, key, follow, raw, emit)
@@ -187,7 +187,7 @@ def _tail_here(
 
 
 def _tail_served(
-    client: RemoteHandle,
+    client: Handle,
     reducer: str,
     key: Any,
     follow: bool,

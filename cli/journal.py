@@ -47,11 +47,11 @@ from cli.common import (
     handle_errors,
     stdout_is_terminal,
 )
-from cli.core import served_handle
+from cli.core import paging_handle
 
 if TYPE_CHECKING:
     from world.journal import FileJournal
-    from world.ops import RemoteHandle
+    from world.ops import Handle
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
 
@@ -187,7 +187,7 @@ def tail(
         if until_seq is not None and until_seq < 0:
             raise InvalidArgument("--until", until_seq, "a journal position, 0 or more")
         stop = SEQ_MAX if until_seq is None else min(until_seq + 1, SEQ_MAX)
-        client = served_handle(directory)
+        client = paging_handle(directory)
         if client is not None:  # the same checks first, so errors read the same
             check_read_args(from_seq, subject or None)
             with client:
@@ -314,7 +314,7 @@ def stored_air(directory: Path) -> Any:
 
 
 def _tail_served(
-    client: RemoteHandle,
+    client: Handle,
     out: _Lines,
     subject: str | None,
     from_seq: int,
@@ -353,7 +353,7 @@ def _tail_served(
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _served_end(client: RemoteHandle, raw: bool) -> int:
+def _served_end(client: Handle, raw: bool) -> int:
     """Where the served journal ends now (after the server ran what was ready)."""
     page = client.call("journal.tail", {"from_seq": SEQ_MAX, "raw": raw})
     return int(page.end)  # type: ignore[attr-defined]
@@ -364,7 +364,7 @@ class _ServedPass:
     ``next`` is where the next pass goes on."""
 
     def __init__(
-        self, client: RemoteHandle, from_seq: int, stop: int, subject: str | None, raw: bool
+        self, client: Handle, from_seq: int, stop: int, subject: str | None, raw: bool
     ) -> None:
         self.client, self.stop, self.subject, self.raw = client, stop, subject, raw
         self.next = from_seq

@@ -200,6 +200,13 @@ def test_the_single_world_commands_work_on_a_partitioned_world(tmp_path: Path) -
     assert json.loads(cli("runs", "ls", root, "--json"))["runs"] == []
     assert json.loads(cli("dead-letters", "ls", root, "--json"))["letters"] == []
     assert json.loads(cli("effects", "ls", root, "--json"))["intents"] == []
+    tail = cli("cells", "tail", root, COUNTER, json.dumps(owned[2]), "--json")
+    assert [json.loads(line)["kind"] for line in tail.splitlines()] == ["event.in", "step"]
+    sent = json.loads(cli("send", root, EVENT, json.dumps(add(owned[1], 1)), "--json"))
+    assert sent["partitions"] == [1]
+    assert "to partitions p1" in cli("send", root, EVENT, json.dumps(add(owned[1], 1)))
+    assert "a journal per partition" in cli("journal", "tail", root, code=1)
+    assert "is a partitioned world" in cli("run", root, code=1)  # world cluster run
     shown = cli("cluster", "cells", "ls", root, COUNTER)
     assert [line.split()[1] for line in shown.splitlines()] == sorted(
         json.dumps(k) for k in owned.values()

@@ -276,8 +276,17 @@ class WorldUnavailable(WorldError):
 
 
 class NotAWorld(WorldUnavailable):
+    """``path`` holds no world; a partitioned world's directory (its ``cluster.json``) is named
+    as one, with the commands that take it."""
+
     def __init__(self, path: str) -> None:
         self.path = path
+        if os.path.isfile(os.path.join(path, "cluster.json")):
+            super().__init__(
+                f"{path} is a partitioned world, not one world: world cluster run|replay|info "
+                f"{path}, or one partition's world, {path}/p<i>"
+            )
+            return
         super().__init__(f"{path} is not a world (no air/sources.json); create one with world init")
 
 

@@ -840,6 +840,10 @@ def test_cluster_up_and_down_on_a_local_ray(tmp_path: Path) -> None:
         }
         refused = world("cluster", "run", root, code=1)
         assert "is up on Ray" in refused.stderr
+        # the single-world commands ask the actors too
+        assert world_json("cells", "ls", root, COUNTER)["count"] == 1
+        assert world_json("why", root, COUNTER, '"k"')["state"] == {"count": 3, "events": 1}
+        assert world_json("runs", "ls", root)["runs"] == []
     finally:
         world_json("cluster", "down", root)
     assert not (root / "up.json").exists()

@@ -389,7 +389,7 @@ def test_a_request_right_behind_a_failed_one_is_answered_by_the_reopened_world(
     assert (failed["ok"], failed["error"]["class"]) == (False, "JournalWriteFailed")
     assert (answered["ok"], answered["result"]) == (
         True,
-        {"seqs": [1], "duplicates": 0, "batch": None, "staged": 0},
+        {"seqs": [1], "duplicates": 0, "batch": None, "staged": 0, "partitions": None},
     )
     served_world.stop()
     assert events_in(served_world.path) == 1

@@ -1,7 +1,8 @@
 """The handle of a partitioned world (``PartitionedHandle``): the same methods, results and
 errors as a single world's (``world.ops.Handle``), each operation answered by the partitions
 it concerns, through a handle of each (``LocalHandle`` on a partition open in this process, or
-``ActorHandle`` on a partition's Ray actor, which runs the operation there).
+``world.cluster.ray.ActorHandle`` on a partition's Ray actor, which runs the operation there;
+``world.cluster.open_cluster`` picks).
 
 How each operation is answered (``ROUTES`` has one entry per operation; a test checks it):
 - **by the owner of a key**: ``world.state``, ``cells.show``, ``cells.tail``, ``why``; positions
@@ -33,9 +34,7 @@ How each operation is answered (``ROUTES`` has one entry per operation; a test c
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from air.errors import InvalidArgument, UnknownName, WorldError, WrongMode
@@ -54,7 +53,6 @@ from world.ops import (
     Info,
     NoArgs,
     Operation,
-    RemoteHandle,
     Result,
     Send,
     Sent,
@@ -62,7 +60,7 @@ from world.ops import (
     lookup,
 )
 
-__all__ = ["ROUTES", "ActorHandle", "PartitionedHandle", "open_cluster"]
+__all__ = ["ROUTES", "PartitionedHandle"]
 
 Route = Callable[["PartitionedHandle", Operation, Any], Result]
 
@@ -395,50 +393,3 @@ ROUTES: Final[dict[str, Route]] = {
     "why": _by_key,
 }
 assert set(ROUTES) == set(REGISTRY), sorted(set(ROUTES) ^ set(REGISTRY))
-
-
-# --- partitions on Ray --------------------------------------------------------------------------
-
-
-class ActorHandle(RemoteHandle):
-    """Partition ``actor`` on Ray (``PartitionActor.call`` runs the operation there). A send
-    gives every event without an id one, so a call Ray retries (an actor restarted) journals
-    it once."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def _transport(self, name: str, args: dict[str, Any]) -> Any:
-        from world.cluster.ray._actors import ray_module
-        from world.serve._protocol import Client
-
-        return Client._result(ray_module().get(self.actor.call.remote(name, args)))
-
-    def _send(self, schema: str, values: list[Any], ids: list[str | None] | None) -> Sent:
-        given = ids if ids is not None else [None] * len(values)
-        named = [i if i is not None else f"cluster:{uuid.uuid4().hex}" for i in given]
-        return super()._send(schema, values, list(named))
-
-
-def open_cluster(root: Path | str, *, readonly: bool = False) -> PartitionedHandle:
-    """The partitioned world at ``root``: through its Ray actors while it is up (``world
-    cluster up``), else every partition open here (``readonly``: for reads only, beside a
-    writer)."""
-    layout = Layout.read(Path(root))
-    up = layout.up()
-    if up is not None:
-        from world.cluster.ray import RayCluster, connect
-
-        connect(up["address"], up.get("token_path"))
-        return RayCluster(layout.root).handle()
-    from world.cluster._local import LocalCluster
-    from world.ops import LocalHandle
-
-    local = LocalCluster(layout.root, readonly=readonly)
-    return PartitionedHandle(
-        layout,
-        [LocalHandle(node.world) for node in local.nodes],
-        lambda: [{**node.info(), "ok": True} for node in local.nodes],
-        cluster=local,
-        readonly=readonly,
-    )

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from world.serve._dispatch import Dispatcher
     from world.serve._http import (
         HTTP_BURST,
         HTTP_CLIENTS_MAX,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         REQUEST_BYTES_MAX,
         SOCKET_NAME,
         Client,
+        reply_result,
         served,
         socket_path,
     )
@@ -73,6 +75,7 @@ __all__ = [
     "TICKS_PER_TURN",
     "TOKEN_FILE",
     "Client",
+    "Dispatcher",
     "HttpHandle",
     "HttpSettings",
     "ServeReport",
@@ -80,6 +83,7 @@ __all__ = [
     "attach",
     "check_bind",
     "connect",
+    "reply_result",
     "serve",
     "served",
     "server_token",
@@ -106,6 +110,7 @@ _WHERE: dict[str, str] = {
             "world.serve._protocol",
             (
                 "Client",
+                "reply_result",
                 "served",
                 "socket_path",
                 "PROTOCOL_VERSION",
@@ -115,6 +120,7 @@ _WHERE: dict[str, str] = {
             ),
         ),
         ("world.serve._remote", ("HttpHandle", "SocketHandle", "attach", "connect")),
+        ("world.serve._dispatch", ("Dispatcher",)),
         (
             "world.serve._http",
             (

@@ -22,6 +22,7 @@ talks to its own world), the protocol version and the operations' names.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,27 @@ class Dispatcher:
             path = self.world.path
             return Deferred(lambda: _off_loop(path, op, args))
         return op.reply(op.run(self.ctx, args))
+
+    def reply(self, name: Any, raw_args: Any, lock: AbstractContextManager[Any]) -> dict[str, Any]:
+        """The reply to one request answered in the calling thread (a partition's Ray actor:
+        ``world.cluster.ray``): the operation under ``lock`` (the one its world's loop holds),
+        one that runs off the loop after it, on a read-only handle of its own; an error as its
+        error reply."""
+        from world.serve._protocol import ok_reply
+
+        try:
+            with lock:
+                answer = self.answer(name, raw_args)
+            return ok_reply(answer.run() if isinstance(answer, Deferred) else answer)
+        except Exception as exc:
+            return self.refusal(exc)
+
+    @staticmethod
+    def refusal(exc: BaseException) -> dict[str, Any]:
+        """The error reply ``exc`` is answered with (its class, code, message and fields)."""
+        from world.serve._protocol import error_reply
+
+        return error_reply(exc, plain_fields(exc))
 
 
 def _off_loop(path: Path, op: Operation, args: Args) -> dict[str, Any]:

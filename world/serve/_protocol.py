@@ -70,7 +70,9 @@ __all__ = [
     "frame_length",
     "listening",
     "ok_reply",
+    "reply_result",
     "served",
+    "served_error",
     "socket_path",
 ]
 
@@ -134,6 +136,29 @@ def error_reply(exc: BaseException, fields: dict[str, Any] | None = None) -> dic
             "fields": fields or {},
         },
     }
+
+
+def served_error(error: dict[str, Any]) -> ServedError:
+    """The ``ServedError`` an error map stands for (``{class, code, detail, fields}``, as
+    ``error_reply`` writes it and ``world serve --http`` answers it): what a remote handle
+    raises, whichever transport brought the map."""
+    fields = error.get("fields")
+    return ServedError(
+        str(error.get("class")),
+        str(error.get("code")),
+        str(error.get("detail")),
+        fields if isinstance(fields, dict) else None,
+    )
+
+
+def reply_result(reply: dict[str, Any]) -> Any:
+    """The result a reply carries; ``ServedError`` for an error reply (``served_error``)."""
+    if reply.get("ok") is True:
+        return reply.get("result")
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        raise ProtocolError("malformed", "an error reply without an error map")
+    raise served_error(error)
 
 
 def folder_id(path: Path | str) -> list[int]:
@@ -210,7 +235,7 @@ class Client:
             raise LimitExceeded(
                 "REQUEST_BYTES_MAX", REQUEST_BYTES_MAX, f"{op} of {len(frame)} bytes"
             )
-        return self._result(self._exchange(self._connected(), frame, op))
+        return reply_result(self._exchange(self._connected(), frame, op))
 
     def _exchange(self, sock: socket.socket, frame: bytes, op: str) -> dict[str, Any]:
         """Send one request frame on ``sock`` and read its reply. A server that goes away
@@ -238,21 +263,6 @@ class Client:
             return decode(self._read_frame(sock))
         except (OSError, ProtocolError):
             raise exc from None
-
-    @staticmethod
-    def _result(reply: dict[str, Any]) -> Any:
-        if reply.get("ok") is True:
-            return reply.get("result")
-        error = reply.get("error")
-        if not isinstance(error, dict):
-            raise ProtocolError("malformed", "an error reply without an error map")
-        fields = error.get("fields")
-        raise ServedError(
-            str(error.get("class")),
-            str(error.get("code")),
-            str(error.get("detail")),
-            fields if isinstance(fields, dict) else None,
-        )
 
     def pages(self, op: str, *, from_seq: int, **args: Any) -> Iterator[dict[str, Any]]:
         """The replies of one pass of a paged op from ``from_seq``: the first fixes ``end``,
@@ -302,7 +312,7 @@ class Client:
         """``hello``: the server must serve ``world_dir`` (the module docstring)."""
         frame = encode({"v": PROTOCOL_VERSION, "op": "hello", "args": {}})
         try:
-            hello = self._result(self._exchange(sock, frame, "hello"))
+            hello = reply_result(self._exchange(sock, frame, "hello"))
         except ServedError as exc:
             if exc.error_class == "ServerBusy":
                 raise

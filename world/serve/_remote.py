@@ -110,13 +110,13 @@ def attach(path: Path | str, *, readonly: bool = False) -> Handle:
     the server's ready work), else the world itself (``world.ops.open``); a partitioned
     world's directory gets its handle (``world.cluster.open_cluster``: its Ray actors while
     it is up, else its partitions open here)."""
-    from world.cluster._layout import CLUSTER_FILE
+    from world.cluster import CLUSTER_FILE
     from world.errors import WorldLocked, WorldServed
     from world.ops import open as open_world
     from world.serve._protocol import served
 
     if (Path(path) / CLUSTER_FILE).is_file():
-        from world.cluster._handle import open_cluster
+        from world.cluster import open_cluster
 
         return open_cluster(path, readonly=readonly)
     if served(path):

@@ -30,7 +30,9 @@ pins none: partitions are spread, and one whose machine dies restarts on another
 its directory there. On one machine both are the local disk. Nothing is replicated by us:
 durability is the disk's (``fsync``).
 
-Parts: ``_actors`` (the partition and router actors, placement, the client), ``_up`` (``up`` and
+Parts: ``_actors`` (the partition and router actors, placement, the client, and
+``ActorHandle``: one partition asked through ``PartitionActor.call``, which answers any
+operation of ``world.ops`` as a served world does), ``_up`` (``up`` and
 ``down``: a local Ray of its own, tokens, joining as a driver with the fault handlers kept).
 """
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 from world.cluster.ray._actors import (
     NAMESPACE,
     PLACEMENTS,
+    ActorHandle,
     PartitionActor,
     RayCluster,
     RouterActor,
@@ -57,6 +60,7 @@ from world.cluster.ray._up import (
 __all__ = [
     "NAMESPACE",
     "PLACEMENTS",
+    "ActorHandle",
     "PartitionActor",
     "RayCluster",
     "RouterActor",

@@ -16,14 +16,17 @@ from air.errors import UsageError
 from kernel import Outgoing
 from world.cluster._layout import Layout, Router, partition_dir
 from world.cluster._node import PartitionNode
+from world.ops import RemoteHandle, Sent
 
 if TYPE_CHECKING:
     from world.cluster._handle import PartitionedHandle
+    from world.serve import Dispatcher
 
 __all__ = [
     "ACTOR_OPTIONS",
     "NAMESPACE",
     "PLACEMENTS",
+    "ActorHandle",
     "PartitionActor",
     "RayCluster",
     "RouterActor",
@@ -69,7 +72,7 @@ class PartitionActor:
         self._stop = threading.Event()
         self._peers: dict[int, Any] = {}
         self._peer_errors: dict[int, str] = {}
-        self._dispatcher: Any = None
+        self._dispatcher: Dispatcher | None = None
         self._started = time.monotonic()
         self._events_at_start = 0
         try:
@@ -109,19 +112,18 @@ class PartitionActor:
         answers (``world.serve._dispatch``): its reply, or an error reply naming its class.
         It runs under the loop's lock; one that runs off the loop (``why``, a cell at a past
         position, an export) runs after it, on a read-only handle of its own."""
-        from world.serve._dispatch import Deferred, Dispatcher, plain_fields
-        from world.serve._protocol import error_reply, ok_reply
+        from world.serve import Dispatcher
 
-        try:
-            with self._lock:
+        with self._lock:  # the node and the dispatcher are the loop's too
+            try:
                 node = self._open()
-                if self._dispatcher is None:
-                    self._dispatcher = Dispatcher(node.world, lambda: None)
-                answer = self._dispatcher.answer(name, args)
-            self._wake.set()
-            return ok_reply(answer.run() if isinstance(answer, Deferred) else answer)
-        except Exception as exc:
-            return error_reply(exc, plain_fields(exc))
+            except UsageError as exc:  # a partition that could not open says why
+                return Dispatcher.refusal(exc)
+            if self._dispatcher is None:
+                self._dispatcher = Dispatcher(node.world, lambda: None)
+        reply: dict[str, Any] = self._dispatcher.reply(name, args, self._lock)
+        self._wake.set()
+        return reply
 
     def info(self) -> dict[str, Any]:
         ray = ray_module()
@@ -232,6 +234,25 @@ class PartitionActor:
                 node.delivered(to, cursor)
             moved += len(entries)
         return moved
+
+
+class ActorHandle(RemoteHandle):
+    """Partition ``actor`` asked as a served world is (``PartitionActor.call`` runs the
+    operation there). A send gives every event without an id one, so a call Ray retries (an
+    actor restarted) journals it once."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def _transport(self, name: str, args: dict[str, Any]) -> Any:
+        from world.serve import reply_result
+
+        return reply_result(ray_module().get(self.actor.call.remote(name, args)))
+
+    def _send(self, schema: str, values: list[Any], ids: list[str | None] | None) -> Sent:
+        given = ids if ids is not None else [None] * len(values)
+        named = [i if i is not None else f"cluster:{uuid.uuid4().hex}" for i in given]
+        return super()._send(schema, values, list(named))
 
 
 class RouterActor:
@@ -376,7 +397,7 @@ class RayCluster:
     def handle(self) -> PartitionedHandle:
         """The partitioned world's handle (``world.cluster._handle``), asking each partition's
         actor."""
-        from world.cluster._handle import ActorHandle, PartitionedHandle
+        from world.cluster._handle import PartitionedHandle
 
         parts = [ActorHandle(self.partition(i)) for i in range(self.layout.count)]
         return PartitionedHandle(self.layout, parts, self.info)

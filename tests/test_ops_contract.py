@@ -23,7 +23,7 @@ from plans_kit import await_receipt, chain, end, http_get, http_grant, plan, pla
 
 from world import World
 from world.cluster import PartitionedHandle, init_cluster, open_cluster, partition_dir
-from world.ops import REGISTRY, Handle, LocalHandle
+from world.ops import REGISTRY, Handle, LocalHandle, RemoteHandle
 from world.ops import open as open_world
 from world.serve import HttpHandle, HttpSettings, connect, serve
 
@@ -354,3 +354,45 @@ def test_every_operation_is_in_the_contract_scripts() -> None:
     assert set(called) | set(not_yet) == set(REGISTRY)
     for name, text in called.items():
         assert text in scripts, name
+
+
+class _LosesReplies(RemoteHandle):
+    """A remote handle whose connection goes after the server carried out a request, before
+    its reply, at the calls numbered in ``lost`` (a server killed between commit and reply)."""
+
+    def __init__(self, world: World, lost: set[int]) -> None:
+        from world.serve import Dispatcher
+
+        self.dispatcher = Dispatcher(world, world.run_until_idle)
+        self.lost, self.calls = lost, 0
+
+    def _transport(self, name: str, args: dict[str, Any]) -> Any:
+        from world.errors import ProtocolError
+
+        answer = self.dispatcher.answer(name, args)
+        self.calls += 1
+        if self.calls in self.lost:
+            raise ProtocolError("closed", "the connection went before the reply")
+        return answer
+
+
+def test_a_remote_send_with_ids_is_sent_again_whole_when_the_reply_is_lost(
+    tmp_path: Path,
+) -> None:
+    from world.errors import ProtocolError
+
+    with World.create(tmp_path / "w", COUNTER_AIR) as world:
+        flaky = _LosesReplies(world, lost={1})
+        sent = flaky.send_many(EVENT, [add("a", 1), add("b", 2)], ids=["x-1", "x-2"])
+        assert (sent.seqs, sent.duplicates) == ([1, 2], 2)  # journaled once, then found by id
+        flaky = _LosesReplies(world, lost={1, 2, 3, 4})
+        with pytest.raises(ProtocolError):  # SEND_RETRIES, then the error
+            flaky.send_many(EVENT, [add("c", 1)], ids=["x-3"])
+        assert flaky.calls == 4
+        flaky = _LosesReplies(world, lost={1})
+        with pytest.raises(ProtocolError):  # no ids: never sent again (it would duplicate)
+            flaky.send_many(EVENT, [add("d", 1)])
+        assert flaky.calls == 1
+        world.run_until_idle()
+        for key in "acd":  # each once, though c was sent four times (by its id)
+            assert world.state(COUNTER, key) == {"count": 1, "events": 1}, key

@@ -13,7 +13,9 @@ Invariants:
 - Paging is the caller's side of a pass (``journal_tail``, ``cells_tail``), and so is a send
   too big for one request (``RemoteHandle._send``: parts of one batch, a part halved when the
   transport says it is too big; the last part journals the batch whole). A send is retried
-  by sending it again with the same ids: ids make it exactly once.
+  by sending it again with the same ids: ids make it exactly once. A remote handle does so
+  itself when the connection goes before the reply and every event has an id (the socket
+  client connects again on the next request); without ids the error says to retry with them.
 - A local handle opened read-only refuses an operation that writes (``WrongMode``) before it
   runs; reads run inside ``World.read`` (a checkpoint that moves under a reader is read
   again).
@@ -24,7 +26,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from air.errors import LimitExceeded, WorldError, WrongMode
 from world.ops import (
@@ -44,6 +46,10 @@ from world.ops._base import Args, Context, Operation, Result, lookup
 __all__ = ["Handle", "LocalHandle", "RemoteHandle", "revive"]
 
 R = TypeVar("R", bound=Result)
+
+SEND_RETRIES: Final = 3
+"""How often a remote send whose every event has an id is sent again, whole, after the
+connection went before the reply (a part staged on a server that restarted is gone with it)."""
 
 _NONE = _status.NoArgs()
 
@@ -331,8 +337,10 @@ class RemoteHandle(Handle):
         """One request if it fits, else parts of one batch that the server journals whole with
         its last part (``world.ops._events``); a part the transport finds too big is halved
         (nothing of it was sent)."""
+        from world.errors import ProtocolError
+
         batch, start, size = None, 0, len(values)
-        duplicates = 0
+        duplicates, retries = 0, 0
         while True:
             part = values[start : start + size]
             more = start + len(part) < len(values)
@@ -349,6 +357,13 @@ class RemoteHandle(Handle):
                 if size == 1:
                     raise
                 size = max(1, size // 2)
+                continue
+            except ProtocolError as exc:
+                named = ids is not None and None not in ids
+                if exc.code != "closed" or not named or retries >= SEND_RETRIES:
+                    raise
+                retries += 1  # the connection went: send the whole batch again, by its ids
+                batch, start = None, 0
                 continue
             start += len(part)
             if self.progress is not None:

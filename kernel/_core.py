@@ -27,6 +27,22 @@ on replay), its ``Scheduler`` (mailboxes, fair ready queue), ``CellSteps`` (one 
 and ``DeadLetters``. This module routes between them: events to mailboxes and runs, a tick to
 a cell or a run, receipts and approvals to where their intent came from.
 
+Queries. What is outside the kernel (the operations of ``world.ops``, the inspector, the
+world layer) reads it through the methods under "queries" below, never through its parts:
+``counts`` (its counters, one frozen value), ``intents``/``live_intents``/``intent``/
+``held_receipt`` (effects), ``runs``/``run_failures``/``run_cancel_body`` (plan runs),
+``dead_letter_list``/``dead_letter``, and the cell lookups (``cell_of``, ``state_of``,
+``state_schema``, ``module_hash``, ``cell_space``, ``cell_spaces``). What they return is the
+kernel's own (a run's locals, an intent): read it, never change it. The parts are still
+attributes (the world layer's effect pump and an upgrade's shadow drive them); reading the
+world's state through them is what these replace.
+
+Consistency. ``consistent`` is the kernel's to say: every ``ingest_*`` brackets its own
+append and apply (``_journaling``), as ``tick`` does through its recorder, so a caller that
+journals a batch of inputs needs no bracket of its own. After an error that escaped with a
+record in, it stays False: memory is behind the journal, do not checkpoint. (Its setter is
+left only for the callers that still bracket an input themselves; the property's comment.)
+
 Native path. Normalising sent events, canonical encoding of keys and replay comparisons go
 through ``kernel.native`` (C when built and enabled, the pure functions otherwise, the same bytes
 either way).
@@ -40,7 +56,8 @@ its reason, its delivery goes to the dead-letter list, and the world goes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -60,11 +77,11 @@ from air.types import Ref
 from air.values import normalise
 from kernel import abi, native
 from kernel._deadletters import DEAD_LETTER_KINDS, DeadLetter, DeadLetters
-from kernel._effects import CapDenied, EffectManager, Intent
+from kernel._effects import CapDenied, EffectManager, Intent, Settled
 from kernel._eras import Era, Eras, LoadAir
 from kernel._moves import MOVE_KINDS, moved_cell
 from kernel._partition import OUTBOX_DELIVERED, Outgoing, Partition
-from kernel._plans import PlanEngine
+from kernel._plans import PlanEngine, Run
 from kernel._recorder import Record, Recorder
 from kernel._runs import RUN_CANCELLED, PlanRuns
 from kernel._scheduler import Delivery, Entity, Scheduler
@@ -95,6 +112,7 @@ __all__ = [
     "TICK_KINDS",
     "DeadLetter",
     "Kernel",
+    "KernelCounts",
     "KernelLimits",
     "Runner",
     "reducer_fault",
@@ -117,6 +135,26 @@ class KernelLimits:
     steps_per_run_max: int = STEPS_PER_RUN_MAX
     dead_letters_kept: int = DEAD_LETTERS_KEPT
     event_ids_kept: int = EVENT_IDS_KEPT
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """The kernel's counters at one moment (``Kernel.counts``)."""
+
+    steps_total: int
+    steps_failed: int
+    """Failed steps (each made a dead letter)."""
+    pending_deliveries: int
+    ready_entities: int
+    runs_started: int
+    """Runs started so far: the next run's id (kept in snapshots)."""
+    runs_begun: int
+    """Runs this kernel object saw journal ``plan.started`` (not kept in snapshots)."""
+    runs_ended: int
+    """Runs this kernel object saw end: ok, error or cancelled (not kept in snapshots)."""
+    runs_failed: int
+    dead_letters_total: int
+    dead_letters_kept: int
 
 
 Outside = tuple[str, bytes, Any, "str | None"]
@@ -206,7 +244,27 @@ class Kernel:
 
     @consistent.setter
     def consistent(self, value: bool) -> None:
+        # Kept only while callers outside still bracket their inputs themselves (world._world,
+        # world.gov, and tests that close a world without a checkpoint): every ``ingest_*``
+        # brackets itself now, so such a bracket is redundant. To go once they are moved.
         self.recorder.consistent = value
+
+    @contextmanager
+    def _journaling(self) -> Iterator[None]:
+        """Bracket an input's append and apply: ``consistent`` is False in between, and stays
+        False after an error that escaped with a record in (memory is behind the journal). An
+        error before anything was appended changes nothing, so it leaves the flag as it was;
+        so does success, a flag already False (an earlier failure) staying False."""
+        recorder = self.recorder
+        was = recorder.consistent
+        before = self.journal.seq_next
+        recorder.consistent = False
+        try:
+            yield
+        except BaseException:
+            recorder.consistent = was and self.journal.seq_next == before
+            raise
+        recorder.consistent = was
 
     # --- ingress ----------------------------------------------------------------------------
 
@@ -263,11 +321,12 @@ class Kernel:
             records.append(("event.in", self._event_subject(schema), body))
             taken.append(event)
             seqs.append(first + len(records) - 1)
-        appended = self.journal.append_many(records)
-        for seq, (schema, value_cbor, value, event_id) in zip(appended, taken, strict=True):
-            if event_id is not None:
-                self._remember_id(event_id, seq)
-            self._route(seq, 0, schema, value_cbor, value)
+        with self._journaling():
+            appended = self.journal.append_many(records)
+            for seq, (schema, value_cbor, value, event_id) in zip(appended, taken, strict=True):
+                if event_id is not None:
+                    self._remember_id(event_id, seq)
+                self._route(seq, 0, schema, value_cbor, value)
         return seqs
 
     def _event_subject(self, schema: str) -> str:
@@ -358,10 +417,11 @@ class Kernel:
                 raise InvalidArgument("entry", where, f"{entry.schema}: {exc}") from exc
             body = Partition.forwarded_body(source, entry)
             records.append(("event.in", self._event_subject(entry.schema), body))
-        for seq, (_kind, _subject, body) in zip(
-            self.journal.append_many(records), records, strict=True
-        ):
-            self._route_forwarded(seq, body)
+        with self._journaling():
+            for seq, (_kind, _subject, body) in zip(
+                self.journal.append_many(records), records, strict=True
+            ):
+                self._route_forwarded(seq, body)
         return part.cursor(source)
 
     def _route_forwarded(self, seq: int, body: dict[str, Any]) -> None:
@@ -381,8 +441,9 @@ class Kernel:
         self._partitioned()
         body = {"to": to, "seq": seq, "idx": idx}
         subject = make_subject("world", "outbox", str(to), "delivered")
-        appended = self.journal.append(OUTBOX_DELIVERED, subject, body)
-        self._apply_outbox_delivered(body)
+        with self._journaling():
+            appended = self.journal.append(OUTBOX_DELIVERED, subject, body)
+            self._apply_outbox_delivered(body)
         return appended
 
     def _apply_outbox_delivered(self, body: dict[str, Any]) -> None:
@@ -550,8 +611,9 @@ class Kernel:
         """Journal a receipt (``{intent_hash, adapter_id, status, payload, sig}``, verified
         by the caller) and deliver it; return its seq."""
         subject = make_subject("world", "effect", body["intent_hash"].hex(), "receipt")
-        seq = self.journal.append("receipt", subject, body)
-        self._apply_receipt(seq, body)
+        with self._journaling():
+            seq = self.journal.append("receipt", subject, body)
+            self._apply_receipt(seq, body)
         return seq
 
     def _apply_receipt(self, seq: int, body: dict[str, Any]) -> None:
@@ -587,8 +649,9 @@ class Kernel:
         """Journal an approver's decision on a parked intent and apply it; return its seq."""
         body = {"intent_hash": intent_hash_raw, "approved": approved}
         subject = make_subject("world", "effect", intent_hash_raw.hex(), "approval")
-        seq = self.journal.append("effect.approval", subject, body)
-        self._apply_approval(seq, body)
+        with self._journaling():
+            seq = self.journal.append("effect.approval", subject, body)
+            self._apply_approval(seq, body)
         return seq
 
     def _apply_approval(self, seq: int, body: dict[str, Any]) -> None:
@@ -607,8 +670,9 @@ class Kernel:
         """Journal an operator's ``deadletter.retried`` or ``deadletter.dropped`` on the kept
         letter ``letter_id`` and apply it (``kernel._deadletters``); return its seq."""
         kind, subject, body = self.dead_letters.record(kind, letter_id)
-        seq = self.journal.append(kind, subject, body)
-        self._apply_dead_letter(JournalRecord(seq, subject, kind, body))
+        with self._journaling():
+            seq = self.journal.append(kind, subject, body)
+            self._apply_dead_letter(JournalRecord(seq, subject, kind, body))
         return seq
 
     def _apply_dead_letter(self, record: JournalRecord) -> None:
@@ -620,7 +684,8 @@ class Kernel:
     def ingest_run_cancel(self, run_id: int) -> int:
         """Journal ``run.cancelled`` for live run ``run_id`` and apply it (``kernel._runs``);
         its seq."""
-        return self.plans.cancel(run_id)
+        with self._journaling():
+            return self.plans.cancel(run_id)
 
     def ingest_moves(self, records: Sequence[Record]) -> list[int]:
         """Journal records that move cells in (``kernel._moves``) and apply them; their seqs.
@@ -629,9 +694,10 @@ class Kernel:
         partition, a cell whose key another partition owns is refused, nothing appended."""
         if self.partition is not None:
             self.partition.refuse_foreign(records)
-        seqs = list(self.journal.append_many(records))
-        for seq, (kind, subject, body) in zip(seqs, records, strict=True):
-            self._apply_move(JournalRecord(seq, subject, kind, body))
+        with self._journaling():
+            seqs = list(self.journal.append_many(records))
+            for seq, (kind, subject, body) in zip(seqs, records, strict=True):
+                self._apply_move(JournalRecord(seq, subject, kind, body))
         return seqs
 
     def ingest_gov(self, records: Sequence[Record]) -> list[int]:
@@ -644,9 +710,10 @@ class Kernel:
                 raise UsageError(f"not a governance record: {kind}")
             if kind == APPLIED:
                 self.eras.check(body)
-        seqs = list(self.journal.append_many(records))
-        for seq, (kind, subject, body) in zip(seqs, records, strict=True):
-            self._apply_gov(JournalRecord(seq, subject, kind, body))
+        with self._journaling():
+            seqs = list(self.journal.append_many(records))
+            for seq, (kind, subject, body) in zip(seqs, records, strict=True):
+                self._apply_gov(JournalRecord(seq, subject, kind, body))
         return seqs
 
     def _apply_gov(self, record: JournalRecord) -> None:
@@ -664,8 +731,9 @@ class Kernel:
         batch = self._upgrade_batch(reducer, key_cbors, self.journal.seq_next)
         if not batch.body["cells"] and not batch.body["failed"]:
             return None
-        seq = self.journal.append(UPGRADED, batch.subject, batch.body)
-        self._put_upgraded(batch)
+        with self._journaling():
+            seq = self.journal.append(UPGRADED, batch.subject, batch.body)
+            self._put_upgraded(batch)
         return seq, batch.body
 
     def _upgrade_batch(self, reducer: str, key_cbors: Sequence[bytes], seq: int) -> UpgradeBatch:
@@ -746,7 +814,62 @@ class Kernel:
         inside a tick's commit): the caller appends them to complete the tick."""
         return self.recorder.take_owed()
 
-    # --- views ------------------------------------------------------------------------------
+    # --- queries (the module docstring, "Queries") -----------------------------------------
+
+    def counts(self) -> KernelCounts:
+        """The kernel's counters now: steps, deliveries, runs, dead letters."""
+        plans, letters = self.plans, self.dead_letters
+        return KernelCounts(
+            steps_total=self.steps_total,
+            steps_failed=letters.steps_failed,
+            pending_deliveries=self.scheduler.pending,
+            ready_entities=self.scheduler.ready_count(),
+            runs_started=plans.started,
+            runs_begun=plans.begun,
+            runs_ended=plans.ended,
+            runs_failed=plans.failed_total,
+            dead_letters_total=letters.total,
+            dead_letters_kept=len(letters.letters),
+        )
+
+    def intents(self) -> list[Intent | Settled]:
+        """The live intents (queued, parked) and the recently settled ones, in hash order."""
+        return self.effects.listing()
+
+    def live_intents(self) -> list[Intent]:
+        """The intents queued (for an adapter, or in flight) or parked (awaiting approval),
+        in hash order."""
+        return [i for _h, i in sorted(self.effects.intents.items())]
+
+    def intent(self, intent_hash: bytes) -> Intent | None:
+        """The live (queued or parked) intent ``intent_hash`` (raw), None if none is."""
+        return self.effects.intents.get(intent_hash)
+
+    def held_receipt(self, intent_hash: bytes) -> dict[str, Any] | None:
+        """``{status, payload}`` of a plan's settled intent whose run may still await it."""
+        return self.effects.receipt_of(intent_hash)
+
+    def runs(self) -> dict[int, Run]:
+        """The live plan runs (running or waiting) by id, in id order."""
+        return dict(sorted(self.plans.runs.items()))
+
+    def run_failures(self) -> dict[int, dict[str, Any]]:
+        """The last ``kernel._runs.FAILURES_KEPT`` failed runs, oldest first: run id ->
+        ``{plan, seq, code, step, pointer}`` (derived by re-execution, not journaled)."""
+        return dict(self.plans.failures)
+
+    def run_cancel_body(self, run_id: int) -> dict[str, Any]:
+        """The body ``ingest_run_cancel(run_id)`` would journal now: ``{run_id, plan,
+        intents}`` (``KeyError`` if the run is not live)."""
+        return self.plans.cancel_body(run_id)[1]
+
+    def dead_letter_list(self) -> list[DeadLetter]:
+        """The kept dead letters, oldest first (``counts`` has how many there ever were)."""
+        return list(self.dead_letters.letters)
+
+    def dead_letter(self, letter_id: str) -> DeadLetter:
+        """The kept dead letter ``letter_id`` (exact), or ``UnknownName`` listing them."""
+        return self.dead_letters.get(letter_id)
 
     def state_of(self, reducer: str, key_cbor: bytes | None) -> bytes | None:
         found = self._load_state(Entity(reducer, key_cbor))
@@ -759,16 +882,28 @@ class Kernel:
     def state_schema(self, reducer: str, manifest_raw: bytes) -> tuple[str, LoadedAir]:
         """The state schema of ``reducer``'s cells pinned to ``manifest_raw``'s era, and that
         era's AIR (whose schemas define it): a cell is read through its own era's schema."""
-        era = self.eras.by_manifest.get(manifest_raw)
-        name = None if era is None else era.names.get(self._space[reducer])
-        if era is None or name is None:
+        pinned = self._era_name(reducer, manifest_raw)
+        if pinned is None:
             return self.air.modules[reducer].abi.reducer.state, self.air
+        era, name = pinned
         return era.air.modules[name].abi.reducer.state, era.air
 
-    def module_hash(self, reducer: str) -> str:
+    def module_hash(self, reducer: str, manifest_raw: bytes | None = None) -> str:
         """The hash (hex) of ``reducer``'s wasm module: what its cells run, and the folder of
-        an export tree (``state/reducers/<module_hash>/``)."""
-        return self._module_hash[reducer]
+        an export tree (``state/reducers/<module_hash>/``). With ``manifest_raw``, the module
+        a cell pinned to that era runs (the current one for an era the kernel does not know,
+        or that had no such reducer)."""
+        pinned = None if manifest_raw is None else self._era_name(reducer, manifest_raw)
+        if pinned is None:
+            return self._module_hash[reducer]
+        era, name = pinned
+        return era.air.wasm_hashes[name].removeprefix("blake3:")
+
+    def _era_name(self, reducer: str, manifest_raw: bytes) -> tuple[Era, str] | None:
+        """``manifest_raw``'s era and the name ``reducer``'s cells had in it, if it knew them."""
+        era = self.eras.by_manifest.get(manifest_raw)
+        name = None if era is None else era.names.get(self._space[reducer])
+        return None if era is None or name is None else (era, name)
 
     def cell_space(self, reducer: str) -> str:
         """The store space (hex) of ``reducer``'s cells (``kernel.cells.cell_space``)."""

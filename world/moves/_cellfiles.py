@@ -187,11 +187,7 @@ def _cell_files(world: World, reducer: str, key_cbor: bytes | None) -> list[Cell
 def _era_module(world: World, reducer: str, manifest_raw: bytes) -> bytes:
     """The wasm hash (raw) of the module a cell pinned to ``manifest_raw``'s era runs: the
     seed's export tree files a cell under the module of its era (``kernel._eras``)."""
-    era = world.kernel.eras.by_manifest.get(manifest_raw)
-    name = None if era is None else era.names.get(world.kernel.cell_space(reducer))
-    if era is None or name is None:
-        return bytes.fromhex(world.kernel.module_hash(reducer))
-    return cbor.hash_to_raw(era.air.wasm_hashes[name])
+    return bytes.fromhex(world.kernel.module_hash(reducer, manifest_raw))
 
 
 def check_export_target(out: Path, *, folder: bool, force: bool) -> None:
@@ -423,18 +419,16 @@ def journal_cells(world: World, cells: Iterable[tuple[str, bytes | None, bytes]]
 def journal_records(world: World, records: list[tuple[str, str, dict[str, Any]]]) -> list[int]:
     """Append and apply move records (``kernel._moves``) through ``world``'s writer as one
     atomic commit: every record is encoded before any is appended, and a crash or a power cut
-    inside the commit leaves none of them (``FileJournal.commit(atomic=True)``)."""
+    inside the commit leaves none of them (``FileJournal.commit(atomic=True)``). The kernel
+    says whether its memory still equals the journal (``Kernel.consistent``: ``ingest_moves``
+    brackets itself); this marks the handle stale when it does not."""
     before = world.journal.seq_next
-    world.kernel.consistent = False
     try:
         seqs = world.kernel.ingest_moves(records)
     except BaseException as exc:
         if world.journal.seq_next != before:  # appended, not all applied: memory is behind
             world.stale = f"an import failed after it was journaled: {type(exc).__name__}"
-            raise
-        world.kernel.consistent = True
         raise
-    world.kernel.consistent = True
     world.commit(atomic=True)
     return seqs
 

@@ -124,8 +124,7 @@ def _check_routes(air: LoadedAir, reducer: str, key_field: str, key: TypeNode) -
 
 def _check_quiet(world: World, reducer: str) -> None:
     kernel = world.kernel
-    busy = [i for i in kernel.effects.intents.values() if i.status in ("queued", "parked")]
-    if not kernel.idle() or kernel.plans.runs or busy:
+    if not kernel.idle() or kernel.runs() or kernel.live_intents():
         raise MigrationRefused(
             reducer, "the world has queued deliveries, plan runs or effects; run it until idle"
         )

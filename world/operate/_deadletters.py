@@ -1,8 +1,9 @@
 """Dead letters as an operator sees and acts on them (``world dead-letters ...``).
 
-``dead_letters`` and ``dead_letter`` read the kernel's kept letters (``kernel._deadletters``) in one view
-(``World.read``), each with its key and event value as sugar JSON read through the current
-AIR (raw, as ``world._views.plain``, where that AIR no longer fits them). Retrying and
+``dead_letters`` and ``dead_letter`` read the kernel's kept letters (``Kernel.dead_letter_list``,
+``Kernel.dead_letter``; ``kernel._deadletters`` keeps them) in one view (``World.read``), each
+with its key and event value as sugar JSON read through the current AIR (raw, as
+``world._views.plain``, where that AIR no longer fits them). Retrying and
 dropping are the world's (``World.retry_dead_letter``, ``World.drop_dead_letter``): they
 journal the operator's record and apply it, durable on return.
 """
@@ -61,12 +62,13 @@ def view(world: World, d: DeadLetter, *, value: bool = False) -> dict[str, Any]:
 
 
 def _listing(world: World) -> dict[str, Any]:
-    letters = world.kernel.dead_letters
+    counts = world.kernel.counts()
+    letters = world.kernel.dead_letter_list()
     return {
-        "total": letters.total,
-        "kept": len(letters.letters),
-        "steps_failed": letters.steps_failed,
-        "letters": [view(world, d) for d in letters.letters],
+        "total": counts.dead_letters_total,
+        "kept": len(letters),
+        "steps_failed": counts.steps_failed,
+        "letters": [view(world, d) for d in letters],
     }
 
 
@@ -77,4 +79,4 @@ def dead_letters(world: World) -> dict[str, Any]:
 
 def dead_letter(world: World, letter_id: str) -> dict[str, Any]:
     """The kept letter ``letter_id`` (exact), with its event value; ``UnknownName`` if none."""
-    return world.read(lambda: view(world, world.kernel.dead_letters.get(letter_id), value=True))
+    return world.read(lambda: view(world, world.kernel.dead_letter(letter_id), value=True))

@@ -1,7 +1,7 @@
 """Plan runs as ``world runs`` and the ``run``/``step`` summaries show them.
 
-Live runs come from the kernel (``kernel._runs.PlanRuns``: status ``running`` or ``waiting``,
-their locals and what they wait for); ended ones from the journal, by a *scan* of the records
+Live runs come from the kernel (``Kernel.runs``: status ``running`` or ``waiting``, their
+locals and what they wait for); ended ones from the journal, by a *scan* of the records
 under ``/world/run/**`` (``plan.started``, ``plan.step``, ``plan.ended``, ``run.cancelled``).
 The scan was chosen over an index: it costs one pass over the journal per ``runs ls`` (every
 record is read, only the run records' bodies are kept), needs no new derived file to keep
@@ -10,8 +10,8 @@ effect records of the run as well (``effect.queued`` with the run as origin, the
 ``policy.decision``, ``effect.approval`` and ``receipt``), one pass too.
 
 Where a failed run failed (``{step, pointer}``) is not journaled; the kernel derives it by
-re-execution and keeps the last ``kernel._runs.FAILURES_KEPT`` (``failures``); an older one
-shows ``pointer: null``.
+re-execution and keeps the last ``kernel._runs.FAILURES_KEPT`` (``Kernel.run_failures``); an
+older one shows ``pointer: null``.
 
 What a world waits for (``waits``): approvals (parked intents), timers with their due time
 (queued ``timer.set`` intents: ``deliver_at_ns``), other effects in flight (queued intents),
@@ -70,11 +70,10 @@ def _hash(raw: Any) -> Any:
 def _intent_wait(kernel: Kernel, intent_hash: bytes) -> dict[str, Any]:
     """What waiting for ``intent_hash``'s receipt means now: an approval, a timer, an effect
     in flight, or a receipt already in (about to be bound)."""
-    effects = kernel.effects
-    intent = effects.intents.get(intent_hash)
+    intent = kernel.intent(intent_hash)
     row: dict[str, Any] = {"intent_hash": _hash(intent_hash)}
     if intent is None:
-        return {"for": "receipt", **row, "arrived": effects.receipt_of(intent_hash) is not None}
+        return {"for": "receipt", **row, "arrived": kernel.held_receipt(intent_hash) is not None}
     row["kind"] = intent.kind
     if intent.status == "parked":
         return {"for": "approval", **row}
@@ -108,13 +107,14 @@ def _origin(origin: dict[str, Any]) -> dict[str, Any]:
 def waits(kernel: Kernel) -> dict[str, Any]:
     """What the world waits for: ``approvals``, ``timers`` (by due time), ``in_flight``
     effects, runs waiting for ``events``, and ``pending`` deliveries (ready work)."""
-    effects = kernel.effects
+    live = kernel.live_intents()
     approvals = [
         {"intent_hash": _hash(i.intent_hash), "kind": i.kind, "origin": _origin(i.origin)}
-        for i in effects.parked()
+        for i in live
+        if i.status == "parked"
     ]
     timers, in_flight = [], []
-    for intent in effects.queued():
+    for intent in (i for i in live if i.status == "queued"):
         row = {
             "intent_hash": _hash(intent.intent_hash),
             "kind": intent.kind,
@@ -127,7 +127,7 @@ def waits(kernel: Kernel) -> dict[str, Any]:
     timers.sort(key=lambda t: (t["due_ns"] is None, t["due_ns"] or 0, t["intent_hash"]))
     events = [
         {"run_id": run.run_id, "plan": run.plan, "schema": wait["event"]}
-        for _id, run in sorted(kernel.plans.runs.items())
+        for run in kernel.runs().values()
         for wait in run.waits
         if "event" in wait
     ]
@@ -136,7 +136,7 @@ def waits(kernel: Kernel) -> dict[str, Any]:
         "timers": timers,
         "in_flight": in_flight,
         "events": events,
-        "pending": kernel.scheduler.pending,
+        "pending": kernel.counts().pending_deliveries,
     }
 
 
@@ -155,13 +155,13 @@ class RunMark:
 
 
 def run_mark(kernel: Kernel) -> RunMark:
-    plans = kernel.plans
+    counts = kernel.counts()
     return RunMark(
         kernel.journal.seq_next,
-        plans.begun,
-        plans.ended,
-        plans.failed_total,
-        kernel.dead_letters.steps_failed,
+        counts.runs_begun,
+        counts.runs_ended,
+        counts.runs_failed,
+        counts.steps_failed,
     )
 
 
@@ -169,18 +169,18 @@ def run_summary(kernel: Kernel, since: RunMark) -> dict[str, Any]:
     """Steps that failed, and runs started, ended and failed since ``since`` (the failed ones
     named: plan, run id, error code; at most the last ``FAILURES_KEPT``), and what the world
     waits for now."""
-    plans = kernel.plans
+    counts = kernel.counts()
     failed = [
         {"run_id": run_id, "plan": f["plan"], "code": f["code"], "seq": f["seq"]}
-        for run_id, f in plans.failures.items()
+        for run_id, f in kernel.run_failures().items()
         if f["seq"] >= since.seq
     ]
     return {
-        "steps_failed": max(0, kernel.dead_letters.steps_failed - since.steps_failed),
+        "steps_failed": max(0, counts.steps_failed - since.steps_failed),
         "runs": {
-            "started": max(0, plans.begun - since.started),
-            "ended": max(0, plans.ended - since.ended),
-            "failed": max(0, plans.failed_total - since.failed),
+            "started": max(0, counts.runs_begun - since.started),
+            "ended": max(0, counts.runs_ended - since.ended),
+            "failed": max(0, counts.runs_failed - since.failed),
             "failed_runs": failed,
         },
         "waiting": waits(kernel),
@@ -239,7 +239,7 @@ def _merged(kernel: Kernel, journal: Any) -> dict[int, dict[str, Any]]:
     """The scanned runs, with the live ones' status and wait from the kernel (a live run not
     started yet, its start still queued, is ``running`` with no ``started_seq``)."""
     runs = _scan(journal)
-    for run_id, run in sorted(kernel.plans.runs.items()):
+    for run_id, run in kernel.runs().items():
         row = runs.setdefault(
             run_id,
             {
@@ -254,11 +254,12 @@ def _merged(kernel: Kernel, journal: Any) -> dict[int, dict[str, Any]]:
         row["status"] = "waiting" if run.waits else "running"
         row["waits"] = [_run_wait(kernel, wait) for wait in run.waits]
         row["waiting"] = row["waits"][0] if row["waits"] else None
+    failures = kernel.run_failures()
     for run_id, row in runs.items():
         row.setdefault("waiting", None)
         row.setdefault("waits", [])
         if row["status"] == "error":
-            where = kernel.plans.failures.get(run_id) or {}
+            where = failures.get(run_id) or {}
             row["error"] = {
                 **row.get("error", {}),
                 "step": where.get("step"),
@@ -315,14 +316,14 @@ def run_detail(kernel: Kernel, journal: Any, given: str) -> dict[str, Any]:
     if run_id not in runs:
         raise UnknownName("run", given, [str(r) for r in sorted(runs)][-20:])
     row = runs[run_id]
-    live = kernel.plans.runs.get(run_id)
+    live = kernel.runs().get(run_id)
     row["locals"] = None if live is None else _jsonable(live.vars)
     row["done"] = None if live is None else list(live.done)
     row["effects"] = _effects_of(journal, run_id, row.get("cancelled_intents", []))
     if row["status"] == "error" and row["error"].get("pointer") is None:
         row["error"]["pointer_note"] = (
             "not known: the kernel keeps where the last "
-            f"{len(kernel.plans.failures)} failed runs failed, this one is older"
+            f"{len(kernel.run_failures())} failed runs failed, this one is older"
         )
     return row
 
@@ -400,12 +401,12 @@ def cancel_run(kernel: Kernel, given: str) -> tuple[int, dict[str, Any]]:
     """Cancel live run ``given`` (``world runs cancel``): journal ``run.cancelled`` (not
     committed: the caller commits); its seq and body."""
     run_id = parse_run_id(given)
-    if run_id not in kernel.plans.runs:
-        live = [str(r) for r in sorted(kernel.plans.runs)]
-        if run_id < kernel.plans.started:
+    runs = kernel.runs()
+    if run_id not in runs:
+        if run_id < kernel.counts().runs_started:
             raise InvalidArgument("RUN", given, "the run has ended; only a live run is cancelled")
-        raise UnknownName("live run", given, live)
-    _subject, body = kernel.plans.cancel_body(run_id)
+        raise UnknownName("live run", given, [str(r) for r in runs])
+    body = kernel.run_cancel_body(run_id)
     seq = kernel.ingest_run_cancel(run_id)
     return seq, body
 

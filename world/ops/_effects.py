@@ -43,12 +43,12 @@ def effects_ls(ctx: Context, args: NoArgs) -> EffectsList:
 
     ctx.catch_up()
     world = ctx.world
-    listing = world.kernel.effects.listing()
+    listing = world.kernel.intents()
     live = {i.intent_hash for i in listing if i.status in ("queued", "parked")}
     asked = queued_seqs(world.journal, live)
     head = world.journal.seq_next
     rows = [_row(i, asked.get(i.intent_hash), head) for i in listing]
-    dead = len([d for d in world.kernel.dead_letters.letters if d.code.startswith("effect")])
+    dead = len([d for d in world.kernel.dead_letter_list() if d.code.startswith("effect")])
     return EffectsList(intents=rows, dead_effects=dead)
 
 

@@ -31,8 +31,7 @@ from air.types import (
 )
 from air.values import VALUE_DEPTH_MAX, check, normalise, to_sugar
 from cli.main import app
-from world import load_air_path
-from world._airfiles import air_sources, builtin_sources, read_world_sources
+from world._airfiles import air_sources, builtin_sources, load_air_path, read_world_sources
 from world.errors import StoreDamaged
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,7 @@ import pytest
 from air import AirSource, LoadedAir, expr, load_air
 from air._model import RaiseEvent
 from air.errors import ManifestError
-from world import load_air_path
-from world._airfiles import builtin_sources
+from world._airfiles import builtin_sources, load_air_path
 
 from worldkit import ROOT, const_wasm, output, write_world_air
 

@@ -12,8 +12,7 @@ import pytest
 
 from air import AirSource, LoadedAir, load_air
 from air.errors import ManifestError
-from world import load_air_path
-from world._airfiles import builtin_sources
+from world._airfiles import builtin_sources, load_air_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted(p for p in (ROOT / "manifests").iterdir() if p.is_dir())

@@ -15,8 +15,8 @@ from plans_kit import ended, plan, plan_world, raised, records
 
 from air import AirSource, LoadedAir, load_air
 from air.errors import ManifestError
-from world import Engine, World, load_air_path
-from world._airfiles import builtin_sources
+from world import Engine, World
+from world._airfiles import builtin_sources, load_air_path
 
 from worldkit import const_wasm, output, write_world_air
 

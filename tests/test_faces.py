@@ -135,3 +135,44 @@ def test_the_world_face_exports_every_error_the_world_raises() -> None:
         if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
     }
     assert classes - {"WorldError"} <= set(_face("world")[0])
+
+
+def test_the_world_face_is_what_an_application_uses_and_nothing_else() -> None:
+    import air.errors
+    import world.errors
+    import world.ops
+
+    names = set(_face("world")[0])
+    models = {
+        name
+        for name in world.ops.__all__
+        if isinstance(value := getattr(world.ops, name), type)
+        and issubclass(value, (world.ops.Args, world.ops.Result))
+        and value not in (world.ops.Args, world.ops.Result)
+    }
+    errors = {
+        name
+        for module in (world.errors, air.errors)
+        for name in module.__all__
+        if isinstance(value := getattr(module, name), type) and issubclass(value, Exception)
+    }
+    assert models <= names, "every operation's argument and result model"
+    assert names - models - errors == {"open", "connect", "attach", "Handle", "World", "Engine"}
+
+
+def test_only_the_cli_takes_the_names_the_world_face_keeps_for_it() -> None:
+    import world
+
+    kept = set(world._FOR_THE_CLI)
+    assert not kept & set(world.__all__)
+    files = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    takers = []
+    for name in files:
+        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "world" and node.level == 0:
+                taken = {alias.name for alias in node.names} & kept
+                if taken and not name.startswith("cli/"):
+                    takers.append(f"{name}: {sorted(taken)}")
+    assert takers == []

@@ -31,7 +31,7 @@ from air import cbor
 from air.errors import ManifestError, WorldError
 from cli.main import app
 from kernel.errors import ObjectMissing
-from world import World, check_world
+from world import World
 from world._airfiles import (
     AUTHOR_FILE_BYTES_MAX,
     WORLD_AIR_BYTES_MAX,
@@ -43,6 +43,7 @@ from world._engine import Engine
 from world._fileio import open_regular, read_regular
 from world._history_index import RANGES_BYTES_MAX, read_cell
 from world._modcache import ENTRY_BYTES_MAX, FileModuleCache
+from world._repair import check_world
 from world._runner import FAST_ADDRESS_SPACE_MIN, backend_for_limit
 from world.cellstore import FileCellStore
 from world.cellstore._disk import CHECKPOINT_BYTES_MAX, PLAN_BYTES_MAX

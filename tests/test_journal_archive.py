@@ -17,15 +17,10 @@ from typer.testing import CliRunner
 
 from cli.archive import background, verify_work
 from cli.main import app
-from world import (
-    ArchiveRefused,
-    Periodic,
-    World,
-    archive_world,
-    check_world,
-    remembered_archive,
-    repair_world,
-)
+from world import ArchiveRefused, World
+from world._archive import archive_world, remembered_archive
+from world._repair import check_world, repair_world
+from world._watch import Periodic
 from world.history import verify_world
 from world.journal import FileJournal
 from world.journal import _file as file_journal

@@ -12,7 +12,7 @@ from air import cbor
 from kernel import Kernel
 from kernel.cells import MemoryCellStore
 from kernel.journal import MemoryJournal
-from world import load_air_path
+from world._airfiles import load_air_path
 
 from worldkit import COUNTER_AIR, EVENT, add
 

@@ -52,7 +52,8 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import ManifestError
 from cli.main import app
-from world import Engine, LoopReport, World
+from world import Engine, World
+from world._engine import LoopReport
 from world.effects import Adapter, BlobAdapter, HttpAdapter, PumpReport, decide_parked
 from world.history import verify_world
 

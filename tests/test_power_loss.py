@@ -48,8 +48,10 @@ from world_fault_child import NO_FLUSH, no_flush
 
 from air.errors import WorldError
 from kernel.errors import JournalCorrupt
-from world import World, archive_world, check_world, repair_world
+from world import World
 from world import _fileio as fileio
+from world._archive import archive_world
+from world._repair import check_world, repair_world
 from world.cellstore import FileCellStore
 from world.gov import apply, proposal_air, proposals, propose, upgrade_cells
 from world.history import fork_world, verify_world

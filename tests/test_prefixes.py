@@ -1,11 +1,11 @@
-"""Names given by a unique prefix (``world.by_prefix``): what is taken and what is refused."""
+"""Names given by a unique prefix (``world._prefixes``): what is taken and what is refused."""
 
 from __future__ import annotations
 
 import pytest
 
 from air.errors import AmbiguousName, InvalidArgument, UnknownName
-from world import PREFIX_MIN, by_prefix
+from world._prefixes import PREFIX_MIN, by_prefix
 
 NAMES = ["585f911c" + "0" * 56, "585f9aaa" + "1" * 56, "9b2e" + "2" * 60, "run-7"]
 

@@ -24,8 +24,9 @@ from typer.testing import CliRunner
 from air import cbor
 from cli.main import app
 from kernel.journal import JournalRecord, decode_record, encode_record
-from world import World, check_world
+from world import World
 from world import journal as file_journal
+from world._repair import check_world
 from world.effects import KEY_DIR, KEY_FILE, BadReceipt, KeyProblem, Receipt, ReceiptKey
 from world.errors import ReceiptKeyDamaged
 from world.history import verify_world

@@ -39,8 +39,9 @@ from typer.testing import CliRunner
 from air import AirSource, cbor, load_air
 from air.errors import ManifestError, UsageError
 from cli.main import app
-from world import Engine, LoopReport, World
+from world import Engine, World
 from world._airfiles import builtin_sources
+from world._engine import LoopReport
 from world.history import fork_world
 
 runner = CliRunner()

@@ -22,7 +22,7 @@ from air.values import check
 from kernel.abi import encode_input
 from kernel.errors import ReducerTrap
 from kernel.wasm import ReducerHost
-from world import load_air_path
+from world._airfiles import load_air_path
 
 from reducer_harness import load_build_tool
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kernel.errors import JournalCorrupt
-from world import World, check_world, repair_world
+from world import World
+from world._repair import check_world, repair_world
 from world.errors import CheckpointAhead
 from world.history import verify_world
 from world.journal import _file as file_journal

@@ -27,7 +27,7 @@ from kernel.cells import (
 )
 from world import _fileio as fileio
 from world.cellstore._flush import Cell, MergedShard
-from world.cellstore._format import PackedShard
+from world.cellstore._shards import PackedShard
 
 MODULE = "ab" * 32
 OTHER = "cd" * 32

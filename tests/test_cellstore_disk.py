@@ -17,13 +17,13 @@ import pytest
 from air import cbor
 from world._cas import FileCas, pin_path
 from world._fsutil import TMP_SUFFIX
-from world.cellstore._disk import StoreDisk
-from world.cellstore._format import (
+from world.cellstore._checkpoint import (
     EMPTY_CHECKPOINT,
     FlushPlan,
     decode_plan,
     encode_checkpoint,
 )
+from world.cellstore._disk import StoreDisk
 from world.cellstore._legacy import LEGACY_INTENT_NAME
 from world.errors import StoreDamaged
 

@@ -26,7 +26,7 @@ from kernel.cells import CELL_INLINE_BYTES_MAX, CellEntry, MemoryCellStore, key_
 from world import World
 from world._cas import FileCas
 from world.cellstore import GROUP_BYTES_TARGET, FileCellStore
-from world.cellstore._format import PackedShard
+from world.cellstore._shards import PackedShard
 from world.errors import StoreDamaged
 from world.history import verify_world
 

@@ -24,7 +24,7 @@ from kernel import native
 from kernel.cells import CellEntry, key_hash, shard_of
 from world.cellstore import FileCellStore
 from world.cellstore._flush import Cell, merge_shard
-from world.cellstore._format import PackedShard, find_key, keys_ascend
+from world.cellstore._shards import PackedShard, find_key, keys_ascend
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the extension is not built")
 

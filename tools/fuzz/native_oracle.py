@@ -28,7 +28,7 @@ from kernel import abi, journal, native
 from kernel.cells import CellEntry, encode_entry
 from kernel.errors import StepRejected
 from world.cellstore._flush import merge_shard
-from world.cellstore._format import PackedShard
+from world.cellstore._shards import PackedShard
 
 __all__ = [
     "Disagreement",

@@ -21,10 +21,12 @@ None (it declines) and Python merges; it never answers differently. ``tests/test
 (hypothesis, mutated shards, every malformed input) and ``tests/test_cellstore_merge`` hold it
 to ``merge``, also under AddressSanitizer.
 
-Parts: ``_store`` (``FileCellStore``: layout, the flush protocol, recovery), ``_format`` (shard
-groups, index objects, the checkpoint and flush-plan records), ``_flush`` (planning one flush:
-merges, groups, garbage), ``_disk`` (the files and every durable operation on them),
-``_legacy`` (the format before index shards, read as it is and converted by the next flush).
+Parts: ``_store`` (``FileCellStore``: layout, the flush protocol, recovery), ``_shards``
+(packed shards, the shard group and index objects: what a lookup reads), ``_checkpoint`` (the
+checkpoint and flush-plan records: what a flush commits and recovery reads first), ``_flush``
+(planning one flush: merges, groups, garbage), ``_disk`` (the files and every durable operation
+on them), ``_legacy`` (the format before index shards, read as it is and converted by the next
+flush).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from world.cellstore._checkpoint import FORMAT
     from world.cellstore._disk import CHECKPOINT_NAME, PLAN_NAME, REDUCERS_DIR
-    from world.cellstore._format import FORMAT, GROUP_BYTES_TARGET
+    from world.cellstore._shards import GROUP_BYTES_TARGET
     from world.cellstore._store import FileCellStore, StoreStats
 
 __all__ = [
@@ -56,13 +59,8 @@ _WHERE: dict[str, str] = {
                 "StoreStats",
             ),
         ),
-        (
-            "world.cellstore._format",
-            (
-                "FORMAT",
-                "GROUP_BYTES_TARGET",
-            ),
-        ),
+        ("world.cellstore._checkpoint", ("FORMAT",)),
+        ("world.cellstore._shards", ("GROUP_BYTES_TARGET",)),
         (
             "world.cellstore._disk",
             (

@@ -24,7 +24,7 @@ from world._fsutil import (
     write_many_unsynced,
     write_unsynced,
 )
-from world.cellstore._format import (
+from world.cellstore._checkpoint import (
     EMPTY_CHECKPOINT,
     FORMAT,
     Checkpoint,

@@ -16,7 +16,7 @@ is its own and unused:
 * A shard group or index object names its reducer, and a group is rewritten whole when any of
   its shards is (``Planner.groups``), so each is used by one checkpoint whole or not at all:
   superseded, it is garbage.
-* The snapshot object a checkpoint names (``_cellstore_format.snapshot_of``) is garbage when a
+* The snapshot object a checkpoint names (``world.cellstore._checkpoint.snapshot_of``) is garbage when a
   newer checkpoint names another.
 * An out-of-line state is garbage when its last reference goes. A state the flush writes anew
   has one reference (the cell's) and is not in ``shared``. One that a second cell takes, or that
@@ -52,17 +52,14 @@ from typing import Final
 from air import cbor
 from kernel import native
 from kernel.cells import CellEntry, encode_entry, logical_shard_bytes
-from world.cellstore._format import (
+from world.cellstore._checkpoint import Checkpoint, FlushPlan, encode_checkpoint, snapshot_of
+from world.cellstore._shards import (
     GROUP_BYTES_TARGET,
-    Checkpoint,
-    FlushPlan,
     PackedShard,
     ShardRef,
-    encode_checkpoint,
     encode_index_object,
     entry_from_cbor,
     pack_group,
-    snapshot_of,
 )
 
 __all__ = [

@@ -34,7 +34,7 @@ from air.errors import CborError
 from kernel.cells import INDEX_SHARD_BITS, CellEntry, encode_entry, index_from_obj, shard_from_obj
 from world import _fileio as fileio
 from world._cas import OBJECT_BYTES_MAX
-from world.cellstore._format import ShardRef
+from world.cellstore._shards import ShardRef
 from world.errors import StoreDamaged
 
 __all__ = ["LEGACY_INTENT_NAME", "LegacyShard", "LegacyStore", "legacy_dirs", "read_verified"]

@@ -5,7 +5,7 @@ The journal is the source of truth; the store is its checkpointed materialisatio
 reducer at once, with the kernel's ``checkpoint_cbor`` (the world's snapshot address) in the
 same commit. After a crash the store opens at the last flush and the kernel replays from there.
 
-Layout (formats in ``world.cellstore._format``)::
+Layout (formats in ``world.cellstore._shards`` and ``world.cellstore._checkpoint``)::
 
     state/reducers/checkpoint.cbor    the commit record: every reducer's index object, the
                                       shared-state counts, the kernel's bytes
@@ -57,7 +57,8 @@ Format 1 (one file per cell, before issue 11) opens as it is, read by
 ``world.cellstore._legacy``, and its first flush converts the whole store and then removes the
 old tree. A checkpoint in any other format is ``StoreDamaged``: never read as something else.
 
-Rejected alternatives, with numbers: ``world.cellstore._format``.
+Rejected alternatives, with numbers: ``world.cellstore._shards`` and
+``world.cellstore._checkpoint``.
 
 Not here: the world lock (``world._fsutil.lock_world``, taken by whoever opens the world), and
 what is never collected (``world.cellstore._flush``).
@@ -84,22 +85,19 @@ from kernel.cells import (
     shard_of,
 )
 from world._fsutil import StrPath, mkdir_durable
+from world.cellstore._checkpoint import FORMAT, LEGACY_FORMAT, Checkpoint, snapshot_of
 from world.cellstore._disk import CHECKPOINT_BYTES_MAX, StoreDisk, read_or_none
 from world.cellstore._flush import Cell, ModulePlan, Planner, merge_shard, merged_count
-from world.cellstore._format import (
-    FORMAT,
-    LEGACY_FORMAT,
-    Checkpoint,
+from world.cellstore._legacy import LegacyShard, LegacyStore, load_verified, read_verified
+from world.cellstore._shards import (
     PackedShard,
     ShardGroup,
     ShardRef,
     entry_from_cbor,
     find_key,
     index_from_object,
-    snapshot_of,
     unpack_group,
 )
-from world.cellstore._legacy import LegacyShard, LegacyStore, load_verified, read_verified
 from world.errors import StoreDamaged, StoreFailed
 
 __all__ = ["FileCellStore", "StoreStats"]

@@ -1,5 +1,8 @@
-"""The file cell store's formats (format 2): shard group objects, index objects, the checkpoint
-record and the flush plan. Pure: bytes in, values out; ``world.cellstore._store`` does the I/O.
+"""The file cell store's objects (format 2): packed shards, the shard group objects that hold
+them, and each reducer's index object. Pure: bytes in, values out; ``world.cellstore._store``
+does the I/O. These are the immutable, content-addressed part of the store, where a lookup
+goes; the records that commit a set of them (the checkpoint and the flush plan) are
+``world.cellstore._checkpoint``.
 
 Shard group object, a CAS object holding one or more non-empty shards of one reducer::
 
@@ -31,18 +34,6 @@ object so no two reducers can share one, which the collector relies on.
 Index object, a CAS object per reducer: ``{"format": 2, "module", "shard_bits": 12, "shards":
 {prefix: [logical root, count, group object hash]}}`` (≤ 4096 records: read once per reducer).
 
-Checkpoint record, ``state/reducers/checkpoint.cbor``, the one mutable file and the commit
-point: ``{"format": 2, "checkpoint": <the kernel's bytes>, "modules": {module hex: index object
-hash}, "shared": {state hash: references}, "digest"}``. ``shared`` counts the references to the
-out-of-line states that more than one cell uses (or that existed before a cell used them; see
-``world.cellstore._flush``). ``digest`` is blake3 over the record without it, so a damaged byte
-anywhere is found on open. Format 1 (one file per cell, before issue 11) is read by
-``world.cellstore._legacy``.
-
-Flush plan, ``state/reducers/flush-plan.cbor``, present while a flush runs or after one died:
-``{"format": 2, "prev": <digest of the checkpoint before>, "next": <digest of the one being
-written>, "created": <raw hashes>, "garbage": <raw hashes>, "digest"}``.
-
 Rejected: per-cell state files (format 1). Creating a file costs 100-600 µs on our disk, so a
 million-cell checkpoint took 95-149 s and 4.4 GiB (a 4 KiB block per 10-byte state); packed,
 it takes ~7 s and 187 MiB. Rejected: one object per shard whatever its size. A world of
@@ -51,15 +42,13 @@ with a 4 KiB block for 24 cells); grouped, ~300 files and 0.6 s. Rejected: one p
 checkpoint holding every dirty shard. A pack stays live while any of its shards is, so it needs
 compaction and keeps dead shards meanwhile; a group is rewritten whole instead, which costs at
 most 128 KiB more per dirty shard. Rejected: one index document holding every entry (~120 MB at
-a million cells, rewritten on every flush and read whole on open), and one index per reducer as
-the commit point (a crash between two reducers' commits would split the checkpoint).
+a million cells, rewritten on every flush and read whole on open).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from typing import Any, Final
 
@@ -69,38 +58,29 @@ from air import cbor
 from air.errors import CborError
 from kernel import native
 from kernel.cells import (
+    HASH_BYTES,
     INDEX_SHARD_BITS,
     INDEX_SHARD_COUNT,
     CellEntry,
     logical_shard_bytes,
     shard_of,
 )
+from world.cellstore._checkpoint import FORMAT
 
 __all__ = [
-    "FORMAT",
     "GROUP_BYTES_TARGET",
-    "LEGACY_FORMAT",
-    "Checkpoint",
-    "FlushPlan",
     "PackedShard",
     "ShardGroup",
     "ShardRef",
-    "decode_checkpoint",
-    "decode_plan",
-    "encode_checkpoint",
     "encode_index_object",
-    "encode_plan",
     "entry_from_cbor",
     "find_key",
     "index_from_object",
+    "keys_ascend",
     "pack_group",
-    "snapshot_of",
     "unpack_group",
 ]
 
-FORMAT: Final = 2
-LEGACY_FORMAT: Final = 1
-HASH_BYTES: Final = 32
 _OFFSET_FORMATS: Final = {4: "I", 8: "Q"}
 _SHARD_FIELDS: Final = ("keys", "entries", "entry_ends", "states", "state_ends")
 
@@ -362,131 +342,3 @@ def index_from_object(obj: Any, module_raw: bytes) -> dict[int, ShardRef]:
             raise CborError(f"/shards/{prefix}", "index.format", "bad shard record")
         out[prefix] = (ref[0], ref[1], ref[2])
     return out
-
-
-# -- the checkpoint record -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A decoded ``checkpoint.cbor``. ``roots`` maps module hex to its index object hash
-    (format 2) or to the root of its ``index.cbor`` (format 1)."""
-
-    data: bytes
-    meta: bytes
-    roots: dict[str, bytes]
-    shared: dict[bytes, int] = field(default_factory=dict)
-    format: int = FORMAT
-
-
-EMPTY_CHECKPOINT: Final = Checkpoint(b"", b"", {})
-
-
-def _digest(
-    fmt: int, meta: bytes, roots: Mapping[str, bytes], shared: Mapping[bytes, int]
-) -> bytes:
-    body: dict[str, Any] = {"format": fmt, "checkpoint": meta, "modules": dict(roots)}
-    if fmt == FORMAT:
-        body["shared"] = dict(shared)
-    return cbor.digest(cbor.dumps(body))
-
-
-def encode_checkpoint(
-    meta: bytes, roots: Mapping[str, bytes], shared: Mapping[bytes, int]
-) -> bytes:
-    return cbor.dumps(
-        {
-            "format": FORMAT,
-            "checkpoint": meta,
-            "modules": dict(roots),
-            "shared": dict(shared),
-            "digest": _digest(FORMAT, meta, roots, shared),
-        }
-    )
-
-
-def decode_checkpoint(data: bytes) -> Checkpoint:
-    """Format 2, or format 1 (read for conversion); ``CborError`` for anything else."""
-    obj = cbor.loads(data)
-    fmt = obj.get("format") if isinstance(obj, dict) else None
-    fields = {"format", "checkpoint", "modules", "digest"} | (
-        {"shared"} if fmt == FORMAT else set()
-    )
-    if (
-        fmt not in (FORMAT, LEGACY_FORMAT)
-        or not isinstance(obj.get("checkpoint"), bytes)
-        or not isinstance(obj.get("modules"), dict)
-        or not obj.keys() <= fields
-        or (fmt == FORMAT and obj.keys() != fields)
-    ):
-        raise CborError("/", "checkpoint.format", "not a format-1 or format-2 cell checkpoint")
-    for module, root in obj["modules"].items():
-        if not isinstance(module, str) or not isinstance(root, bytes) or len(root) != HASH_BYTES:
-            raise CborError(f"/modules/{module}", "checkpoint.format", "bad module root")
-    shared = obj.get("shared", {})
-    if not isinstance(shared, dict) or not all(
-        type(h) is bytes and len(h) == HASH_BYTES and type(n) is int and n > 0
-        for h, n in shared.items()
-    ):
-        raise CborError("/shared", "checkpoint.format", "bad shared-state counts")
-    # Format-1 checkpoints written before the digest existed have none; every other one does.
-    if "digest" in obj and obj["digest"] != _digest(fmt, obj["checkpoint"], obj["modules"], shared):
-        raise CborError("/digest", "checkpoint.digest", "checkpoint does not match its digest")
-    return Checkpoint(data, obj["checkpoint"], dict(obj["modules"]), dict(shared), fmt)
-
-
-def snapshot_of(meta: bytes) -> bytes | None:
-    """The snapshot object a world's checkpoint bytes name (``{"snapshot": <hash>}``, written by
-    ``world.World.snapshot``), if they name one: it belongs to the checkpoint and is collected
-    with it."""
-    try:
-        obj = cbor2.loads(meta)
-    except (ValueError, cbor2.CBORDecodeError):
-        return None
-    found = obj.get("snapshot") if isinstance(obj, dict) else None
-    return found if type(found) is bytes and len(found) == HASH_BYTES else None
-
-
-# -- the flush plan ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FlushPlan:
-    prev: bytes
-    next: bytes
-    created: list[bytes]
-    garbage: list[bytes]
-
-
-def encode_plan(plan: FlushPlan) -> bytes:
-    body = {
-        "format": FORMAT,
-        "prev": plan.prev,
-        "next": plan.next,
-        "created": b"".join(plan.created),
-        "garbage": b"".join(plan.garbage),
-    }
-    return cbor.dumps({**body, "digest": cbor.digest(cbor.dumps(body))})
-
-
-def _hashes(data: Any) -> list[bytes]:
-    if type(data) is not bytes or len(data) % HASH_BYTES:
-        raise CborError("/", "plan.format", "not a list of raw hashes")
-    return [data[at : at + HASH_BYTES] for at in range(0, len(data), HASH_BYTES)]
-
-
-def decode_plan(data: bytes) -> FlushPlan:
-    """``CborError`` if the bytes are not a whole plan (a torn write, after a power cut)."""
-    obj = cbor.loads(data)
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT or "digest" not in obj:
-        raise CborError("/", "plan.format", "not a format-2 flush plan")
-    body = {k: v for k, v in obj.items() if k != "digest"}
-    if obj["digest"] != cbor.digest(cbor.dumps(body)) or body.keys() != {
-        "format",
-        "prev",
-        "next",
-        "created",
-        "garbage",
-    }:
-        raise CborError("/digest", "plan.format", "flush plan does not match its digest")
-    return FlushPlan(obj["prev"], obj["next"], _hashes(obj["created"]), _hashes(obj["garbage"]))

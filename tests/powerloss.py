@@ -25,7 +25,7 @@ length drawn), or its new length with the sectors after some sector as they were
 the file grew: those sectors were never written): each of the four in any four consecutive
 seeds. Within one file, bytes persist in order (as ext4's ordered data mode gives): a later page that survived
 an earlier lost one is bit rot to the journal, which reports it and ``repair`` cuts it, by
-design (``world.journal._segments``, "Opening").
+design (``world.journal._frames``, "Opening").
 
 Not modelled: anything written without going through ``world._fileio`` (it is not in the model,
 so it does not survive the cut), extended attributes and modes (the image's files are 0600, its

@@ -18,10 +18,11 @@ Invariants:
   (``refresh``).
 
 Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``verify`` and
-``repair``), ``_segments`` (the frame format, the scan of one segment, the torn-tail rule),
-``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo; preparing
-the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair`` (the
-reports, the cut, ``salvage``, restoring a sealed segment from a copy), ``_verified`` (the
+``repair``), ``_frames`` (the frame format, the scan of one segment's bytes, the torn-tail rule:
+pure), ``_segments`` (the segment files: listing, opening, reading with every check, temp files,
+syncs), ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo;
+preparing the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair``
+(the reports, the cut, ``salvage``, restoring a sealed segment from a copy), ``_verified`` (the
 verify cache: sealed segments verified before and unchanged since). Each module's docstring gives
 its formats and rules in full.
 """

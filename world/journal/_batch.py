@@ -37,7 +37,7 @@ from air.errors import CborError
 from kernel.errors import JournalCorrupt
 from world import _fileio as fileio
 from world.errors import storage_error, storage_errors
-from world.journal._segments import (
+from world.journal._frames import (
     _FRAME_HEAD,
     _INDEX_STRIDE,
     FRAME_HEADER_BYTES,
@@ -45,12 +45,8 @@ from world.journal._segments import (
     TornTail,
     _Scan,
     _scan_segment,
-    fsync_dir,
-    open_file,
-    read_file,
-    unlink,
-    write_temp,
 )
+from world.journal._segments import fsync_dir, open_file, read_file, unlink, write_temp
 
 __all__ = [
     "BATCH_NAME",

@@ -2,9 +2,10 @@
 
 This module holds ``FileJournal`` (writing, opening, reading, refreshing), the walk over a
 journal's segments that opening and ``verify`` share, and the public surface. The on-disk format,
-the check of one segment and the torn-tail rule are in ``world.journal._segments``, seals in
-``world.journal._seals``, the undo of a failed commit in ``world.journal._commit``; the reports,
-the cutting that ``repair`` does and ``salvage`` are in ``world.journal._repair``. Every public
+the check of one segment and the torn-tail rule are in ``world.journal._frames``, the segment
+files in ``world.journal._segments``, seals in ``world.journal._seals``, the undo of a failed
+commit in ``world.journal._commit``; the reports, the cutting that ``repair`` does and
+``salvage`` are in ``world.journal._repair``. Every public
 name is importable from here. Every durable operation (creating a segment or a seal, writing,
 ``fdatasync``, truncating, removing, directory syncs) goes through ``world._fileio``, and every
 ``OSError`` leaves as a ``StorageError`` naming the operation, the path and the errno.
@@ -46,7 +47,7 @@ What each path checks:
 
 So opening costs the last segment and a few small reads per earlier one, not the journal's size.
 Comparing every seal's blake3 at every open was rejected (``world.journal._seals``). The last segment
-is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world.journal._segments``).
+is scanned at every open, so ``SEGMENT_BYTES_MAX`` bounds that scan (``world.journal._frames``).
 
 Readers. ``readonly=True`` performs no operation through ``world._fileio`` at all (it works on a
 read-only or full file system): it creates, truncates, seals and removes nothing, and a torn
@@ -89,9 +90,7 @@ from world.journal._batch import (
     write_marker,
 )
 from world.journal._commit import Commit, close_fd, prepare_directory, roll_back
-from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
-from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
-from world.journal._segments import (
+from world.journal._frames import (
     FRAME_HEADER_BYTES,
     FRAME_PAYLOAD_BYTES_MAX,
     SEAL_SUFFIX,
@@ -104,15 +103,19 @@ from world.journal._segments import (
     _Scan,
     _scan_segment,
     _Segment,
-    decode_at,
     frame_batch,
+    seal_name,
+    segment_header,
+    segment_name,
+)
+from world.journal._repair import RepairReport, VerifyReport, cut_after_last_good, salvage
+from world.journal._seals import seal_bytes, seal_scanned, stale_seal, trusted_seal
+from world.journal._segments import (
+    decode_at,
     fsync_dir,
     list_segments,
     read_file,
     read_segment,
-    seal_name,
-    segment_header,
-    segment_name,
     truncate,
     unlink,
     write_temp,
@@ -141,7 +144,7 @@ __all__ = [
 
 # --- scanning --------------------------------------------------------------------------------
 
-# ``_scan_journal`` stays in this module, not in ``world.journal._segments``, so that the name it calls
+# ``_scan_journal`` stays in this module, not in ``world.journal._frames``, so that the name it calls
 # (``_scan_segment``) is looked up here: tests replace it on ``world.journal._file`` to count scans.
 
 

@@ -14,7 +14,7 @@ overwrites an existing file. Seals of the cut and removed segments are backed up
 before the segments themselves, so that no seal outlives the bytes it describes. Every durable
 operation goes through ``world._fileio``; an ``OSError`` is raised as ``StorageError``. Not here:
 deciding whether to repair (``world journal verify --repair`` asks), or checking frames
-(``world.journal._segments``).
+(``world.journal._frames``).
 
 Restoring (``restore_segment``) is the repair that loses nothing: a damaged *sealed* segment is
 replaced by a copy (from an archive: ``world._archive``) whose bytes have the blake3 its seal
@@ -39,15 +39,12 @@ from kernel.journal import JournalRecord, decode_record_fast
 from world import _fileio as fileio
 from world._fsutil import mkdir_durable
 from world.errors import storage_errors
+from world.journal._frames import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES, TornTail, seal_name
 from world.journal._seals import SealInfo, digest_bytes
 from world.journal._segments import (
-    FRAME_HEADER_BYTES,
-    SEGMENT_HEADER_BYTES,
-    TornTail,
     fsync_dir,
     list_segments,
     read_file,
-    seal_name,
     truncate,
     unlink,
     write_temp,

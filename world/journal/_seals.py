@@ -28,8 +28,8 @@ journal. Damage in a segment no command reads is found by ``world journal verify
 first replay or time-travel read that reaches it; ``--repair`` then puts back the archive's
 copy whose blake3 is the seal's (``world._archive``), and cuts only where there is none.
 
-Private to ``world.journal._file``; split from ``world.journal._segments``, which it builds on (the segment
-record, the frame and header checks).
+Private to ``world.journal._file``; it builds on ``world.journal._frames`` (the segment record, the
+frame and header checks) and ``world.journal._segments`` (the files).
 """
 
 from __future__ import annotations
@@ -50,19 +50,16 @@ from air.errors import CborError
 from kernel.errors import JournalCorrupt
 from world import _fileio as fileio
 from world.errors import storage_errors
-from world.journal._segments import (
+from world.journal._frames import (
     _INDEX_STRIDE,
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     _check_frame,
     _check_segment_header,
     _Segment,
-    fsync_dir,
-    fsync_file,
-    open_file,
     seal_name,
-    write_temp,
 )
+from world.journal._segments import fsync_dir, fsync_file, open_file, write_temp
 
 __all__ = [
     "SealInfo",

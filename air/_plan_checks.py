@@ -29,6 +29,12 @@ What is checked, per plan (each finding a diagnostic with a stable code, then th
 
 Not here: running plans (``kernel._plans``), whether a guard can ever be true, or the earlier
 step shapes the loader reports (``air._plan_old_shapes``).
+
+One idea, kept whole: checking one plan's body against its scope. The scope (``_Plan``: steps,
+the DAG, who binds each var and with what type) is built by the same pass that reports the name
+and DAG findings, and every step check and every Expr check reads it and reports through it;
+cut apart, each part would reach into the others' private helpers. What stands alone is
+already apart: the static types of values (``air._plan_types``) and the old shapes.
 """
 
 from __future__ import annotations

@@ -211,10 +211,10 @@ def print_notices(notices: list[str]) -> None:
 def asking(
     directory: Path, *, readonly: bool = False, gate: SignalGate | None = None
 ) -> Iterator[Handle]:
-    """The handle a command asks its world through (``world.serve.attach``): the server's when
+    """The handle a command asks its world through (``world.attach``): the server's when
     ``world serve`` holds the world, else the world itself (read-only for ``readonly``);
     closed at the end, its notices on stderr once."""
-    from world.serve import attach
+    from world import attach
 
     handle = attach(directory, readonly=readonly)
     if gate is not None:

@@ -20,12 +20,11 @@ from typer.testing import CliRunner
 
 from air.errors import InvalidArgument, UnknownName, WrongMode
 from cli.main import app
-from world import World
+from world import World, attach
 from world.cluster import ROUTES, PartitionedHandle, init_cluster, open_cluster, partition_dir
 from world.errors import EventRejected
 from world.ops import REGISTRY, Snapshot
 from world.ops import open as open_world
-from world.serve import attach
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         WorldError,
         WrongMode,
     )
+    from world._attach import attach
     from world._engine import Engine
     from world._world import World
     from world.errors import (
@@ -149,7 +150,7 @@ if TYPE_CHECKING:
         WhyOf,
         open,
     )
-    from world.serve import attach, connect
+    from world.serve import connect
 
 __all__ = [
     "AmbiguousName",
@@ -302,7 +303,8 @@ _WHERE: dict[str, str] = {
                 "WhyOf",
             ),
         ),
-        ("world.serve", ("attach", "connect")),
+        ("world.serve", ("connect",)),
+        ("world._attach", ("attach",)),
         (
             "world.errors",
             (

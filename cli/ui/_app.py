@@ -135,7 +135,7 @@ def make_app(directory: Path, token: str, *, allow_approvals: bool = False) -> S
 
 
 def views_decide(directory: Path, intent: str, approved: bool) -> int:
-    from world.serve import attach
+    from world import attach
 
     with attach(directory) as handle:
         return handle.decide(intent, approved)

@@ -3,7 +3,7 @@ with exactly-once forwarding between them (``kernel._partition`` has the rules).
 
 ``init_cluster`` builds the directory (``_layout``), ``LocalCluster`` drives every partition in
 one process (``_local``), ``PartitionedHandle`` asks it as a single world is asked
-(``_handle``; ``open_cluster``, ``_open``, and ``world.serve.attach`` on a cluster's directory), and ``world.cluster.ray`` runs each partition as a Ray actor (the
+(``_handle``; ``open_cluster``, ``_open``, and ``world.attach`` on a cluster's directory), and ``world.cluster.ray`` runs each partition as a Ray actor (the
 ``cluster`` extra; imported only by it).
 """
 

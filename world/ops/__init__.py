@@ -8,7 +8,7 @@ through a ``Handle``, a served world's socket and HTTP through one dispatcher
 
 Handles: ``open(path)`` here (the world in this process: the writer, or ``readonly=True`` a
 reader beside one); ``world.serve.connect(path_or_url)`` (a served world, over its socket or
-HTTP) and ``world.serve.attach(path)`` (what the CLI does: the server's handle when a server
+HTTP) and ``world.attach(path)`` (what the CLI does: the server's handle when a server
 holds the world, else the world itself) above it, with the transports. Every handle has the
 same methods, returns the same models and raises the same errors (``world.ops._handle``).
 
@@ -135,7 +135,7 @@ __all__ = [
 def open(path: Path | str, *, readonly: bool = False) -> LocalHandle:
     """The world at ``path`` open in this process: its writer (one at a time: ``WorldLocked``
     while another holds it, a ``world run`` or a ``world serve``), or with ``readonly`` a
-    reader, which works beside a writer. ``world.serve.attach`` asks a served world's server
+    reader, which works beside a writer. ``world.attach`` asks a served world's server
     instead."""
     from world._world import World
 

@@ -18,7 +18,7 @@ Invariants:
 
 Parts: ``_server`` (the loop, connections, deferred requests, stopping), ``_dispatch`` (every
 operation of ``world.ops``, by name, for every transport), ``_remote`` (the handles of a
-served world: ``connect``, and ``attach`` for a folder that may be served), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
+served world: ``connect``; ``world.attach`` picks one for a folder that may be served), ``_protocol`` (frames, replies, the socket, and the ``Client`` the other
 commands use).
 """
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         served,
         socket_path,
     )
-    from world.serve._remote import HttpHandle, SocketHandle, attach, connect
+    from world.serve._remote import HttpHandle, SocketHandle, connect
     from world.serve._server import (
         CLIENTS_MAX,
         IDLE_S,
@@ -80,7 +80,6 @@ __all__ = [
     "HttpSettings",
     "ServeReport",
     "SocketHandle",
-    "attach",
     "check_bind",
     "connect",
     "reply_result",
@@ -119,7 +118,7 @@ _WHERE: dict[str, str] = {
                 "SOCKET_NAME",
             ),
         ),
-        ("world.serve._remote", ("HttpHandle", "SocketHandle", "attach", "connect")),
+        ("world.serve._remote", ("HttpHandle", "SocketHandle", "connect")),
         ("world.serve._dispatch", ("Dispatcher",)),
         (
             "world.serve._http",

@@ -1,5 +1,5 @@
 """Handles of a served world (``connect``): over its Unix socket (``SocketHandle``) or over
-HTTP (``HttpHandle``); and ``attach``, the handle a command asks a world folder through. Both carry an operation's name and plain arguments and bring back
+HTTP (``HttpHandle``). Both carry an operation's name and plain arguments and bring back
 its reply; everything else (the methods, paging, sends in parts, errors by class) is
 ``RemoteHandle``'s, the same for both.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from air.errors import InvalidArgument
-from world.ops import Handle, RemoteHandle
+from world.ops import RemoteHandle
 
-__all__ = ["HTTP_TIMEOUT_S", "HttpHandle", "SocketHandle", "attach", "connect"]
+__all__ = ["HTTP_TIMEOUT_S", "HttpHandle", "SocketHandle", "connect"]
 
 HTTP_TIMEOUT_S: Final = 300.0
 """How long one HTTP request may take (an export or a shadow of a large world is long)."""
@@ -102,28 +102,3 @@ def connect(
     if token is not None or token_file is not None:
         raise InvalidArgument("token", "...", "a token is for an http:// URL; a socket is 0600")
     return SocketHandle(Path(where), timeout_s=timeout_s)
-
-
-def attach(path: Path | str, *, readonly: bool = False) -> Handle:
-    """The server's handle when ``world serve`` holds the world at ``path`` (a served world
-    must be asked: opening it would fail on the write lock, or show a reader a view without
-    the server's ready work), else the world itself (``world.ops.open``); a partitioned
-    world's directory gets its handle (``world.cluster.open_cluster``: its Ray actors while
-    it is up, else its partitions open here)."""
-    from world.cluster import CLUSTER_FILE
-    from world.errors import WorldLocked, WorldServed
-    from world.ops import open as open_world
-    from world.serve._protocol import served
-
-    if (Path(path) / CLUSTER_FILE).is_file():
-        from world.cluster import open_cluster
-
-        return open_cluster(path, readonly=readonly)
-    if served(path):
-        return connect(path)
-    try:
-        return open_world(path, readonly=readonly)
-    except WorldLocked as exc:  # a server that started since the look
-        if not readonly and served(path):
-            raise WorldServed(str(path)) from exc
-        raise

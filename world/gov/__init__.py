@@ -23,7 +23,8 @@ era in journaled batches (``kernel._upgrades``).
 happened and reports, cell by cell, what would differ; journaled as ``gov.shadowed``.
 
 Parts: ``_proposals`` (propose, list, show), ``_apply`` (approve, apply), ``_cells`` (cell
-upgrades), ``_shadow`` (shadow runs).
+upgrades), ``_shadow`` (shadow runs), ``_shadow_report`` (a shadow compared with the world: the
+report).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
         propose,
         shadows,
     )
-    from world.gov._shadow import Shadowed, field_diff, shadow
+    from world.gov._shadow import Shadowed, shadow
+    from world.gov._shadow_report import field_diff
 
 __all__ = [
     "APPLIED",
@@ -83,7 +85,7 @@ __all__ = [
 
 _APPLY = ("APPLIED", "APPROVED", "Applied", "applied", "apply", "approvals", "approve", "listing")
 _CELLS = ("UPGRADE_BATCH_CELLS", "CellsUpgraded", "upgrade_cells")
-_SHADOW = ("Shadowed", "field_diff", "shadow")
+_SHADOW = ("Shadowed", "shadow")
 _WHERE: dict[str, str] = {
     name: "world.gov._apply"
     if name in _APPLY
@@ -91,6 +93,8 @@ _WHERE: dict[str, str] = {
     if name in _CELLS
     else "world.gov._shadow"
     if name in _SHADOW
+    else "world.gov._shadow_report"
+    if name == "field_diff"
     else "world.gov._proposals"
     for name in __all__
 }

@@ -22,20 +22,10 @@ the shadow's seqs differ from the world's once the apply and upgrade records are
 stub receipt (status ``stub``, as ``--effects stub`` makes); stubbed and parked intents are
 listed.
 
-What it reports, comparing the shadow with the real world at its head:
-
-* ``cells``: how many cells would hold another state, and for the first ``SHADOW_SHOWN_MAX``
-  each cell's state on both sides and the fields that differ (each side read through its own
-  era's schema);
-* ``upgrades_failed``: cells whose upgrade would fail (they would stay in their era);
-* ``steps_failed``: failed steps (reducer, key, reason code) the shadow has and the world has
-  not (``new``), and the other way round (``gone``);
-* ``effects``: intents the shadow emits that the world did not (``new``) and the other way round
-  (``gone``), compared by effect (kind, params, cap, origin), with the counts reused, stubbed
-  and left parked;
-* ``runs``: plan runs whose plan or outcome (running, or the status they ended with) differ.
-
-The report is a canonical CBOR object in the CAS, and one ``gov.shadowed`` record
+What it reports, cell by cell, effect by effect and run by run, is ``world.gov._shadow_report``'s
+to say (a shadow and a world compared: a second idea, so a module of its own); this module hands
+it the shadow kernel, idle, with what the real journal held and what the run did. The report is
+a canonical CBOR object in the CAS, and one ``gov.shadowed`` record
 ``{proposal, report, from, head, summary}`` (``report`` its raw address) journals that the
 proposal was shadowed. AgentOS's shadow predicts effects for seed events; this one diffs against
 what really happened, cell by cell.
@@ -46,14 +36,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
 from air import cbor
-from air.types import Ref
-from air.values import to_sugar
 from kernel import RUN_CANCELLED, TICK_KINDS, Kernel
-from kernel.cells import CellEntry
 from kernel.journal import JournalRecord
 from world._world import World
 from world.effects import STUB_ADAPTER_ID, STUB_STATUS, failed_payload
@@ -66,14 +52,21 @@ from world.gov._proposals import (
     journal_gov,
     proposal,
 )
+from world.gov._shadow_report import (
+    Counts,
+    Tally,
+    effect_key,
+    effect_line,
+    key_sugar,
+    report,
+    summary,
+)
 from world.history import through
 
-__all__ = ["SHADOW_INPUTS", "SHADOW_SHOWN_MAX", "Shadowed", "field_diff", "shadow"]
+__all__ = ["SHADOW_INPUTS", "Shadowed", "shadow"]
 
 SHADOW_INPUTS: Final = 10_000
 """Outside events a shadow re-feeds by default (the newest ones)."""
-SHADOW_SHOWN_MAX: Final = 100
-"""Cells, failures and effects listed one by one in a report (all are counted)."""
 _STUB_SAYS: Final = "shadow: not sent; a shadow run calls no adapter"
 
 
@@ -109,17 +102,17 @@ def shadow(
     run.refeed()
     run.feed(events)
     run.drain()
-    report = run.report()
-    address = world.cas.put(cbor.dumps(report))
+    kept = report(world, run.kernel, found, (start, head), run.real, run.counts)
+    address = world.cas.put(cbor.dumps(kept))
     body = {
         "proposal": found.id,
         "report": cbor.hash_to_raw(address),
         "from": start,
         "head": head,
-        "summary": _summary(report),
+        "summary": summary(kept),
     }
     seq = journal_gov(world, (SHADOWED, SHADOWED_SUBJECT, body))
-    return Shadowed(seq, address, report)
+    return Shadowed(seq, address, kept)
 
 
 def _start(world: World, wanted: int, by_default: bool) -> int:
@@ -138,28 +131,17 @@ def _start(world: World, wanted: int, by_default: bool) -> int:
     return last + 1
 
 
-def _effect_key(intent: Any) -> tuple[Any, ...]:
-    """An intent's identity without seqs: kind, params, cap and origin."""
-    origin = intent.origin if hasattr(intent, "origin") else intent["origin"]
-    where = tuple(sorted((k, v) for k, v in origin.items() if not isinstance(v, (dict, list))))
-    if hasattr(intent, "kind"):
-        return (intent.kind, intent.params_cbor, intent.cap, where)
-    return (intent["kind"], intent["params"], intent["cap"], where)
-
-
 @dataclass
-class _Real:
-    """What the real journal holds after the start: for lookups and the comparison."""
+class _Answers:
+    """What the real journal answered after the start, for the shadow to be answered alike:
+    receipts by intent hash and by effect, and approvals."""
 
     receipts: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     receipts_by_effect: dict[tuple[Any, ...], collections.deque[dict[str, Any]]] = field(
         default_factory=lambda: collections.defaultdict(collections.deque)
     )
     approvals: dict[bytes, bool] = field(default_factory=dict)
-    effects: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
     effect_of: dict[bytes, tuple[Any, ...]] = field(default_factory=dict)
-    failures: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
-    runs: dict[int, list[Any]] = field(default_factory=dict)
 
 
 class _Run:
@@ -169,16 +151,10 @@ class _Run:
         self.start = start
         self.head = head
         self.kernel: Kernel = world.blank_kernel(first_seq=start)
-        self.real = _Real()
-        self.inputs = 0
-        self.extra = 0
-        self.skipped: collections.Counter[str] = collections.Counter()
-        self.upgrades_failed: list[dict[str, Any]] = []
-        self.reused = 0
-        self.stubbed: list[dict[str, Any]] = []
+        self.answers = _Answers()
+        self.real = Tally()
+        self.counts = Counts()
         self.ticks = 0
-
-    # --- running -------------------------------------------------------------------------------
 
     def replay_prefix(self) -> None:
         for record in self.world.journal.read(0):
@@ -200,8 +176,9 @@ class _Run:
                 if made is None:
                     continue
                 for key_cbor, _from, reason in made[1]["failed"]:
-                    self.upgrades_failed.append(
-                        {"reducer": reducer, "key": self._key(reducer, key_cbor), "reason": reason}
+                    key = key_sugar(kernel, reducer, key_cbor)
+                    self.counts.upgrades_failed.append(
+                        {"reducer": reducer, "key": key, "reason": reason}
                     )
 
     def refeed(self) -> None:
@@ -212,7 +189,7 @@ class _Run:
             if kind == "event.in":
                 body = record.body
                 self.kernel.ingest_many([(body["schema"], body["value"], None, body.get("id"))])
-                self.inputs += 1
+                self.counts.inputs += 1
             elif kind in TICK_KINDS:
                 if self.kernel.tick():
                     self.ticks += 1
@@ -226,13 +203,13 @@ class _Run:
             elif kind not in ("effect.queued", "policy.decision") and not kind.startswith(
                 ("world.", "gov.")
             ):
-                self.skipped[kind] += 1  # inputs of other kinds: cell imports, migrations
+                self.counts.skipped[kind] += 1  # inputs of other kinds: cell imports, migrations
 
     def feed(self, events: Iterable[tuple[str, Any]]) -> None:
         for schema, value in events:
             value_cbor, normalised = self.kernel.normalise_event(schema, value)
             self.kernel.ingest_many([(schema, value_cbor, normalised, None)])
-            self.extra += 1
+            self.counts.extra += 1
 
     def drain(self) -> None:
         """Run until idle, answering queued intents (real receipt, else a stub) and parked
@@ -242,9 +219,9 @@ class _Run:
             while self.ticks < limit and kernel.tick():
                 self.ticks += 1
             decided = [
-                (i.intent_hash, self.real.approvals[i.intent_hash])
+                (i.intent_hash, self.answers.approvals[i.intent_hash])
                 for i in kernel.effects.parked()
-                if i.intent_hash in self.real.approvals
+                if i.intent_hash in self.answers.approvals
             ]
             for intent_hash, approved in decided:
                 self._approve(intent_hash, approved)
@@ -255,15 +232,15 @@ class _Run:
                 self._answer(intent)
 
     def _answer(self, intent: Any) -> None:
-        found = self.real.receipts.get(intent.intent_hash)
+        found = self.answers.receipts.get(intent.intent_hash)
         if found is None:
-            same = self.real.receipts_by_effect.get(_effect_key(intent))
+            same = self.answers.receipts_by_effect.get(effect_key(intent))
             if same:
                 found = {**same.popleft(), "intent_hash": intent.intent_hash}
         if found is not None:
             self._receipt(found)
             return
-        self.stubbed.append(self._effect_line(intent))
+        self.counts.stubbed.append(effect_line(intent))
         self.kernel.ingest_receipt(
             {
                 "intent_hash": intent.intent_hash,
@@ -275,7 +252,7 @@ class _Run:
         )
 
     def _receipt(self, body: dict[str, Any]) -> None:
-        self.reused += 1
+        self.counts.reused += 1
         self.kernel.ingest_receipt(dict(body))
 
     def _approve(self, intent_hash: bytes, approved: bool) -> None:
@@ -290,207 +267,15 @@ class _Run:
             yield record
 
     def _note(self, record: JournalRecord) -> None:
-        """Remember what the comparison and the lookups need from a real record."""
-        real, body = self.real, record.body
+        """Remember what the comparison (``real``) and the answers need from a real record."""
+        self.real.note(record)
+        answers, body = self.answers, record.body
         if record.kind == "receipt":
-            real.receipts[body["intent_hash"]] = body
-            effect = real.effect_of.get(body["intent_hash"])
+            answers.receipts[body["intent_hash"]] = body
+            effect = answers.effect_of.get(body["intent_hash"])
             if effect is not None:
-                real.receipts_by_effect[effect].append(body)
+                answers.receipts_by_effect[effect].append(body)
         elif record.kind == "effect.approval":
-            real.approvals[body["intent_hash"]] = bool(body["approved"])
+            answers.approvals[body["intent_hash"]] = bool(body["approved"])
         elif record.kind == "effect.queued":
-            effect = _effect_key(body)
-            real.effects[effect] += 1
-            real.effect_of[body["intent_hash"]] = effect
-        elif record.kind == "step.failed":
-            real.failures[self._failure(body)] += 1
-        elif record.kind == "plan.started":
-            real.runs[body["run_id"]] = [body["plan"], "running"]
-        elif record.kind == "plan.ended" and body["run_id"] in real.runs:
-            real.runs[body["run_id"]][1] = body["status"]
-        elif record.kind == RUN_CANCELLED and body["run_id"] in real.runs:
-            real.runs[body["run_id"]][1] = "cancelled"
-
-    # --- the report ------------------------------------------------------------------------------
-
-    def report(self) -> dict[str, Any]:
-        shadow_effects: collections.Counter[tuple[Any, ...]] = collections.Counter()
-        shown_effect: dict[tuple[Any, ...], dict[str, Any]] = {}
-        failures: collections.Counter[tuple[Any, ...]] = collections.Counter()
-        runs: dict[int, list[Any]] = {}
-        for record in self.kernel.journal.read(self.start):
-            body = record.body
-            if record.kind == "effect.queued":
-                key = _effect_key(body)
-                shadow_effects[key] += 1
-                shown_effect[key] = self._effect_line(body)
-            elif record.kind == "step.failed":
-                failures[self._failure(body)] += 1
-            elif record.kind == "plan.started":
-                runs[body["run_id"]] = [body["plan"], "running"]
-            elif record.kind == "plan.ended" and body["run_id"] in runs:
-                runs[body["run_id"]][1] = body["status"]
-            elif record.kind == RUN_CANCELLED and body["run_id"] in runs:
-                runs[body["run_id"]][1] = "cancelled"
-        for key in self.real.effects:
-            shown_effect.setdefault(key, _effect_line_of_key(key))
-        run_ids = sorted(set(runs) | set(self.real.runs))
-        runs_differ = [
-            {"run_id": i, "real": self.real.runs.get(i), "shadow": runs.get(i)}
-            for i in run_ids
-            if self.real.runs.get(i) != runs.get(i)
-        ]
-        parked = [self._effect_line(i) for i in self.kernel.effects.parked()]
-        differ, shown = self._cells()
-        return {
-            "proposal": self.found.id,
-            "base": self.found.base,
-            "manifest_hash": self.found.manifest_hash,
-            "from": self.start,
-            "head": self.head,
-            "inputs": self.inputs,
-            "extra_events": self.extra,
-            "skipped": dict(sorted(self.skipped.items())),
-            "cells": {"differ": differ, "shown": shown},
-            "upgrades_failed": self.upgrades_failed[:SHADOW_SHOWN_MAX],
-            "upgrades_failed_count": len(self.upgrades_failed),
-            "steps_failed": {
-                "new": _lines(failures - self.real.failures, _failure_line),
-                "gone": _lines(self.real.failures - failures, _failure_line),
-            },
-            "effects": {
-                "new": [shown_effect[k] for k in (shadow_effects - self.real.effects).elements()][
-                    :SHADOW_SHOWN_MAX
-                ],
-                "gone": [shown_effect[k] for k in (self.real.effects - shadow_effects).elements()][
-                    :SHADOW_SHOWN_MAX
-                ],
-                "reused": self.reused,
-                "stubbed": self.stubbed[:SHADOW_SHOWN_MAX],
-                "stubbed_count": len(self.stubbed),
-                "parked": parked[:SHADOW_SHOWN_MAX],
-            },
-            "runs": {"differ": runs_differ[:SHADOW_SHOWN_MAX], "differ_count": len(runs_differ)},
-        }
-
-    def _cells(self) -> tuple[int, list[dict[str, Any]]]:
-        """Cells whose state differs between the world and the shadow: count, and the first
-        ``SHADOW_SHOWN_MAX`` with both states and the fields that differ."""
-        shadow_kernel, world = self.kernel, self.world
-        differ = 0
-        shown: list[dict[str, Any]] = []
-        for reducer in sorted(shadow_kernel.air.modules):
-            space = shadow_kernel.cell_space(reducer)
-            real_name = world.kernel.eras.current.names.get(space)
-            ours = dict(shadow_kernel.cells.iter_entries(space))
-            theirs = world.read(partial(_entries, world, space))
-            for khash in sorted(set(ours) | set(theirs)):
-                mine, real = ours.get(khash), theirs.get(khash)
-                if mine is not None and real is not None and mine.state_hash == real.state_hash:
-                    continue
-                differ += 1
-                if len(shown) >= SHADOW_SHOWN_MAX:
-                    continue
-                key_cbor = (mine or real).key_cbor  # type: ignore[union-attr]
-                real_state = None
-                if real is not None and real_name is not None:
-                    real_state = self._state(world.kernel, real_name, key_cbor)
-                shadow_state = (
-                    None if mine is None else self._state(shadow_kernel, reducer, key_cbor)
-                )
-                shown.append(
-                    {
-                        "reducer": reducer,
-                        "key": self._key(reducer, key_cbor),
-                        "real": real_state,
-                        "shadow": shadow_state,
-                        "fields": field_diff(real_state, shadow_state),
-                    }
-                )
-        return differ, shown
-
-    def _state(self, kernel: Kernel, reducer: str, key_cbor: bytes) -> Any:
-        keyed = kernel.air.modules[reducer].key_schema is not None
-        found = kernel.cell_of(reducer, key_cbor if keyed else None)
-        if found is None:
-            return None
-        schema, era_air = kernel.state_schema(reducer, found[0].manifest_hash)
-        return to_sugar(Ref(schema), cbor.loads(found[1]), era_air.schemas)
-
-    def _key(self, reducer: str, key_cbor: bytes) -> Any:
-        air = self.kernel.air
-        key_type = air.key_types.get(reducer)
-        if key_type is None:
-            return None
-        return to_sugar(key_type, cbor.loads(key_cbor), air.schemas)
-
-    def _failure(self, body: dict[str, Any]) -> tuple[Any, ...]:
-        return (body["reducer"], body["key"], body["reason"].get("code"))
-
-    def _effect_line(self, intent: Any) -> dict[str, Any]:
-        return _effect_line_of_key(_effect_key(intent))
-
-
-def _entries(world: World, space: str) -> dict[bytes, CellEntry]:
-    return dict(world.store.iter_entries(space))
-
-
-def _effect_line_of_key(key: tuple[Any, ...]) -> dict[str, Any]:
-    kind, params_cbor, cap, where = key
-    return {
-        "kind": kind,
-        "cap": cap,
-        "origin": dict(where),
-        "params": _plain(cbor.loads(params_cbor)),
-    }
-
-
-def _failure_line(key: tuple[Any, ...]) -> dict[str, Any]:
-    reducer, key_cbor, code = key
-    return {
-        "reducer": reducer,
-        "key": None if key_cbor is None else _plain(cbor.loads(key_cbor)),
-        "code": code,
-    }
-
-
-def _lines(counts: collections.Counter[tuple[Any, ...]], line: Any) -> list[dict[str, Any]]:
-    return [line(k) for k in counts.elements()][:SHADOW_SHOWN_MAX]
-
-
-def _plain(value: Any) -> Any:
-    """A decoded CBOR value as JSON can carry it (bytes as hex)."""
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def field_diff(real: Any, shadow: Any, path: str = "") -> list[dict[str, Any]]:
-    """Where two sugar values differ: ``[{path, real, shadow}]`` down to the first level that
-    is not a record on both sides (a JSON pointer per difference)."""
-    if real == shadow:
-        return []
-    if isinstance(real, dict) and isinstance(shadow, dict):
-        out: list[dict[str, Any]] = []
-        for name in sorted(set(real) | set(shadow), key=str):
-            out += field_diff(real.get(name), shadow.get(name), f"{path}/{name}")
-        return out
-    return [{"path": path or "/", "real": real, "shadow": shadow}]
-
-
-def _summary(report: dict[str, Any]) -> dict[str, int]:
-    return {
-        "inputs": report["inputs"],
-        "cells_differ": report["cells"]["differ"],
-        "upgrades_failed": report["upgrades_failed_count"],
-        "steps_failed_new": len(report["steps_failed"]["new"]),
-        "effects_new": len(report["effects"]["new"]),
-        "effects_gone": len(report["effects"]["gone"]),
-        "effects_stubbed": report["effects"]["stubbed_count"],
-        "runs_differ": report["runs"]["differ_count"],
-    }
+            answers.effect_of[body["intent_hash"]] = effect_key(body)

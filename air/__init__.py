@@ -14,9 +14,9 @@ JSON forms), ``values`` (normalise, check, sugar), ``expr`` (the Expr language).
 exports the rest of the supported API: loading (``load_air`` and what it takes and gives) and
 the compiled value checkers, and what one AIR changes against another (``diff_air``).
 
-Private parts: ``_loader`` (the loading pipeline), ``_loaded`` (what it produces), ``_diff`` (the
-diff of two AIRs), ``_model``
-(pydantic shapes), ``_validate``, ``_ctx`` and ``_plan_checks`` (semantic validation),
+Private parts: ``_loader`` (the loading pipeline), ``_builtins`` (which built-in defs enter a
+world), ``_loaded`` (what it produces), ``_diff`` (the diff of two AIRs), ``_model`` (pydantic
+shapes), ``_validate``, ``_ctx`` and ``_plan_checks`` (semantic validation),
 ``_plan_types`` and ``_plan_old_shapes`` (plan typing, earlier step shapes), ``_canonical``
 (canonical forms and hashes), ``_diagnostics`` (the codes), ``_scalars`` and ``_checkers``
 (primitive values, compiled checks), ``_expr_eval`` (the evaluator).

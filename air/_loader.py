@@ -16,18 +16,12 @@ Choices:
 - The world is every def in the AIR plus the built-in ``sys/`` defs. The manifest's def lists
   may name defs (optionally with a ``hash`` that must match); the loader fills in every def and
   its hash, so the canonical manifest lists them all, sorted by name.
-- Built-ins come in two catalogues. ``sys.air.json`` (the caller's built-in sources): every def
-  of it is in every world. The *on-demand* one (``air.sys.ondemand``, which the loader adds
-  itself): a def of it enters the world only when the AIR refers to it, so a def added there
-  changes no existing world's manifest hash. The rule: an on-demand def enters when some string
-  value anywhere in the AIR's documents (a type's ref, a manifest list, a plan's ``input``,
-  ...) is its name, or, for a ``defeffect``, its ``effect_kind`` (a plan's ``emit_effect``, a
-  reducer's ``effects_emitted``, a policy rule's ``effect_kind``); and then, transitively, every
-  on-demand def the entered ones name. A def of the author's that provides the same effect kind
-  under another name keeps the kind to itself (the on-demand effect does not enter by kind).
-  Every string counts, a text literal equal to the name too: the def then enters and nothing
-  else changes. An author's identical definition of an on-demand def is accepted as the
-  built-in, as for the others (``_same_as_builtin``); a different one is a duplicate.
+- Built-ins come in two catalogues: ``sys.air.json`` (the caller's built-in sources, every def
+  in every world) and the *on-demand* one (``air.sys.ondemand``, which the loader adds itself:
+  a def enters only when the AIR refers to it). Which on-demand defs enter, and when an
+  author's definition is the built-in one, are ``air._builtins``'s rules (an idea of their own:
+  what a world's built-ins are, not how AIR is read); the loader parses both catalogues, puts
+  the built-ins first, and reports a built-in defined differently as a duplicate.
 - ``defsecret`` (AgentOS's secrets): ``name`` is ``alias@version`` (a def name: the alias is
   ``namespace/name``, the version >= 1), ``binding_id`` names where this machine finds the
   value (``<world>/local.json``, never the AIR), ``expected_digest`` (optional, ``sha256:<hex>``
@@ -55,6 +49,7 @@ import pydantic
 from air import _canonical as canonical
 from air import _validate as validate
 from air import jsontext
+from air._builtins import ondemand_wanted, same_as_builtin
 from air._diagnostics import Diagnostics, escape_pointer
 from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm, is_cap_type_text
 from air._model import (
@@ -69,21 +64,13 @@ from air._model import (
     RaiseEvent,
 )
 from air._plan_old_shapes import old_step_shapes
-from air.errors import CborError, JsonError, ValueMismatch
+from air.errors import JsonError, ValueMismatch
 from air.sys.ondemand import ONDEMAND_FILE, ONDEMAND_TEXT
 from air.types import (
-    ListT,
-    MapT,
-    OptionT,
-    Record,
-    Ref,
-    SetT,
     TypeNode,
-    Variant,
     def_name_problem,
     parse_type,
     type_refs,
-    type_to_obj,
 )
 
 __all__ = ["load_air"]
@@ -152,50 +139,11 @@ def _shapes(
     return located, unparsed
 
 
-def _strings(obj: Any, out: set[str]) -> None:
-    """Add every string value inside ``obj`` (not the keys) to ``out``; iterative."""
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            out.add(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
 def _ondemand(docs: list[tuple[AirSource, str, Any]], diags: Diagnostics) -> list[Located]:
-    """The on-demand built-ins the AIR refers to, with those they refer to (module docstring)."""
+    """The on-demand built-ins the AIR refers to, with those they refer to (``air._builtins``)."""
     catalogue_docs = _parse_documents([AirSource(ONDEMAND_FILE, ONDEMAND_TEXT, True)], diags)
     catalogue, _unparsed = _shapes(catalogue_docs, diags)
-    by_name = {loc.model.name: loc for loc in catalogue}
-    mentioned: set[str] = set()
-    taken_kinds: set[str] = set()
-    for _source, _pointer, obj in docs:
-        _strings(obj, mentioned)
-        if isinstance(obj, dict) and obj.get("$kind") == "defeffect":
-            builtin = by_name.get(str(obj.get("name")))
-            if builtin is None or not isinstance(builtin.model, DefEffect):
-                taken_kinds.add(str(obj.get("effect_kind")))
-    wanted = {
-        name
-        for name, loc in by_name.items()
-        if name in mentioned
-        or (
-            isinstance(loc.model, DefEffect)
-            and loc.model.effect_kind in mentioned
-            and loc.model.effect_kind not in taken_kinds
-        )
-    }
-    todo = sorted(wanted)
-    while todo:
-        names: set[str] = set()
-        _strings(by_name[todo.pop()].raw, names)
-        for name in sorted(names & by_name.keys() - wanted):
-            wanted.add(name)
-            todo.append(name)
-    return [loc for loc in catalogue if loc.model.name in wanted]
+    return ondemand_wanted(docs, catalogue)
 
 
 def _register(
@@ -214,7 +162,7 @@ def _register(
         if previous is None:
             defs[name] = loc
         elif previous.builtin:
-            if not _same_as_builtin(loc, previous, defs):
+            if not same_as_builtin(loc, previous, defs):
                 diags.add(
                     loc.file,
                     f"{loc.pointer}/name",
@@ -233,56 +181,6 @@ def _register(
                 f"{name} is already defined at {where}",
             )
     return defs, manifests
-
-
-def _same_as_builtin(loc: Located, builtin: Located, defs: dict[str, Located]) -> bool:
-    """Whether ``loc`` defines what the built-in def ``builtin`` does: the same canonical form
-    once every ref to a built-in schema in their types is replaced by that schema's type (so
-    AgentOS's ``sys/timer@1`` with ``"schema": {"record": {}}`` is ours, whose schema is the
-    built-in ``sys/EmptyCap@1``, a ``{"record": {}}``). Anything that does not parse is not
-    the same (its own diagnostics say why)."""
-    if type(loc.model) is not type(builtin.model):
-        return False
-    try:
-        mine, theirs = (_expanded(canonical.def_canonical(d.model), defs) for d in (loc, builtin))
-    except (ValueMismatch, CborError, RecursionError):
-        return False
-    return mine == theirs
-
-
-_TYPE_FIELDS = {"defschema": ("type",), "defcap": ("schema",)}
-"""The fields holding a type in the canonical forms of the defs a built-in may be."""
-
-
-def _expanded(form: dict[str, Any], defs: dict[str, Located]) -> dict[str, Any]:
-    out = dict(form)
-    for field_name in _TYPE_FIELDS.get(str(form.get("$kind")), ()):
-        out[field_name] = type_to_obj(_expand(parse_type(form[field_name]), defs, 0))
-    return out
-
-
-def _expand(node: TypeNode, defs: dict[str, Located], depth: int) -> TypeNode:
-    """``node`` with each ref to a built-in schema replaced by its type (built-ins have no
-    cycles; ``depth`` guards anyway)."""
-    if depth > 64:
-        raise ValueMismatch("", "type.invalid", "built-in schemas nested too deep")
-    if isinstance(node, Ref):
-        target = defs.get(node.name)
-        if target is None or not target.builtin or not isinstance(target.model, DefSchema):
-            return node
-        return _expand(parse_type(target.model.type), defs, depth + 1)
-    if isinstance(node, Record | Variant):
-        parts = tuple((k, _expand(v, defs, depth + 1)) for k, v in _parts(node))
-        return Record(parts) if isinstance(node, Record) else Variant(parts)
-    if isinstance(node, ListT | SetT | OptionT):
-        return type(node)(_expand(node.item, defs, depth + 1))
-    if isinstance(node, MapT):
-        return MapT(_expand(node.key, defs, depth + 1), _expand(node.value, defs, depth + 1))
-    return node
-
-
-def _parts(node: Record | Variant) -> tuple[tuple[str, TypeNode], ...]:
-    return node.fields if isinstance(node, Record) else node.cases
 
 
 def _bad_name(name: str, file: str, pointer: str, diags: Diagnostics) -> bool:

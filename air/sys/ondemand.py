@@ -2,7 +2,7 @@
 
 The defs of ``sys.air.json`` are in every world. These are not: one enters a world's AIR (and so
 its manifest and its hash) only when that AIR refers to it, directly or through another
-on-demand def it pulled in (``air._loader``'s docstring has the rule). So adding a def here
+on-demand def it pulled in (``air._builtins``'s docstring has the rule). So adding a def here
 changes no existing world's manifest hash, which adding one to ``sys.air.json`` would.
 
 Python text rather than a ``.air.json`` file beside ``sys.air.json``: ``air/`` reads no files

@@ -242,13 +242,6 @@ class Kernel:
         """Whether memory equals the journal's records (``kernel._recorder`` says when not)."""
         return self.recorder.consistent
 
-    @consistent.setter
-    def consistent(self, value: bool) -> None:
-        # Kept only while callers outside still bracket their inputs themselves (world._world,
-        # world.gov, and tests that close a world without a checkpoint): every ``ingest_*``
-        # brackets itself now, so such a bracket is redundant. To go once they are moved.
-        self.recorder.consistent = value
-
     @contextmanager
     def _journaling(self) -> Iterator[None]:
         """Bracket an input's append and apply: ``consistent`` is False in between, and stays

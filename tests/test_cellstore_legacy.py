@@ -169,7 +169,7 @@ def test_an_old_world_opens_replays_and_is_converted_by_its_next_checkpoint(
         world.run_until_idle()
         world.snapshot()
         world.send_many([(EVENT, add("k1", 100))])  # journaled after the checkpoint: replayed
-        world.kernel.consistent = False  # close without a checkpoint, as after a crash
+        world.stale = "a test: close without a checkpoint, as after a crash"  # a stale world closes without a checkpoint
     _as_format_1(w)
     with World.open(w, readonly=True) as reader:
         assert reader.store.format == 1  # type: ignore[attr-defined]

@@ -594,16 +594,12 @@ class World:
         """Journal a batch of inputs by ``ingest()`` and commit it atomically; a failure after
         something was appended makes the handle stale (memory is behind the journal)."""
         before = self.journal.seq_next
-        self.kernel.consistent = False
         try:
-            done = ingest()
+            done = ingest()  # the kernel keeps its ``consistent`` flag itself
         except BaseException as exc:
             if self.journal.seq_next != before:  # appended, not routed: memory is behind
                 self.stale = f"a batch failed after it was journaled: {type(exc).__name__}"
-                raise
-            self.kernel.consistent = True  # nothing appended (a record too large, say)
             raise
-        self.kernel.consistent = True
         self.commit(atomic=True)
         return done
 

@@ -73,15 +73,7 @@ def upgrade_cells(
         todo = [world.key_cbor(reducer, key) for key in keys]
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
-        height = world.journal.seq_next
-        kernel.consistent = False
-        try:
-            made = kernel.ingest_cell_upgrade(reducer, chunk)
-        except BaseException:
-            # An error before the append changed nothing; after it, memory is not trusted.
-            kernel.consistent = world.journal.seq_next == height
-            raise
-        kernel.consistent = True
+        made = kernel.ingest_cell_upgrade(reducer, chunk)  # it keeps ``consistent`` itself
         world.commit(atomic=True)
         if made is not None:
             seq, body = made

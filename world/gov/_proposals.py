@@ -118,13 +118,7 @@ def propose(
 
 def journal_gov(world: World, record: tuple[str, str, dict[str, Any]]) -> int:
     """Journal one governance record through the kernel and commit it, alone; its seq."""
-    world.kernel.consistent = False
-    try:
-        (seq,) = world.kernel.ingest_gov([record])
-    except BaseException:
-        world.kernel.consistent = True
-        raise
-    world.kernel.consistent = True
+    (seq,) = world.kernel.ingest_gov([record])
     world.commit(atomic=True)
     return seq
 

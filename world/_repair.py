@@ -17,13 +17,15 @@ corruption (repair comes first), and never fixed: a bad one makes the world not 
 no reason to repair (``needs_repair``), as cutting the journal cannot make it good. What a
 receipt answers (a queued intent) is replay's check (``world.history``), not this one's.
 
-And the world's own files that the journal does not rebuild: ``check_world`` reads
-``air/sources.json`` and reads back from the CAS every object the world needs to open, the
-wasm of each module and every AIR node (the manifest and each definition), each verified
-against its address. One that is missing, altered, or not a file is an ``ObjectProblem``
-(its address, file, what it is, and why) and makes the world not ``ok``; an AIR that cannot be
-read at all is ``air_problem``. Like a bad signature these are no reason to repair: cutting the
-journal cannot bring them back (a copy of the world, or ``world init`` again, can).
+And the world's own files that the journal does not rebuild: ``check_world`` reads back from
+the CAS every object the world needs to open (``world._object_check``: reading objects back is
+an idea of its own, beside the journal's). One that is missing, altered, or not a file is an
+``ObjectProblem`` and makes the world not ``ok``; an AIR that cannot be read at all is
+``air_problem``. Like a bad signature these are no reason to repair: cutting the journal cannot
+bring them back (a copy of the world, or ``world init`` again, can).
+
+Checking and repairing stay one module: a repair is a check, restores and a cut, then a check
+again, and both are what one command runs.
 
 The verify cache (``check_world(cache=True)``, which ``world journal verify`` asks for): the
 sealed segments a verify found good, with their seal's digest and their file's stamp, in
@@ -50,19 +52,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from air import AirSource, cbor, load_air
+from air import cbor
 from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import JournalCorrupt, JournalProblem, ObjectMissing
 from world import journal as file_journal
 from world._archive import archived_segment
 from world._cas import FileCas
-from world._directory import check_directory, discard_store, modules_using, read_sources
+from world._directory import check_directory, discard_store
 from world._fsutil import lock_world
+from world._object_check import ObjectProblem, check_objects
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
 from world.errors import NotAWorld, StorageError, StoreDamaged
@@ -80,10 +82,8 @@ from world.journal import (
 
 __all__ = [
     "VERIFIED_CACHE",
-    "ObjectProblem",
     "WorldCheck",
     "WorldRepair",
-    "check_objects",
     "check_world",
     "checkpoint_seq_next",
     "repair_world",
@@ -92,39 +92,6 @@ __all__ = [
 
 VERIFIED_CACHE: Final = Path("cache") / "verified.json"
 """In the world folder: the sealed segments ``journal verify`` checked (``world.journal._verified``)."""
-
-
-@dataclass(frozen=True)
-class ObjectProblem:
-    """A CAS object the world needs (``what``: the wasm of a module, an AIR node) that is not
-    there whole: ``reason`` is ``missing``, ``altered`` (its bytes hash to something else) or
-    why it cannot be read (not a file, too large)."""
-
-    address: str
-    path: str
-    what: str
-    reason: str
-
-    def describe(self) -> str:
-        return f"{self.what} ({self.address}) at {self.path}: {self.reason}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "address": self.address,
-            "path": self.path,
-            "what": self.what,
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True)
-class _Objects:
-    """What ``check_objects`` found: how many objects it read, the problems, and why the AIR
-    could not be read at all (None: it could)."""
-
-    checked: int = 0
-    problems: tuple[ObjectProblem, ...] = ()
-    air_problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -311,66 +278,6 @@ def _cache_context(path: Path) -> str | None:
     except WorldError:
         return None
     return "no key" if key is None else f"receipt key {key.key_id.hex()}"
-
-
-def check_objects(path: Path) -> _Objects:
-    """Read back every CAS object the world at ``path`` needs to open: each module's wasm,
-    then (if every wasm is whole, so that the AIR loads) the manifest and every definition
-    node. Writes nothing."""
-    try:
-        sources, wasm_map = read_sources(path / "air" / "sources.json")
-    except StoreDamaged as damage:
-        return _Objects(air_problem=f"{damage.path}: {damage.reason}")
-    cas = FileCas(path, readonly=True)
-    found: dict[str, bytes] = {}
-    problems = []
-    for wasm, address in sorted(wasm_map.items()):
-        what = f"the wasm of module {modules_using(sources, wasm)}"
-        data, problem = _read_object(cas, address, what)
-        if data is not None:
-            found[wasm] = data
-        if problem is not None:
-            problems.append(problem)
-    if problems:
-        return _Objects(len(wasm_map), tuple(problems))
-    nodes = _air_nodes(sources, found.get)
-    if isinstance(nodes, str):
-        return _Objects(len(wasm_map), (), nodes)
-    for what, data in nodes:
-        _data, problem = _read_object(cas, cbor.content_hash(data), what)
-        if problem is not None:
-            problems.append(problem)
-    return _Objects(len(wasm_map) + len(nodes), tuple(problems))
-
-
-def _air_nodes(
-    sources: list[AirSource], read_wasm: Callable[[str], bytes | None]
-) -> list[tuple[str, bytes]] | str:
-    """Each AIR node the world stored in its CAS (what it is, its bytes), or why the AIR does
-    not load."""
-    try:
-        air = load_air(sources, read_wasm)
-    except WorldError as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    nodes = [("the manifest", air.manifest_cbor)]
-    nodes.extend((f"the AIR node {name}", data) for name, data in sorted(air.def_cbor.items()))
-    return nodes
-
-
-def _read_object(
-    cas: FileCas, address: str, what: str
-) -> tuple[bytes | None, ObjectProblem | None]:
-    """The object at ``address``, or what is wrong with it."""
-    path = str(cas.path_of(address))
-    try:
-        return cas.get(address), None
-    except ObjectMissing:
-        reason = "missing"
-    except HashMismatch as exc:
-        reason = f"altered: its content hash is {exc.actual}"
-    except (StoreDamaged, StorageError) as exc:
-        reason = exc.reason if isinstance(exc, StoreDamaged) else f"unreadable: {exc.detail}"
-    return None, ObjectProblem(address, path, what, reason)
 
 
 def _with_genesis(report: VerifyReport) -> VerifyReport:

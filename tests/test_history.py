@@ -1,4 +1,4 @@
-"""The cell history index (``world._history_index``): time travel reads one cell's records, not the
+"""The cell history index (``world.history.index``): time travel reads one cell's records, not the
 journal, and a missing, damaged, foreign or behind index never changes an answer."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from kernel.cells import MemoryCellStore
 from kernel.journal import JournalRecord, MemoryJournal
 from world import World
 from world import _fileio as fileio
-from world import _history_index as history
 from world._runner import HostRunner
 from world.history import _timetravel as timetravel
+from world.history import index as history
 from world.journal import FileJournal
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add

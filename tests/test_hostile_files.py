@@ -41,7 +41,6 @@ from world._airfiles import (
 from world._cas import OBJECT_BYTES_MAX, FileCas
 from world._engine import Engine
 from world._fileio import open_regular, read_regular
-from world._history_index import RANGES_BYTES_MAX, read_cell
 from world._modcache import ENTRY_BYTES_MAX, FileModuleCache
 from world._repair import check_world
 from world._runner import FAST_ADDRESS_SPACE_MIN, backend_for_limit
@@ -57,6 +56,7 @@ from world.errors import (
     StoreDamaged,
 )
 from world.history import fork_world
+from world.history.index import RANGES_BYTES_MAX, read_cell
 from world.moves import CELL_FILE_BYTES_MAX, export_all, export_cell, read_cell_file
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add

@@ -97,7 +97,6 @@ from world._directory import (
     swapped_in,
 )
 from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
-from world._history_index import HistoryWriter
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
 from world._runner import HostRunner
@@ -113,6 +112,7 @@ from world.errors import (
     WorldStale,
     storage_errors,
 )
+from world.history.index import HistoryWriter
 from world.journal import FileJournal
 
 __all__ = [
@@ -553,7 +553,7 @@ class World:
         return seq_next
 
     def _flush_history(self) -> None:
-        """Bring the cell history index (``world._history_index``) up to the journal; derived data, so
+        """Bring the cell history index (``world.history.index``) up to the journal; derived data, so
         a failure is a notice and the index stops for this session."""
         if self._history is not None and self.kernel.consistent:
             notice = self._history.flush_quietly(self.kernel, self.store)

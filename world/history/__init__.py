@@ -11,11 +11,15 @@ Invariants:
 - Replay never calls an adapter: it reuses the journaled receipts, and reports the first
   record that re-executed differently.
 
-Parts: ``_timetravel`` (a cell at a past position, a cell's history), ``_fork`` (a fork at a
-past position), ``_replay`` (``verify_world``: replay from genesis with every check;
+Parts: ``index`` (the cell history index: each cell's records, and now and then its state),
+``_timetravel`` (a cell at a past position, a cell's history), ``_fork`` (a fork at a past
+position), ``_replay`` (``verify_world``: replay from genesis with every check;
 ``rebuild_world``), ``_why`` (why a cell holds its state: the chain of causes back from the
-record that wrote it). The history index itself is kept by the writer as it commits, so it lives
-below ``World``, in ``world._history_index``; time travel reads the past through it.
+record that wrote it). Time travel reads the past through the index; the writer keeps it as it
+commits (``World`` holds its ``HistoryWriter``). So ``index`` is the one part ``World`` imports,
+and the one public by name: importing it through this face would go round (the face names
+``_timetravel``, which reads a ``World``), and a private part may not be imported from outside
+its package (``tests/test_faces.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ source) and runs the reducer only for the cell's own steps.
 
 Beside a live writer. Once the world is open (``World.open`` itself survives a checkpoint the
 writer makes meanwhile), time travel reads the journal, which the writer only appends to, and
-the history index, which it checks (``world._history_index``: an index behind, ahead of or
+the history index, which it checks (``world.history.index``: an index behind, ahead of or
 torn by the writer is ignored where it does not describe this journal): never the cell store,
 whose checkpoint the writer replaces and collects. So a writer's checkpoints cannot stop it,
 and ``CellHistory.read`` with the next ``from_seq`` goes on where it was, each record once.
@@ -45,9 +45,9 @@ from kernel import OWED_KINDS, abi
 from kernel.cells import key_hash
 from kernel.journal import JournalRecord
 from kernel.subjects import cell_subject
-from world._history_index import CellRecords, cell_id, genesis_digest, read_cell
 from world._world import World
 from world.errors import SeqPastEnd
+from world.history.index import CellRecords, cell_id, genesis_digest, read_cell
 from world.journal import FileJournal
 
 __all__ = [
@@ -78,7 +78,7 @@ class CellKey:
 
     @property
     def cell_id(self) -> str:
-        """The cell's id in the history index (``world._history_index.cell_id``)."""
+        """The cell's id in the history index (``world.history.index.cell_id``)."""
         return cell_id(cell_subject(self.reducer, key_hash(self.key_cbor)))
 
 
@@ -191,7 +191,7 @@ def _cell_steps_at(world: World, where: CellKey, seq: int) -> tuple[bytes | None
 
 def _indexed(world: World, where: CellKey, seq: int) -> CellRecords | None:
     """What the history index holds of the cell up to ``seq``; None where it does not describe
-    this journal (``world._history_index.read_cell``)."""
+    this journal (``world.history.index.read_cell``)."""
     genesis = _read_one(world.journal, 0)
     if genesis is None:
         return None
@@ -203,7 +203,7 @@ def _cell_records(
     world: World, where: CellKey, seq: int
 ) -> tuple[bytes | None, list[JournalRecord]]:
     """A proven state of the cell to start from (None: the cell's beginning) and the cell's own
-    records after it, up to ``seq``: from the history index (``world._history_index``) where it
+    records after it, up to ``seq``: from the history index (``world.history.index``) where it
     covers the journal, else by reading the journal."""
     journal = world.journal
     found = _indexed(world, where, seq)

@@ -6,13 +6,15 @@ drive ``app`` through ``typer.testing.CliRunner`` (``cli.main.app`` is this same
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import signal
 import sys
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 from typer.core import TyperGroup
@@ -52,7 +54,24 @@ INTERRUPTED_LINE = "interrupted; nothing acknowledged was lost"
 command that changes one defers the signal to a boundary (``cli.common.signals_deferred``)."""
 
 
-class _OneLineErrors(TyperGroup):
+class _Group(TyperGroup):
+    """Every group of ``world`` (the root and each sub-group, ``_settle_help``): its commands are
+    listed by their whole first sentence, where click cut the summary to what fits beside the
+    name with ``...`` (``Validate a world's AIR and print its diagnostics or a...``); the
+    formatter wraps it under itself instead."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=sys.maxsize)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class _OneLineErrors(_Group):
     """Click's usage errors (an unknown option, an int it cannot parse) become one line on
     stderr and exit 1, like every other error of this CLI (SPEC §8), instead of a usage box
     and exit 2. Help (``world`` alone, ``--help``) is unchanged. Click's exception classes are
@@ -116,8 +135,20 @@ def _interrupt_said() -> Iterator[None]:
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 """``-h`` is ``--help`` everywhere: click passes ``help_option_names`` down from the root's
-context to every sub-command's, and ``run`` gives them to each sub-typer too
-(``_give_help_options``), whatever context settings it was made with."""
+context to every sub-command's, and ``_settle_help`` gives them to each sub-typer too,
+whatever context settings it was made with."""
+
+HELP_MARKUP: Final = None
+"""How every ``--help`` is rendered: ``None`` is click's plain formatter (typer passes the root's
+mode down to every group and command). It re-flows each paragraph of a docstring to the
+terminal's width (blank lines part paragraphs; a paragraph opened by a line holding only
+``\\b`` is kept as written, for a list or an example), and a flag shows no type: ``--full  Read
+every segment``. Rejected: typer's rich help (``"rich"``, its default). It keeps a docstring's
+hard line breaks in every paragraph after the first (typer 0.29), so a sentence broke wherever
+the source's line did; it prints ``<bool>`` beside every flag; and it imports markdown-it,
+pygments and rich's traceback for every ``world --help`` (``typer.rich_utils``, ~55 ms on
+this project's 2-core machine). ``"markdown"`` re-flows but imports the same and reads a
+docstring's ``*`` and ``_`` as emphasis."""
 
 app = typer.Typer(
     cls=_OneLineErrors,
@@ -127,6 +158,7 @@ app = typer.Typer(
     add_completion=True,  # --install-completion, --show-completion
     pretty_exceptions_enable=False,
     context_settings=CONTEXT_SETTINGS,
+    rich_markup_mode=HELP_MARKUP,
 )
 app.command("validate")(validate.validate)
 app.command("init")(examples.init)  # core.init, plus --example NAME
@@ -156,15 +188,20 @@ app.command("ui")(__import__("cli.ui", fromlist=["ui"]).ui)
 app.add_typer(__import__("cli.cluster", fromlist=["app"]).app, name="cluster")
 
 
-def _give_help_options(typer_app: typer.Typer) -> None:
-    """``-h`` for ``typer_app``'s groups and commands, and theirs, however they were made."""
+def _settle_help(typer_app: typer.Typer) -> None:
+    """``-h`` and the whole-sentence command lists (``_Group``) for ``typer_app``'s groups, and
+    theirs, however they were made."""
     for info in typer_app.registered_groups:
         if info.typer_instance is not None:
             info.typer_instance.info.context_settings = {
                 **(info.typer_instance.info.context_settings or {}),
                 **CONTEXT_SETTINGS,
             }
-            _give_help_options(info.typer_instance)
+            info.cls = _Group
+            _settle_help(info.typer_instance)
+
+
+_settle_help(app)
 
 
 def _print_version(value: bool) -> None:
@@ -231,6 +268,33 @@ def _command_name(info: Any) -> str:
     return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
+def _annotations_evaluated(typer_app: typer.Typer) -> None:
+    """The annotations of ``typer_app``'s command and group functions, evaluated once and kept
+    as values. The command modules write them as strings (``from __future__ import
+    annotations``), and typer evaluates every string four times as it builds a command (in a
+    signature with ``eval_str`` and in ``get_type_hints``, each twice per command): building the
+    whole tree for ``world --help`` took ~50 ms so, ~15 ms from values (+6-9 ms here). What
+    typer reads is the same: ``get_type_hints`` with ``include_extras`` is what
+    the strings evaluate to, ``Annotated[..., typer.Option(...)]`` kept whole. A wrapped
+    command (``cli.common.answers``) gets them on its wrapper and on the function itself, as
+    ``inspect.signature`` reads the one and ``get_type_hints`` the other."""
+    for callback in _callbacks(typer_app):
+        evaluated = typing.get_type_hints(callback, include_extras=True)
+        callback.__annotations__ = inspect.unwrap(callback).__annotations__ = evaluated
+
+
+def _callbacks(typer_app: typer.Typer) -> Iterator[Callable[..., Any]]:
+    for command in typer_app.registered_commands:
+        if command.callback is not None:
+            yield command.callback
+    for info in (typer_app.registered_callback, typer_app.info):
+        if info is not None and callable(info.callback):
+            yield info.callback
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            yield from _callbacks(group.typer_instance)
+
+
 SigintHandler = Callable[[int, FrameType | None], Any] | int | None
 
 
@@ -243,8 +307,10 @@ def run(sigint_handler: SigintHandler = None) -> None:
     try:
         if sigint_handler is not None:
             signal.signal(signal.SIGINT, sigint_handler)
-        _give_help_options(app)  # sub-typers added since this module was loaded too
-        app_for(sys.argv)()
+        _settle_help(app)  # sub-typers added since this module was loaded too
+        chosen = app_for(sys.argv)
+        _annotations_evaluated(chosen)
+        chosen()
     except KeyboardInterrupt:
         err_console.print(INTERRUPTED_LINE)
         sys.exit(EXIT_INTERRUPTED)

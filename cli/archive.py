@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Final
 
 import typer
-from rich.markup import escape
 
 from cli.common import console, emit_json, err_console, fail, handle_errors
 
@@ -78,6 +77,8 @@ def archive(
 
 
 def _say(text: str) -> None:
+    from rich.markup import escape
+
     err_console.print(f"[yellow]notice:[/yellow] {escape(text)}", soft_wrap=True)
 
 

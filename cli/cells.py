@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cli.common import answers, console, emit_json, fail, handle_errors
 from cli.core import asking, parse_key_arg
@@ -75,6 +74,8 @@ def ls(
     if json_output:
         emit_json(out)
         return
+    from rich.table import Table
+
     shown = f"{len(cells)} of {total} cell(s)" + ("" if after is None else f" after {after}")
     table = Table(title=f"{reducer}: {shown}")
     for column in ("key", "state hash", "size", "last active", "era"):

@@ -16,13 +16,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Final, NoReturn, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
 import typer
-from rich.console import Console, ConsoleDimensions
-from rich.markup import escape
 
 from air.errors import ManifestError, WorldError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -52,31 +53,60 @@ PIPED_WIDTH: Final = 1_000_000
 script reads is wrapped (a hash split over two lines), whatever width a terminal beside it has."""
 
 
-class _Console(Console):
+def _console(**settings: Any) -> Console:
     """A rich console that wraps only on a terminal: written to a pipe or a file, its lines
     are as long as they are (whatever ``COLUMNS`` says), and ``quiet`` (``world --quiet``)
     silences it."""
+    from rich.console import Console, ConsoleDimensions
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if kwargs.get("width") is None:
-            self._width = None  # not COLUMNS's, fixed at start: ``size`` reads it if a terminal
+    class _Console(Console):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            if kwargs.get("width") is None:
+                self._width = None  # not COLUMNS's, fixed at start: ``size`` reads it if a terminal
 
-    @property
-    def size(self) -> ConsoleDimensions:
-        found = super().size
-        if self._width is None and not self.is_terminal:
-            return ConsoleDimensions(PIPED_WIDTH, found.height)
-        return found
+        @property
+        def size(self) -> ConsoleDimensions:
+            found = super().size
+            if self._width is None and not self.is_terminal:
+                return ConsoleDimensions(PIPED_WIDTH, found.height)
+            return found
 
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        self._width, self._height = new_size
+        @size.setter
+        def size(self, new_size: tuple[int, int]) -> None:
+            self._width, self._height = new_size
+
+    return _Console(**settings)
 
 
-console = _Console(highlight=False)
+class _MadeOnFirstUse:
+    """Stands for a console (``_console(**settings)``) that is made the first time anything of it
+    is read or set. Importing rich's console costs ~30 ms, and ``world --help``, which prints
+    through click, never needs it; every command that prints does, through this same object.
+    Rejected: ``console`` as a module ``__getattr__`` of this module (every command module
+    imports it by name at its top, which would make it at once)."""
+
+    def __init__(self, **settings: Any) -> None:
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_made", None)
+
+    def _get(self) -> Console:
+        made: Console | None = object.__getattribute__(self, "_made")
+        if made is None:
+            made = _console(**object.__getattribute__(self, "_settings"))
+            object.__setattr__(self, "_made", made)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._get(), name, value)
+
+
+console = cast("Console", _MadeOnFirstUse(highlight=False))
 """Informational output on stdout (what ``--quiet`` silences; never JSON, never errors)."""
-err_console = _Console(stderr=True, highlight=False)
+err_console = cast("Console", _MadeOnFirstUse(stderr=True, highlight=False))
 """Errors and notices on stderr (never silenced)."""
 
 
@@ -135,6 +165,8 @@ def report_error(message: str, code: str = "usage") -> None:
     if _json_answers:
         emit_json({"ok": False, "error": "UsageError", "code": code, "detail": message})
     else:
+        from rich.markup import escape
+
         err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
 
 

@@ -1,8 +1,8 @@
 """The ``world`` console entry point (``[project.scripts]``) and ``python -m cli``'s: ``main``.
 
-Start-up and Ctrl-C. Loading the app (``cli.app``) imports typer, rich and click, ~0.1-0.2 s of
-imports; a SIGINT in them used to raise ``KeyboardInterrupt`` in the middle of one and print a
-20-line traceback. So this module imports only the standard library, and ``main`` puts a SIGINT
+Start-up and Ctrl-C. Loading the app (``cli.app``) imports typer and click (rich comes when a
+command first prints), ~0.05-0.1 s of imports; a SIGINT in them used to raise
+``KeyboardInterrupt`` in the middle of one and print a 20-line traceback. So this module imports only the standard library, and ``main`` puts a SIGINT
 handler in place before it loads the app that writes one line (``interrupted``) and exits 130
 at once: nothing has been read or written yet, so there is nothing to finish. ``cli.app.run``
 puts the usual handler back inside its ``try``, so from that instant a Ctrl-C is the app's to
@@ -67,7 +67,7 @@ def main() -> None:
 
 def _interrupted_at_start_up(signum: int, frame: FrameType | None) -> None:
     os.write(2, b"interrupted\n")
-    os._exit(130)  # cli.common.EXIT_INTERRUPTED, not imported: it would bring rich with it
+    os._exit(130)  # cli.common.EXIT_INTERRUPTED, not imported: it would bring typer with it
 
 
 def __getattr__(name: str) -> Any:

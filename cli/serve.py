@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
-from rich.markup import escape
 
 from cli.archive import ArchiveOpt, VerifyEveryOpt, background
 from cli.common import console, emit_json, err_console, fail, handle_errors
@@ -107,6 +106,8 @@ def serve(
     if detach:
         _detach(directory, archive_to, verify_every, json_output, effects, http_args)
         return
+    from rich.markup import escape
+
     from world.serve import serve as serve_world  # lazy: keeps the other commands quick
     from world.serve import served, socket_path
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from air.errors import Diagnostic, ManifestError
 from cli.common import console, emit_json, err_console, handle_errors
@@ -49,6 +48,8 @@ def diagnostics_answer(exc: ManifestError) -> dict[str, Any]:
 
 
 def _print_diagnostics(items: list[Diagnostic]) -> None:
+    from rich.markup import escape
+
     for d in items:
         colour = "red" if d.severity == "error" else "yellow"
         err_console.print(

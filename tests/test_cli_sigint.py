@@ -57,7 +57,7 @@ def _child(entry: str, trigger: str, *args: str) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.parametrize("entry", ["main", "module"])
-@pytest.mark.parametrize("trigger", ["typer", "rich.console", "cli.validate"])
+@pytest.mark.parametrize("trigger", ["typer", "air.errors", "cli.validate"])
 def test_sigint_while_the_app_is_imported_exits_130_with_one_line(entry: str, trigger: str) -> None:
     done = _child(entry, trigger, "validate", str(COUNTER_AIR))
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "interrupted\n")

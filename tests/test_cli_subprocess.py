@@ -222,15 +222,16 @@ def copy_of(b: Built, name: str) -> Path:
 
 
 def help_commands(*group: str) -> list[str]:
-    """The command names listed in the ``Commands`` box of ``world [GROUP] --help``."""
+    """The command names listed under ``Commands:`` in ``world [GROUP] --help`` (each at the
+    section's indent; a summary's further lines are indented past it)."""
     text = world(*group, "--help").stdout
     names, inside = [], False
     for line in text.splitlines():
-        if "─ Commands ─" in line:
+        if line == "Commands:":
             inside = True
-        elif inside and line.startswith("╰"):
+        elif inside and not line.strip():
             inside = False
-        elif inside and (found := re.match(r"│ ([a-z][a-z0-9_-]*) ", line)):
+        elif inside and (found := re.match(r"  ([a-z][a-z0-9_-]*)( |$)", line)):
             names.append(found.group(1))
     return names
 

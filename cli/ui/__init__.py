@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -48,6 +46,9 @@ def ui(
     """Serve a local web inspector of the world until Ctrl-C: world, journal (live), cells with
     their timelines and time travel, plan runs drawn on their plan, effects, and why a cell
     holds its state. Binds 127.0.0.1 only; the printed URL carries the access token."""
+    import secrets
+    import socket
+
     import uvicorn
 
     from cli.core import opened

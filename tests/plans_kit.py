@@ -1,15 +1,9 @@
-"""Test kit for plan worlds end to end: a loopback HTTP server, small plan manifests, journal views.
-
-The server (``Loopback``) listens on 127.0.0.1 only, on a port the OS picks, and counts every
-request per path, so a test can say that a refused effect never reached it, or that replay sent
-nothing. What it answers per path is an ``Answer``: a status, and optionally a gate to wait on
-before answering (bounded by ``GATE_WAIT_S``) or a number of first requests to drop without an
-answer (a transport failure, which the HTTP adapter retries). Its ``Date`` and ``Server``
-headers are fixed, so two runs against it get byte-identical responses.
+"""Test kit for plan worlds end to end: small plan manifests, journal views, and an adapter
+wrapper that orders receipts. The loopback HTTP server these worlds talk to is ``httpkit``'s.
 
 Gates instead of sleeps: "answer /b only after the receipt for /a is in the loop's hands" is
-what ``ReceiptGates`` (an adapter wrapper) and ``Answer.gate`` give together, so receipts come
-back in a chosen order without any timing assumption.
+what ``ReceiptGates`` (an adapter wrapper) and ``httpkit.Answer.gate`` give together, so
+receipts come back in a chosen order without any timing assumption.
 """
 
 from __future__ import annotations
@@ -17,10 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,120 +26,7 @@ ORDER_AIR: Final = ROOT / "manifests" / "order"
 ORDER: Final = "demo/Order@1"
 ORDER_PLACED: Final = "demo/OrderPlaced@1"
 
-GATE_WAIT_S: Final = 10.0
-"""Longest a gated answer waits for its gate (a test that never opens it still ends)."""
-
-FIXED_DATE: Final = "Thu, 01 Jan 1970 00:00:00 GMT"
-
-# --- the loopback server -----------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    """How the server answers one path."""
-
-    status: int = 200
-    body: bytes = b"ok"
-    gate: threading.Event | None = None  # answer only once this is set
-    drop_first: int = 0  # close the first N connections without answering
-    hang: bool = False  # never answer (until the server closes)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def _answer(self) -> None:
-        path = self.path.split("?", 1)[0]
-        hit = self.server.loopback.count(path)
-        answer = self.server.loopback.routes.get(path, Answer(404, b"no route"))
-        if hit <= answer.drop_first:
-            self.close_connection = True
-            return  # no status line at all: the client sees the connection close
-        if answer.hang:
-            self.server.loopback.closing.wait(GATE_WAIT_S)
-            self.close_connection = True
-            return
-        if answer.gate is not None:
-            answer.gate.wait(GATE_WAIT_S)
-        self.send_response(answer.status)
-        self.send_header("content-type", "text/plain; charset=utf-8")
-        self.send_header("content-length", str(len(answer.body)))
-        self.end_headers()
-        self.wfile.write(answer.body)
-
-    def version_string(self) -> str:
-        return "loopback"
-
-    def date_time_string(self, timestamp: float | None = None) -> str:
-        return FIXED_DATE
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    loopback: Loopback
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # a client that hung up on a held answer: nothing to report
-
-
-@dataclass
-class Loopback:
-    """A threaded HTTP server on 127.0.0.1; ``close`` stops it and joins its thread."""
-
-    routes: dict[str, Answer] = field(default_factory=dict)
-    hits: Counter[str] = field(default_factory=Counter)
-    closing: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: _Server | None = None
-    _thread: threading.Thread | None = None
-
-    def start(self) -> Loopback:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.loopback = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def count(self, path: str) -> int:
-        with self._lock:
-            self.hits[path] += 1
-            return self.hits[path]
-
-    @property
-    def total(self) -> int:
-        with self._lock:
-            return sum(self.hits.values())
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.server_address[1])
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def close(self) -> None:
-        self.closing.set()
-        for answer in self.routes.values():
-            if answer.gate is not None:
-                answer.gate.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(GATE_WAIT_S)
+# --- receipts in a chosen order ----------------------------------------------------------------
 
 
 class ReceiptGates:

@@ -14,15 +14,14 @@ import queue
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from httpkit import Answer, Exchange, Loopback, Script, loopback_fixture
 
 import air.sys
 from air import cbor
@@ -111,127 +110,55 @@ def http_params(url: str, method: str = "GET", **extra: Any) -> dict[str, Any]:
     return {"method": method, "url": url, "headers": {}, "body_ref": None, **extra}
 
 
-# --- a loopback HTTP server -------------------------------------------------------------------
+# --- the loopback HTTP server's answers --------------------------------------------------------
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
+def _echo(exchange: Exchange) -> None:
+    headers = {"X-Method": exchange.seen.method, "Content-Type": "x/echo"}
+    exchange.reply(201, exchange.seen.body, headers)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # so server_close joins the handler threads
-    seen: list[Seen]
-    arrived: queue.Queue[str]
-    release: threading.Event
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up mid-body (size limits, deadlines) is expected here
+def _bytes(exchange: Exchange) -> None:
+    """``/bytes?<n>&<char>``: n copies of a UTF-8 character."""
+    count, _, char = exchange.seen.query.partition("&")
+    exchange.reply(200, (char or "a").encode() * int(count))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for name, value in (headers or {"Content-Type": "text/plain"}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        self.server.seen.append(Seen(self.command, self.path, headers, body))
-        self.server.arrived.put(self.path)
-        route, _, arg = urllib.parse.unquote(self.path).partition("?")
-        if route == "/ok":
-            self._reply(200, b"hello")
-        elif route == "/unavailable":
-            self._reply(503, b"busy")
-        elif route == "/echo":
-            self._reply(201, body, {"X-Method": self.command, "Content-Type": "x/echo"})
-        elif route == "/bytes":  # /bytes?<n>&<char>: n copies of a UTF-8 character
-            count, _, char = arg.partition("&")
-            self._reply(200, (char or "a").encode() * int(count))
-        elif route == "/binary":
-            self._reply(200, b"\xff\xfe\x00bin")
-        elif route == "/headers":
-            self._reply(200, b"", {"X-Twice": "a", "x-twice": "b", "X-Mixed-Case": "v"})
-        elif route == "/stream":  # n bytes without Content-Length: the body ends at close
-            self.send_response(200)
-            self.end_headers()
-            left = int(arg)
-            while left:
-                self.wfile.write(b"s" * min(left, 65536))
-                left -= min(left, 65536)
-        elif route == "/drip":  # promises 1000 bytes, sends one every 20 ms
-            self.send_response(200)
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            while not self.server.release.wait(0.02):
-                self.wfile.write(b"d")
-                self.wfile.flush()
-        elif route == "/hang":  # never answers
-            self.server.release.wait(WAIT_S)
-
-    def do_GET(self) -> None:
-        self._handle()
-
-    def do_POST(self) -> None:
-        self._handle()
+def _stream(exchange: Exchange) -> None:
+    """``/stream?<n>``: n bytes without Content-Length: the body ends at close."""
+    exchange.send_response(200)
+    exchange.end_headers()
+    left = int(exchange.seen.query)
+    while left:
+        exchange.wfile.write(b"s" * min(left, 65536))
+        left -= min(left, 65536)
 
 
-class Loopback:
-    """A ``ThreadingHTTPServer`` on 127.0.0.1, port 0. ``listening=False`` binds the port but
-    does not listen, so connections are refused until ``listen()``."""
-
-    def __init__(self, *, listening: bool = True) -> None:
-        self.server = _Server(("127.0.0.1", 0), _Handler, bind_and_activate=False)
-        self.server.seen = []
-        self.server.arrived = queue.Queue()
-        self.server.release = threading.Event()
-        self.server.server_bind()
-        self.port = self.server.server_address[1]
-        self._thread: threading.Thread | None = None
-        if listening:
-            self.listen()
-
-    def listen(self) -> None:
-        self.server.server_activate()
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    @property
-    def seen(self) -> list[Seen]:
-        return self.server.seen
-
-    def close(self) -> None:
-        self.server.release.set()
-        if self._thread is not None:
-            self.server.shutdown()
-            self._thread.join(WAIT_S)
-        self.server.server_close()
+def _drip(exchange: Exchange) -> None:
+    """Promises 1000 bytes, sends one every 20 ms until the server is released."""
+    exchange.send_response(200)
+    exchange.send_header("Content-Length", "1000")
+    exchange.end_headers()
+    while not exchange.loopback.release.wait(0.02):
+        exchange.wfile.write(b"d")
+        exchange.wfile.flush()
 
 
-@pytest.fixture
-def loopback() -> Iterator[Loopback]:
-    server = Loopback()
-    yield server
-    server.close()
+ROUTES: dict[str, Answer | Script] = {
+    "/ok": Answer(200, b"hello"),
+    "/unavailable": Answer(503, b"busy"),
+    "/echo": _echo,
+    "/bytes": _bytes,
+    "/binary": Answer(200, b"\xff\xfe\x00bin"),
+    "/headers": Answer(200, b"", {"X-Twice": "a", "x-twice": "b", "X-Mixed-Case": "v"}),
+    "/stream": _stream,
+    "/drip": _drip,
+    "/hang": Answer(hang=True),  # never answers
+}
+"""What the HTTP tests ask for; each server joins its handlers on close, so what a handler
+saw is all in ``seen`` by then."""
+
+loopback = loopback_fixture(ROUTES, join_handlers=True)
 
 
 @pytest.fixture
@@ -283,7 +210,7 @@ def _blob_case(store: Cas, synchronous: bool) -> Case:
 
 
 def _http_case() -> Case:
-    server = Loopback()
+    server = Loopback(ROUTES, join_handlers=True).start()
     adapter = HttpAdapter(MemoryCas(), read_timeout_s=1.0)
     return Case(adapter, "http.request", http_params(server.url("/ok")), lambda: None, server.close)
 
@@ -698,7 +625,9 @@ class ListenOnAttempt(httpx.BaseTransport):
 
 @pytest.fixture
 def refusing() -> Iterator[Loopback]:
-    server = Loopback(listening=False)
+    """A server whose port is bound but not listening: connections are refused until
+    ``listen()``."""
+    server = Loopback(ROUTES, join_handlers=True).start(listening=False)
     yield server
     server.close()
 
@@ -786,11 +715,11 @@ def test_at_most_HTTP_WORKERS_requests_run_at_once(blobs: MemoryCas, loopback: L
     try:
         for _ in range(HTTP_WORKERS):
             adapter.submit(intent("http.request", http_params(loopback.url("/hang"))), inbox)
-        arrived = [loopback.server.arrived.get(timeout=WAIT_S) for _ in range(HTTP_WORKERS)]
+        arrived = [loopback.arrived.get(timeout=WAIT_S) for _ in range(HTTP_WORKERS)]
         adapter.submit(intent("http.request", http_params(loopback.url("/ok"))), inbox)
         with pytest.raises(queue.Empty):
-            loopback.server.arrived.get(timeout=0.1)
-        loopback.server.release.set()
+            loopback.arrived.get(timeout=0.1)
+        loopback.release.set()
         receipts = inbox.take_all(HTTP_WORKERS + 1)
     finally:
         adapter.close()

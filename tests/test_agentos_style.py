@@ -26,13 +26,13 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from plans_kit import Answer, Loopback, ReceiptGates, ended, of_kind, queued_urls, records
+from httpkit import Answer, Loopback, loopback_fixture
+from plans_kit import ReceiptGates, ended, of_kind, queued_urls, records
 
 from air import load_air
 from world import Engine, World
@@ -69,13 +69,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return {n: Path(b.wasm_path) for n, b in zip(OUR_REDUCERS, done, strict=True)}
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback().start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture()
 
 
 def air_of(name: str) -> Path:

@@ -18,10 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from httpkit import Answer, Loopback, loopback_fixture
 from plans_kit import (
     ALLOW_ALL,
-    Answer,
-    Loopback,
     await_receipt,
     blob_grant,
     chain,
@@ -48,13 +47,7 @@ GO = "t/Go@1"
 DATA6 = {"bytes": base64.b64encode(b"6bytes").decode()}
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback().start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture()
 
 
 def _drive(world: World, adapters: list[Any] | None = None) -> None:

@@ -13,12 +13,12 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from plans_kit import ORDER, ORDER_AIR, ORDER_PLACED, Answer, Loopback, lines, of_kind, records
+from httpkit import Answer, Loopback, loopback_fixture
+from plans_kit import ORDER, ORDER_AIR, ORDER_PLACED, lines, of_kind, records
 from typer.testing import CliRunner
 
 from air import cbor
@@ -46,13 +46,7 @@ def world_cli(*args: Any) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback(routes={"/ok": Answer(200), "/other": Answer(200)}).start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture({"/ok": Answer(200), "/other": Answer(200)})
 
 
 @pytest.fixture

@@ -14,17 +14,15 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from httpkit import Answer, Loopback, loopback_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from plans_kit import (
-    Answer,
-    Loopback,
     await_receipt,
     chain,
     end,
@@ -591,51 +589,14 @@ def test_path_has_prefix_matches_whole_segments(path: str, prefix: str, matches:
 # --- the HTTP adapter: what it sends -------------------------------------------------------------
 
 
-class _Seen(ThreadingHTTPServer):
-    daemon_threads = True
-    seen: list[tuple[str, str | None]]
-    location: str
-
-
-class _Redirecting(BaseHTTPRequestHandler):
-    """Answers every GET with a 302 to ``server.location``, noting path and Host."""
-
-    server: _Seen
-
-    def do_GET(self) -> None:
-        self.server.seen.append((self.path, self.headers.get("Host")))
-        self.send_response(302)
-        self.send_header("Location", self.server.location)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+server = loopback_fixture()
 
 
 @pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback().start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
-
-
-@pytest.fixture
-def redirecting(server: Loopback) -> Iterator[_Seen]:
+def redirecting(server: Loopback) -> Iterator[Loopback]:
     """A server on 127.0.0.1 whose every answer redirects to ``server`` (another authority)."""
-    httpd = _Seen(("127.0.0.1", 0), _Redirecting)
-    httpd.seen = []
-    httpd.location = server.url("/landed")
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with Loopback(default=Answer(302, b"", {"Location": server.url("/landed")})) as httpd:
         yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(WAIT_S)
 
 
 def _send(params: dict[str, Any]) -> Receipt:
@@ -656,21 +617,23 @@ def _send(params: dict[str, Any]) -> Receipt:
 
 
 def test_a_302_to_another_host_is_an_ok_receipt_and_is_not_followed(
-    redirecting: _Seen, server: Loopback
+    redirecting: Loopback, server: Loopback
 ) -> None:
-    port = redirecting.server_address[1]
+    port = redirecting.port
     receipt = _send(_params(f"http://127.0.0.1:{port}/go"))
     assert (receipt.status, receipt.payload["status"]) == ("ok", 302)
     assert receipt.payload["headers"]["location"] == server.url("/landed")
-    assert [path for path, _host in redirecting.seen] == ["/go"]
+    assert [seen.path for seen in redirecting.seen] == ["/go"]
     assert server.total == 0
 
 
-def test_the_adapter_sends_the_normalised_url_and_the_urls_own_host(redirecting: _Seen) -> None:
-    port = redirecting.server_address[1]
+def test_the_adapter_sends_the_normalised_url_and_the_urls_own_host(redirecting: Loopback) -> None:
+    port = redirecting.port
     url = f"HTTP://127.0.0.1:{port}/a/./b/%2e%2E/c/%7e?q=%7e%2f#frag"
     _send(_params(url, headers={"Host": "evil.example"}))
-    assert redirecting.seen == [("/a/c/~?q=~%2F", f"127.0.0.1:{port}")]
+    assert [(seen.path, seen.headers["host"]) for seen in redirecting.seen] == [
+        ("/a/c/~?q=~%2F", f"127.0.0.1:{port}")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -682,9 +645,9 @@ def test_the_adapter_sends_the_normalised_url_and_the_urls_own_host(redirecting:
     ],
 )
 def test_the_adapter_refuses_a_url_the_kernel_would_and_sends_nothing(
-    redirecting: _Seen, url: str, reason: str
+    redirecting: Loopback, url: str, reason: str
 ) -> None:
-    receipt = _send(_params(url.format(port=redirecting.server_address[1])))
+    receipt = _send(_params(url.format(port=redirecting.port)))
     assert (receipt.status, receipt.payload["status"]) == ("error", 0)
     assert receipt.payload["body_preview"].startswith(f"url refused ({reason})")
     assert redirecting.seen == []

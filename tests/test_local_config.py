@@ -5,11 +5,11 @@ is not a settings file is refused naming the field, and the world does not run o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plans_kit import ORDER, ORDER_AIR, ORDER_PLACED, Answer, Loopback
+from httpkit import Answer, Loopback, loopback_fixture
+from plans_kit import ORDER, ORDER_AIR, ORDER_PLACED
 from typer.testing import CliRunner
 
 from air.errors import InvalidArgument
@@ -21,14 +21,7 @@ from world.effects import http_settings
 runner = CliRunner()
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    routes = {f"/flaky-{n}": Answer(200, drop_first=1) for n in ("a", "b")}
-    loopback = Loopback(routes=routes).start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture({f"/flaky-{n}": Answer(200, drop_first=1) for n in ("a", "b")})
 
 
 def _order(path: Path, url: str, settings: dict[str, object] | None) -> object:

@@ -14,18 +14,16 @@ import base64
 import json
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from httpkit import Answer, Loopback, loopback_fixture
 from plans_kit import (
     ALLOW_ALL,
     ORDER,
     ORDER_AIR,
     ORDER_PLACED,
-    Answer,
-    Loopback,
     ReceiptGates,
     await_receipt,
     blob_grant,
@@ -65,13 +63,7 @@ def world_cli(*args: Any) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback().start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture()
 
 
 def drive(world: World, adapters: list[Adapter] | None = None) -> LoopReport:

@@ -20,11 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from httpkit import Answer, Loopback, loopback_fixture
 from plans_kit import (
-    Answer,
-    Loopback,
-    _Handler,
-    _Server,
     await_receipt,
     chain,
     end,
@@ -54,41 +51,7 @@ OTHER = "t/Other@1"
 ORDER_TYPE = {"record": {"id": "text", "amount": "nat"}}
 
 
-# --- a loopback server that records what it is sent --------------------------------------------
-
-
-class _Recording(_Handler):
-    def _answer(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
-        self.server.loopback.seen.append((self.path, dict(self.headers.items()), body))  # type: ignore[attr-defined]
-        super()._answer()
-
-
-class RecordingLoopback(Loopback):
-    seen: list[tuple[str, dict[str, str], bytes]]
-
-    def start(self) -> RecordingLoopback:
-        import threading
-
-        self.seen = []
-        server = _Server(("127.0.0.1", 0), _Recording)
-        server.loopback = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-
-@pytest.fixture
-def server() -> Iterator[RecordingLoopback]:
-    loopback = RecordingLoopback().start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture()
 
 
 # --- the world -------------------------------------------------------------------------------
@@ -195,7 +158,7 @@ def assert_nowhere(folder: Path, needle: str = TOKEN) -> None:
 
 
 def test_a_plan_posts_json_with_a_secret_header_and_the_token_is_nowhere_after(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV, BEARER)
     server.routes["/orders"] = Answer(200, b"accepted")
@@ -208,12 +171,11 @@ def test_a_plan_posts_json_with_a_secret_header_and_the_token_is_nowhere_after(
         manifest = world.kernel.effects.air
     assert report.receipts == 1
     assert len(server.seen) == 1
-    path, headers, body = server.seen[0]
-    lowered = {k.lower(): v for k, v in headers.items()}
-    assert path == "/orders"
-    assert lowered["authorization"] == BEARER
-    assert lowered["content-type"] == "application/json"
-    assert json.loads(body) == {"amount": 42, "id": "o-1"}
+    [seen] = server.seen
+    assert seen.path == "/orders"
+    assert seen.headers["authorization"] == BEARER
+    assert seen.headers["content-type"] == "application/json"
+    assert json.loads(seen.body) == {"amount": 42, "id": "o-1"}
     recs = records(w)
     assert [e["status"] for e in ended(recs).values()] == ["ok"]
     queued = of_kind(recs, "effect.queued")
@@ -247,7 +209,7 @@ def test_a_plan_posts_json_with_a_secret_header_and_the_token_is_nowhere_after(
 
 
 def test_a_server_echoing_the_token_leaves_no_trace_in_the_receipt_or_blobs(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV, BEARER)
     echo = f"you sent {BEARER} ".encode() * 100  # large: goes to the blob store
@@ -269,7 +231,7 @@ def test_a_server_echoing_the_token_leaves_no_trace_in_the_receipt_or_blobs(
 
 
 def test_a_plan_outside_allowed_plans_is_refused_journaled_and_sends_nothing(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV, BEARER)
     server.routes["/orders"] = Answer(200)
@@ -289,7 +251,7 @@ def test_a_plan_outside_allowed_plans_is_refused_journaled_and_sends_nothing(
 
 
 def test_an_expected_digest_mismatch_refuses_the_dispatch_with_a_clear_reason(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV, BEARER)
     server.routes["/orders"] = Answer(200)
@@ -312,7 +274,7 @@ def test_an_expected_digest_mismatch_refuses_the_dispatch_with_a_clear_reason(
 
 @pytest.mark.parametrize("algorithm", ["sha256", "blake3"])
 def test_a_matching_expected_digest_sends(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch, algorithm: str
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch, algorithm: str
 ) -> None:
     import blake3
 
@@ -333,7 +295,7 @@ def test_a_matching_expected_digest_sends(
 
 
 def test_an_unbound_secret_stops_world_run_naming_it_and_local_json(
-    tmp_path: Path, server: RecordingLoopback, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV, raising=False)
     w = tmp_path / "w"
@@ -358,7 +320,7 @@ def test_an_unbound_secret_stops_world_run_naming_it_and_local_json(
 
 
 def test_a_secret_file_must_be_private_and_outside_the_world(
-    tmp_path: Path, server: RecordingLoopback
+    tmp_path: Path, server: Loopback
 ) -> None:
     server.routes["/orders"] = Answer(200)
     token_file = tmp_path / "token"
@@ -374,9 +336,7 @@ def test_a_secret_file_must_be_private_and_outside_the_world(
         os.chmod(token_file, 0o600)
         world.send(ORDER, {"id": "o-6", "amount": 1})
         drive(world)
-    assert [{k.lower(): v for k, v in h.items()}["authorization"] for _p, h, _b in server.seen] == [
-        BEARER
-    ]
+    assert [seen.headers["authorization"] for seen in server.seen] == [BEARER]
     assert_nowhere(w)
 
 

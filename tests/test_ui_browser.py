@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plans_kit import ORDER, ORDER_PLACED, Answer, Loopback
+from httpkit import Answer, Loopback
+from plans_kit import ORDER, ORDER_PLACED
 from typer.testing import CliRunner
 from uikit import Inspector
 
@@ -77,9 +78,8 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The order world after two orders: ``o1`` fetched (200), ``o2`` failed (503)."""
-    server = Loopback(routes={"/o1": Answer(status=200), "/o2": Answer(status=503)}).start()
     path = tmp_path_factory.mktemp("orders") / "w"
-    try:
+    with Loopback({"/o1": Answer(status=200), "/o2": Answer(status=503)}) as server:
         _cli("init", path, "--example", "order")
         for order in ("o1", "o2"):
             _cli(
@@ -89,8 +89,6 @@ def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 json.dumps({"order_id": order, "url": server.url(f"/{order}")}),
             )
         _cli("run", path, "--until-idle")
-    finally:
-        server.close()
     return path
 
 

@@ -6,14 +6,11 @@ next effect. Against a loopback server, so what was sent is counted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from httpkit import Answer, Loopback, loopback_fixture
 from plans_kit import (
-    Answer,
-    Loopback,
     await_receipt,
     chain,
     end,
@@ -36,13 +33,7 @@ REPLY = "t/Reply@1"
 PLAN = "t/fetch@1"
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback(routes={"/a": Answer(200), "/b": Answer(200)}).start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture({"/a": Answer(200), "/b": Answer(200)})
 
 
 def fetch_air(folder: Path, server: Loopback, *, follow_up: bool) -> Path:

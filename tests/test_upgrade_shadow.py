@@ -6,11 +6,10 @@ one ``gov.shadowed`` record, and replays."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from plans_kit import Answer, Loopback, records
+from httpkit import Answer, Loopback, loopback_fixture
+from plans_kit import records
 from test_upgrade_apply import counter_air
 from test_upgrade_runs import GO, drive, fetch_air
 from typer.testing import CliRunner
@@ -27,13 +26,7 @@ from worldkit import COUNTER, EVENT, add
 runner = CliRunner()
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    loopback = Loopback(routes={"/a": Answer(200), "/b": Answer(200)}).start()
-    try:
-        yield loopback
-    finally:
-        loopback.close()
+server = loopback_fixture({"/a": Answer(200), "/b": Answer(200)})
 
 
 def test_a_bug_fix_shadow_reports_exactly_the_cells_it_changes(

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plans_kit import ORDER, ORDER_PLACED, Answer, Loopback
+from httpkit import Answer, Loopback
+from plans_kit import ORDER, ORDER_PLACED
 from typer.testing import CliRunner
 
 from air import cbor
@@ -244,15 +245,12 @@ def _timer_event(docs: list[dict[str, Any]], event: str, key_field: str) -> dict
 def test_an_order_fetched_over_http_leads_back_to_its_receipt(
     tmp_path: Path, status: int, tag: str
 ) -> None:
-    server = Loopback(routes={"/o1": Answer(status=status)}).start()
-    try:
+    with Loopback({"/o1": Answer(status=status)}) as server:
         path = tmp_path / "w"
         _cli("init", path, "--example", "order")
         placed = {"order_id": "o1", "url": server.url("/o1")}
         _cli("send", path, ORDER_PLACED, json.dumps(placed))
         _cli("run", path, "--until-idle")
-    finally:
-        server.close()
     answer = why(path, ORDER, "o1")
     assert answer.state["status"]["$tag"] == tag
     assert [c.kind for c in answer.chain] == [

@@ -20,7 +20,7 @@ import typer
 
 from cli.common import console, fail, handle_errors
 
-__all__ = ["STAGES", "demo", "example_air"]
+__all__ = ["KEY_ORDER", "STAGES", "demo", "example_air"]
 
 EVENT = "demo/CounterEvent@1"
 REDUCER = "demo/Counter@1"
@@ -38,6 +38,11 @@ STAGES = (
     "where next",
 )
 """The tour's stages, in order: each prints ``<n>/<total> <stage>`` as its heading."""
+
+
+KEY_ORDER = "in key order (by each key's canonical CBOR: a shorter key comes first)"
+"""How ``world cells ls`` orders a page, as the tour says it over the list: "sorted by key"
+alone read wrong over bob before alice."""
 
 
 def example_air(name: str) -> Path:
@@ -127,7 +132,7 @@ def demo(
     console.print(f"ran {steps} steps until idle", highlight=False)
 
     _stage("list cells", f"world cells ls {world_dir} {REDUCER}")
-    console.print(f"cells of {REDUCER}, sorted by key:", highlight=False)
+    console.print(f"cells of {REDUCER}, {KEY_ORDER}:", highlight=False)
     cells.ls(world_dir, REDUCER)
     console.print("dave's cell was deleted by Clear (state=null).", highlight=False)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from air import cbor
-from cli.demo import STAGES
+from cli.demo import KEY_ORDER, STAGES
 from cli.main import app
 from world import World
 from world.serve import serve
@@ -151,3 +152,14 @@ def test_the_demo_tours_every_stage(tmp_path: Path) -> None:
     assert (tmp_path / "tour" / "alice.cell.cbor").is_file()
     again = runner.invoke(app, ["demo", "--keep", str(tmp_path / "tour")])
     assert again.exit_code == 1  # --keep wants an absent or empty folder
+
+
+def test_the_demo_lists_the_cells_in_the_order_its_heading_names(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--keep", str(tmp_path / "tour")])
+    assert result.exit_code == 0, result.output
+    heading = f"cells of {COUNTER}, {KEY_ORDER}:"
+    assert heading in result.stdout
+    listed = result.stdout.split(heading)[1].split("dave's cell")[0]
+    keys = re.findall(r'│ "([a-z]+)" ', listed)
+    assert keys == sorted(keys, key=cbor.dumps)  # the order cells ls pages in
+    assert keys != sorted(keys)  # which is why the heading says which order it is

@@ -37,7 +37,9 @@ pytestmark = pytest.mark.skipif(
 _oracle = load_oracle
 
 
-REGRESSIONS = [
+EDGE_INPUTS = [
+    # inputs at the edges of canonical CBOR and the record shapes; a disagreement a fuzz run
+    # finds is added here
     b"",
     b"\x18\x01",  # non-shortest uint
     b"\xa2\x61b\x01\x61a\x02",  # keys out of order
@@ -61,8 +63,8 @@ REGRESSIONS = [
 ]
 
 
-@pytest.mark.parametrize("data", REGRESSIONS, ids=lambda d: d[:12].hex() or "empty")
-def test_regression_inputs_agree(data: bytes) -> None:
+@pytest.mark.parametrize("data", EDGE_INPUTS, ids=lambda d: d[:12].hex() or "empty")
+def test_each_edge_input_reads_the_same_in_c_and_in_python(data: bytes) -> None:
     _oracle().check_bytes(data)
 
 

@@ -1,4 +1,5 @@
-"""Inputs that kill the C decoder's mutants the rest of the suite let live.
+"""The C decoder and normaliser at their edges: the inputs on either side of each limit and
+check, held to the pure-Python reference (they kill mutants the rest of the suite let live).
 
 A mutation run over ``kernel/native/cbor.c``'s decoder (TESTING.md, "Mutation testing") left a
 few changed programs that every native test passed. The ones that change behaviour at all (the

@@ -1,9 +1,11 @@
-"""Tests written for mutants of ``kernel/_plans.py`` and ``kernel/_runs.py`` that the plan tests
-let through (TESTING.md, "Mutation testing"): what picks the event a wait binds (``where``
-alone, ``correlate_by`` alone, one binding per wait, an unrouted event a reducer emits), what
-cancelling a run leaves (its record's subject, its mailbox's dead letters, the run counted as
-ended) and how replay refuses an edited cancel, and where a failed run failed (the derived
-``failures`` table, trimmed to ``FAILURES_KEPT``).
+"""Plan runs (``kernel/_plans.py``, ``kernel/_runs.py``) at the branches the plan world tests do
+not reach: what picks the event a wait binds (``where`` alone, ``correlate_by`` alone, one
+binding per wait, an unrouted event a reducer emits), what cancelling a run leaves (its record's
+subject, its mailbox's dead letters, the run counted as ended) and how replay refuses an edited
+cancel, where a failed run failed (the derived ``failures`` table, trimmed to
+``FAILURES_KEPT``), a receipt in before its await, refused effects, and runs in a snapshot.
+
+A mutation run found these unchecked (TESTING.md, "Mutation testing").
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""What a mutation run of ``kernel/_effects.py`` found no test for (TESTING.md, "Mutation
-testing"): an ``http.request.v2``'s inline body (its size limit, and never with ``body_ref``)
-and how its headers read to the capability check (a literal's text; a secret names no
-authority), the grant a reducer's effect resolves to, and the manager's bookkeeping seen from
-outside (counts, refunds, a cancelled run's intents, approvals of what is not parked).
+"""The effect manager (``kernel/_effects.py``) checked directly, with AIR loaded from text: an
+``http.request.v2``'s inline body (its size limit, and never with ``body_ref``) and how its
+headers read to the capability check (a literal's text; a secret names no authority), the grant
+a reducer's effect resolves to, budgets at their edges, secrets, and the manager's bookkeeping
+seen from outside (counts, refunds, a cancelled run's intents, approvals of what is not parked).
 
-Each test here killed mutants the rest of the suite let live; they check the manager directly,
-with AIR loaded from text, since the world tests reach these branches only through a server.
+The world tests reach these branches only through a server, so a mutation run of
+``kernel/_effects.py`` found them unchecked (TESTING.md, "Mutation testing"); each test here
+kills mutants the rest of the suite let live.
 """
 
 from __future__ import annotations

@@ -44,8 +44,9 @@ kernel's ``Runner`` over the WASM host), ``_fileio`` (the injectable file layer)
 (atomic writes, batched syncs, the lock), ``_views`` (records as people read them), ``_repair``
 (check and repair a whole world), ``_archive`` (a second copy of the sealed journal, and what
 restoring it needs), ``_watch`` (work a command repeats in the background: archiving,
-verifying), ``_prefixes`` (names given by a unique prefix), ``_history_index`` (each cell's
-records, kept by the writer for time travel), ``_face`` (how these faces hand out their names).
+verifying), ``_prefixes`` (names given by a unique prefix), ``_object_check`` (reading back the CAS
+objects a world needs), ``_attach`` (``attach``: which handle a folder gets), ``_face`` (how
+these faces hand out their names).
 """
 
 from __future__ import annotations

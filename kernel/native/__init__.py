@@ -171,7 +171,7 @@ def shard_splice(
 def find_key(keys: bytes, key_hash: bytes) -> int | None:
     """The index of ``key_hash`` in a shard's strictly ascending ``keys`` (32-byte hashes,
     concatenated), -1 if absent, by bisection; None when not enabled or not the C code's input.
-    Ascending is the caller's promise (``world.cellstore._format`` checks it at load)."""
+    Ascending is the caller's promise (``world.cellstore._shards`` checks it at load)."""
     if _state["enabled"] and _ext is not None:
         found: int | None = _ext.find_key(keys, key_hash)
         return found

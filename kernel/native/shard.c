@@ -5,7 +5,7 @@
  * tuple of its op, the look for its old record).
  *
  * shard_splice(keys, entries, entry_ends, states, state_ends, cells, inline_bytes_max) takes a
- * packed shard (world.cellstore._format.PackedShard's five byte fields, 4-byte end offsets) and
+ * packed shard (world.cellstore._shards.PackedShard's five byte fields, 4-byte end offsets) and
  * cells: a dict {key hash: (CellEntry, state bytes) or None}, None deleting the key, a cell
  * putting its record in its place with its state inline when it is at most inline_bytes_max
  * bytes, else an empty state slot. It returns (keys, entries, entry_ends, states, state_ends,
@@ -328,7 +328,7 @@ done:
 }
 
 /* find_key(keys, key_hash): the index of key_hash in keys (32-byte key hashes, concatenated,
- * strictly ascending: world.cellstore._format checks that when it loads a shard), or -1; by
+ * strictly ascending: world.cellstore._shards checks that when it loads a shard), or -1; by
  * bisection, so a lookup reads ~8 keys instead of scanning them all (a shard of a million-cell
  * world is ~250 keys, 8 KB, mostly not in the CPU's cache). None if not bytes of those sizes. */
 PyObject *native_py_find_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

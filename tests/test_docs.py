@@ -7,11 +7,12 @@ one the suite runs in, so a command is the one this checkout installs), ``manife
 scratch folder: paths under ``/tmp/`` move into it (and ``TMPDIR`` points there, for
 ``mktemp``), ``~/wk/bin/`` (the README's install of the package elsewhere) is this environment's
 ``bin/`` too, a port the docs write (8000) becomes a free one, and jobs a block left in the
-background are killed when it ends. A block that uses ``$W`` without setting it gets a fresh
-counter world there. Files a block reads but does not write (``events.jsonl``) are in
-``FILES``. ``world`` itself is the ``world_bin`` fixture's (``tests/zygote.py``: the same script,
-forked from a process that has imported what it needs, unless ``WORLD_TEST_ZYGOTE=0``); every
-other program of ``bin/`` is this environment's.
+background are killed when it ends. Nothing else is given to a block: it makes every world and
+file it uses (``set -u`` fails one that reads a variable it never set), so a reader who runs it
+alone, or the README from the top, gets what the test got. ``world`` itself is the
+``world_bin`` fixture's (``tests/zygote.py``: the same script, forked from a process that has
+imported what it needs, unless ``WORLD_TEST_ZYGOTE=0``); every other program of ``bin/`` is this
+environment's.
 
 A block that starts a Ray instance runs in the long variants (``LONG_BLOCKS``), every other in
 the main suite. A few lines are not run as written; ``NOT_RUN`` says which and why (installing is what CI does
@@ -50,18 +51,9 @@ NOT_RUN: dict[str, tuple[str | None, str]] = {
     ),
 }
 
-FILES = {
-    "events.jsonl": (
-        '{"key": "order-3", "op": {"$tag": "Add", "$value": 2}}\n'
-        '{"key": "order-1", "op": {"$tag": "Add", "$value": 1}, "$id": "req-18"}\n'
-    ),
-}
-
 PREAMBLE = """\
 set -euo pipefail
 trap 'kill $(jobs -p) 2>/dev/null || true; wait' EXIT
-W={scratch}/preset-world
-{world} init "$W" --air manifests/counter > /dev/null
 """
 
 
@@ -109,7 +101,7 @@ def _bin(match: re.Match[str], world_bin: Path) -> str:
 
 def _script(lines: list[str], scratch: Path, world_bin: Path = BIN) -> str:
     port = str(_free_port())
-    out = [PREAMBLE.format(scratch=scratch, world=f"{world_bin}/world")]
+    out = [PREAMBLE]
     for line in lines:
         code = _code(line)
         if not code or code.startswith("#"):
@@ -140,8 +132,6 @@ def test_the_command_block_runs(
     for name in ("manifests", "reducers", "tools"):
         (scratch / name).symlink_to(ROOT / name)
     (scratch / ".venv").symlink_to(BIN.parent)
-    for name, text in FILES.items():
-        (scratch / name).write_text(text)
     env = {**os.environ, "TMPDIR": str(scratch / "tmp"), "HOME": str(scratch)}
     env.pop("WORLD_PROGRESS", None)
     done = subprocess.run(

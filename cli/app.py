@@ -103,8 +103,8 @@ class _OneLineErrors(_Group):
             # privately (``typer._click``) and exports no class to test against.
             if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
                 raise
-            if type(exc).__name__ == "NoArgsIsHelpError":
-                console.print(exc.format_message(), markup=False, highlight=False)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # the help, as --help writes it
+                typer.echo(exc.format_message())
                 sys.exit(0)
             report_error(exc.format_message())
             sys.exit(1)

@@ -81,19 +81,24 @@ def _console(**settings: Any) -> Console:
 
 class _MadeOnFirstUse:
     """Stands for a console (``_console(**settings)``) that is made the first time anything of it
-    is read or set. Importing rich's console costs ~30 ms, and ``world --help``, which prints
-    through click, never needs it; every command that prints does, through this same object.
-    Rejected: ``console`` as a module ``__getattr__`` of this module (every command module
-    imports it by name at its top, which would make it at once)."""
+    is read; what is set on it before then (``set_quiet``, in the root callback of every
+    command) is kept and set on it once made. Importing rich's console costs ~30 ms, and
+    ``world --help``, ``world`` alone and ``world GROUP`` alone, which print through click,
+    never need it; every command that prints does, through this same object. Rejected:
+    ``console`` as a module ``__getattr__`` of this module (every command module imports it by
+    name at its top, which would make it at once)."""
 
     def __init__(self, **settings: Any) -> None:
         object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_set", {})
         object.__setattr__(self, "_made", None)
 
     def _get(self) -> Console:
         made: Console | None = object.__getattribute__(self, "_made")
         if made is None:
             made = _console(**object.__getattribute__(self, "_settings"))
+            for name, value in object.__getattribute__(self, "_set").items():
+                setattr(made, name, value)
             object.__setattr__(self, "_made", made)
         return made
 
@@ -101,7 +106,11 @@ class _MadeOnFirstUse:
         return getattr(self._get(), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._get(), name, value)
+        made = object.__getattribute__(self, "_made")
+        if made is None:
+            object.__getattribute__(self, "_set")[name] = value
+        else:
+            setattr(made, name, value)
 
 
 console = cast("Console", _MadeOnFirstUse(highlight=False))

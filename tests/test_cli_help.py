@@ -144,9 +144,10 @@ def test_every_group_lists_its_commands_by_their_whole_first_sentence() -> None:
             assert re.sub(r"\s", "", f"{sub_name}{sentence}") in re.sub(r"\s", "", listed)
 
 
-def test_world_help_loads_neither_rich_nor_typers_rich_help() -> None:
+def _world_process(argv: list[str]) -> tuple[str, set[str]]:
+    """What ``world ARGV`` prints in a process of its own, and the modules it loaded."""
     code = (
-        "import sys; sys.argv = ['world', '--help']\n"
+        f"import sys; sys.argv = ['world', *{argv!r}]\n"
         "from cli.main import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print('MODULES', *sorted(sys.modules))"
@@ -154,11 +155,18 @@ def test_world_help_loads_neither_rich_nor_typers_rich_help() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert "Usage: world [OPTIONS] COMMAND [ARGS]..." in out.stdout
-    (line,) = [line for line in out.stdout.splitlines() if line.startswith("MODULES ")]
-    loaded = set(line.split()[1:])
-    heavy = {"rich.console", "typer.rich_utils", "markdown_it", "pygments"}
-    assert not heavy & loaded
+    shown, _, modules = out.stdout.rpartition("MODULES ")
+    return shown, set(modules.split())
+
+
+@pytest.mark.parametrize("argv", [["--help"], [], ["cells"]], ids=["help", "alone", "group"])
+def test_world_help_loads_neither_rich_nor_typers_rich_help(argv: list[str]) -> None:
+    """``world`` alone and ``world cells`` alone print what ``--help`` prints, as plainly."""
+    shown, loaded = _world_process(argv)
+    assert shown.startswith("Usage: world ")
+    if "--help" not in argv:
+        assert shown == _world_process([*argv, "--help"])[0]
+    assert not {"rich.console", "typer.rich_utils", "markdown_it", "pygments"} & loaded
 
 
 def _shape(command: Any) -> Any:

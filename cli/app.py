@@ -247,11 +247,16 @@ def app_for(argv: Sequence[str]) -> typer.Typer:
     when it names one. Typer turns every registered command into click's form on each run
     (reading each function's signature and annotations): ~50-85 ms of a command's start-up for
     all of ``world``'s, 1-10 ms for one. What the command does, prints and refuses is the same:
-    its group is whole, and the root keeps its name, settings and callback. Anything else (no
-    command, an option first, a name that is no command, shell completion) gets the whole app,
-    so ``world --help``, ``world --quiet ...`` and an unknown command's suggestions are as
-    before."""
-    if len(argv) < 2 or argv[1].startswith("-") or "_WORLD_COMPLETE" in os.environ:
+    its group is whole, and the root keeps its name, settings and callback. The root's own help
+    (``world``, ``world --help``) gets every command and group, each group without its
+    commands (``_outline``): that page shows a group's name and summary, never what is in it.
+    Anything else (an option first, a name that is no command, shell completion) gets the
+    whole app, so ``world --quiet ...`` and an unknown command's suggestions are as before."""
+    if "_WORLD_COMPLETE" in os.environ:
+        return app
+    if all(arg in CONTEXT_SETTINGS["help_option_names"] for arg in argv[1:]):
+        return _outline(app)
+    if argv[1].startswith("-"):
         return app
     name = argv[1]
     commands = [c for c in app.registered_commands if _command_name(c) == name]
@@ -262,6 +267,22 @@ def app_for(argv: Sequence[str]) -> typer.Typer:
     one.registered_commands = commands
     one.registered_groups = groups
     return one
+
+
+def _outline(typer_app: typer.Typer) -> typer.Typer:
+    """``typer_app`` with each of its groups emptied of commands: the same name, help, settings
+    and callback, so the root's help lists it as the whole app's does (~2/3 of the commands are
+    in groups, and typer need not build them to list the groups)."""
+    outline = copy.copy(typer_app)
+    outline.registered_groups = []
+    for info in typer_app.registered_groups:
+        group = copy.copy(info)
+        if info.typer_instance is not None:
+            group.typer_instance = copy.copy(info.typer_instance)
+            group.typer_instance.registered_commands = []
+            group.typer_instance.registered_groups = []
+        outline.registered_groups.append(group)
+    return outline
 
 
 def _command_name(info: Any) -> str:

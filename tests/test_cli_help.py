@@ -196,3 +196,25 @@ def test_annotations_evaluated_once_build_the_same_commands() -> None:
         for hint in info.callback.__annotations__.values()
     )
     assert _shape(typer.main.get_command(app)) == before
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["-h"]], ids=["alone", "help", "h"])
+def test_the_roots_help_from_its_outline_is_the_whole_apps(argv: list[str]) -> None:
+    """``cli.app.app_for`` gives the root's own help the app with each group emptied of its
+    commands (typer need not build them to list the groups): the page is the same."""
+    from cli.app import app_for
+
+    outline = app_for(["world", *argv])
+    assert outline is not app
+    built = typer.main.get_command(outline)
+    whole = typer.main.get_command(app)
+    assert list(built.commands) == list(whole.commands)  # type: ignore[attr-defined]
+    for name, command in whole.commands.items():  # type: ignore[attr-defined]
+        shown = built.commands[name]  # type: ignore[attr-defined]
+        assert (shown.help, shown.short_help, shown.hidden) == (
+            command.help,
+            command.short_help,
+            command.hidden,
+        )
+    page = RUNNER.invoke(outline, ["--help"], terminal_width=80).stdout
+    assert page == RUNNER.invoke(app, ["--help"], terminal_width=80).stdout

@@ -289,5 +289,5 @@ def test_a_command_runs_in_an_app_of_itself_alone_that_says_and_takes_the_same()
             whole.context_settings,
         )
         assert [p.name for p in alone.params] == [p.name for p in whole.params]
-    for argv in (["world"], ["world", "--quiet", "info"], ["world", "bogus"], ["world", "-h"]):
-        assert app_for(argv) is app, argv
+    for argv in (["world", "--quiet", "info"], ["world", "bogus"], ["world", "-h", "info"]):
+        assert app_for(argv) is app, argv  # (the root's own help: tests/test_cli_help.py)

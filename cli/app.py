@@ -293,10 +293,10 @@ def _annotations_evaluated(typer_app: typer.Typer) -> None:
     """The annotations of ``typer_app``'s command and group functions, evaluated once and kept
     as values. The command modules write them as strings (``from __future__ import
     annotations``), and typer evaluates every string four times as it builds a command (in a
-    signature with ``eval_str`` and in ``get_type_hints``, each twice per command): building the
-    whole tree for ``world --help`` took ~50 ms so, ~15 ms from values (+6-9 ms here). What
-    typer reads is the same: ``get_type_hints`` with ``include_extras`` is what
-    the strings evaluate to, ``Annotated[..., typer.Option(...)]`` kept whole. A wrapped
+    signature with ``eval_str`` and in ``get_type_hints``, each twice per command): building
+    every command of ``world`` took ~50 ms so, ~15 ms from values (+6-9 ms here). What typer
+    reads is the same: ``get_type_hints`` with ``include_extras`` is what the strings evaluate
+    to, ``Annotated[..., typer.Option(...)]`` kept whole. A wrapped
     command (``cli.common.answers``) gets them on its wrapper and on the function itself, as
     ``inspect.signature`` reads the one and ``get_type_hints`` the other."""
     for callback in _callbacks(typer_app):

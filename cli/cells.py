@@ -108,7 +108,7 @@ def upgrade(
         list[str] | None, typer.Option("--key", help="A cell's key (JSON); repeat for more")
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="Every cell not in the current era")] = False,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Move cells to the world's current era (after `world upgrade apply`): a re-pin when the
     state schema is the same, else one step of the new module with sys/StateUpgrade@1. A cell

@@ -36,7 +36,7 @@ def _origin(origin: dict[str, Any]) -> str:
 @answers
 def ls(
     directory: DirArg,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """List intents: parked (awaiting approval), queued (in flight), done, denied."""
     with handle_errors(json_output), asking(directory, readonly=True) as handle:
@@ -86,7 +86,7 @@ def _decide(directory: Path, intent: str, approved: bool, json_output: bool) -> 
 def approve(
     directory: DirArg,
     intent: IntentArg,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Approve a parked intent: it is sent at the next `world run`."""
     _decide(directory, intent, True, json_output)
@@ -96,7 +96,7 @@ def approve(
 def deny(
     directory: DirArg,
     intent: IntentArg,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Deny a parked intent: the run that asked for it ends with an error."""
     _decide(directory, intent, False, json_output)

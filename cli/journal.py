@@ -89,7 +89,7 @@ def verify(
         bool,
         typer.Option("--full", help="Read every segment, also those verified before"),
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Check every journal record, every receipt's signature and the checkpoint; with --repair,
     make the world open again.

@@ -19,7 +19,7 @@ def replay(
     verify: Annotated[
         bool, typer.Option("--verify", help="Compare every re-executed step with the journal")
     ] = True,
-    json_output: Annotated[bool, typer.Option("--json")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Replay the journal from genesis; report the first difference or bad receipt, if any.
 

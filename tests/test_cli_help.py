@@ -218,3 +218,13 @@ def test_the_roots_help_from_its_outline_is_the_whole_apps(argv: list[str]) -> N
         )
     page = RUNNER.invoke(outline, ["--help"], terminal_width=80).stdout
     assert page == RUNNER.invoke(app, ["--help"], terminal_width=80).stdout
+
+
+def test_every_argument_and_option_says_what_it_is() -> None:
+    unsaid = [
+        (name, param.name)
+        for name, ctx in COMMANDS.items()
+        for param in ctx.command.params
+        if not param.hidden and not getattr(param, "help", None)
+    ]
+    assert not unsaid

@@ -182,11 +182,14 @@ def state(
 ) -> None:
     """A reducer's state, or one cell's with --key, read in the partition owning the key
     (exit 1 when there is none, as `world state`)."""
+    from world.ops import State, StateOf
+
     with handle_errors(json_output):
         key_value = None if key is None else parse_key_arg(key)
         with _asking(directory, readonly=True) as cluster:
-            found = cluster.state(reducer, key_value)
-    answer_state(found, reducer, key_value, json_output)
+            found = cluster.call("world.state", StateOf(reducer=reducer, key=key_value))
+    assert isinstance(found, State)
+    answer_state(found.state, reducer, key_value, json_output, found.state_cbor)
 
 
 @app.command("info")

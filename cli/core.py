@@ -482,16 +482,23 @@ def state(
     json_output: JsonOpt = False,
 ) -> None:
     """Show a reducer's state, or one cell's with --key."""
+    from world.ops import State, StateOf
+
     with handle_errors(json_output):
         key_value = None if key is None else parse_key_arg(key)
         with asking(directory, readonly=True) as handle:
-            value = handle.state(reducer, key_value)
-    answer_state(value, reducer, key_value, json_output)
+            found = handle.call("world.state", StateOf(reducer=reducer, key=key_value))
+    assert isinstance(found, State)
+    answer_state(found.state, reducer, key_value, json_output, found.state_cbor)
 
 
-def answer_state(value: Any, reducer: str, key_value: Any, json_output: bool) -> None:
+def answer_state(
+    value: Any, reducer: str, key_value: Any, json_output: bool, state_cbor: str | None = None
+) -> None:
     """Print a state read for ``world state`` (and ``world cluster state``); none is exit 1
-    with or without --json: a script tells "no cell" by the status."""
+    with or without --json: a script tells "no cell" by the status. ``--json`` gives the
+    state's canonical CBOR (hex) beside its sugar, as ``cells show --raw`` shows it: the sugar
+    of a bytes state (base64) reads as text would."""
     if value is None:
         detail = "no such state (the cell does not exist or was deleted)"
         if json_output:
@@ -508,7 +515,7 @@ def answer_state(value: Any, reducer: str, key_value: Any, json_output: bool) ->
             raise typer.Exit(1)
         fail(detail)
     if json_output:
-        emit_json({"ok": True, "state": value})
+        emit_json({"ok": True, "state": value, "state_cbor": state_cbor})
     else:
         console.print_json(json.dumps(value))
 

@@ -57,13 +57,22 @@ class StateOf(Args):
 
 class State(Result):
     state: Any = Field(description="The state (sugar JSON); null: no such cell or state")
+    state_cbor: str | None = Field(
+        default=None,
+        description="The state's canonical CBOR, hex, as cells.show gives it: where the sugar "
+        "reads alike (bytes are base64 text), it tells a bytes state from a text one",
+    )
 
 
 @operation("world.state")
 def state(ctx: Context, args: StateOf) -> State:
     """A reducer's state, or one cell's (``key``)."""
     ctx.catch_up()
-    return State(state=ctx.world.state(args.reducer, args.key))
+    world = ctx.world
+    value = world.state(args.reducer, args.key)  # the errors a wrong reducer or key gets
+    key_cbor = None if args.key is None else world.key_cbor(args.reducer, args.key)
+    found = None if value is None else world.kernel.cell_of(args.reducer, key_cbor)
+    return State(state=value, state_cbor=None if found is None else found[1].hex())
 
 
 class Snapshot(Result):

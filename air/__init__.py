@@ -1,7 +1,7 @@
 """AIR: the world's control plane. Types, values, canonical CBOR, manifests, Expr.
 
 Invariants:
-- Pure: nothing here reads files, clocks, randomness or the environment (``tests/test_purity.py``).
+- Pure: nothing here reads files, clocks, randomness or the environment (``tests/project/test_purity.py``).
 - One canonical form: every value is normalised by its schema before it is hashed or stored,
   and its bytes are canonical CBOR (RFC 8949 core deterministic encoding, map keys in bytewise
   order); a content address is ``blake3:<hex>`` of those bytes.

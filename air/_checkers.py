@@ -10,7 +10,7 @@ tuple of ``(field, closure)`` pairs and primitives to one-line tests when compil
 pointer is built. When the fast walk is not sure, the checker runs ``check`` itself, which
 raises the precise error, or accepts the rare input the fast walk is stricter about (a ``dict``
 subclass, say: the fast walk tests ``type(x) is dict``). So the one invariant that matters is
-one-sided: the fast walk never accepts what ``check`` rejects. tests/test_values.py holds the
+one-sided: the fast walk never accepts what ``check`` rejects. tests/air/test_values.py holds the
 two to it on random types (refs and recursive schemas included) and random values.
 
 Depth. ``check`` refuses a value nested deeper than ``VALUE_DEPTH_MAX`` type levels, and the

@@ -2,7 +2,7 @@
 validation goes on, so an author sees all problems at once rather than the first.
 
 Stable codes used across the loader and validator (tests and tools key on these; each has a
-minimal AIR input that produces it in tests/test_diagnostic_codes.py). Diagnostics carry a file
+minimal AIR input that produces it in tests/air/test_diagnostic_codes.py). Diagnostics carry a file
 and a JSON pointer, not a line: the ``air.json.*`` codes, which come before there is any JSON
 to point into, put the 1-based line and column at the start of their message.
 

@@ -4,7 +4,7 @@ A face (``air/__init__.py``, ``kernel/__init__.py``, ``world/__init__.py`` and t
 packages' ``__init__``) lists its supported names in ``__all__`` and, for type checkers, imports
 them under ``TYPE_CHECKING``; at run time its ``__getattr__`` imports the private modules that
 define them and calls ``export``. So importing a package costs nothing until one of its names
-is used: ``world --help`` imports ``air.errors`` alone. ``tests/test_faces.py`` holds each
+is used: ``world --help`` imports ``air.errors`` alone. ``tests/project/test_faces.py`` holds each
 face's two lists equal.
 """
 

@@ -1,7 +1,7 @@
 """The error tree. Every error the project raises on purpose derives from ``WorldError``.
 
 Each layer keeps every class it raises in one module (``air.errors``, ``kernel.errors``,
-``world.errors``); the tree is drawn here, once, and ``tests/test_errors.py`` holds the drawing
+``world.errors``); the tree is drawn here, once, and ``tests/air/test_errors.py`` holds the drawing
 to the classes (every class is drawn, under its real base, in its real module).
 
     WorldError                                        air.errors

@@ -3,7 +3,7 @@ and the journal records they produce.
 
 Invariants:
 - Pure: nothing here reads files, clocks, randomness or the environment
-  (``tests/test_purity.py``); time and entropy enter as journaled facts (receipts), storage
+  (``tests/project/test_purity.py``); time and entropy enter as journaled facts (receipts), storage
   through narrow interfaces (a ``Journal``, a ``CellStore``, a ``Runner``, a ``ModuleCache``).
 - Everything that happens enters through an input (an event, a receipt, an approval, a move)
   or a tick, and is written as journal records; ``Kernel.apply`` re-executes a journal and

@@ -32,12 +32,12 @@ below decides every refusal on both paths and the records are the same bytes.
 
 Why the common input case skips ``air.cbor.dumps``: the envelope's key order is fixed, so it is
 written in canonical order and encoded by cbor2 directly (~1 us instead of ~7 us per step);
-``tests/test_host_abi.py`` holds it byte-equal to ``air.cbor.dumps`` of the same envelope.
+``tests/kernel/wasm/test_host_abi.py`` holds it byte-equal to ``air.cbor.dumps`` of the same envelope.
 Extra ``ctx`` fields take the general path.
 
 With the native path on (``kernel.native``), ``encode_input`` and ``decode_output`` first ask the
 extension, which either gives the same result or declines; the code below is then the reference
-that decides, and the only place errors are made (``tests/test_native_fuzz.py``).
+that decides, and the only place errors are made (``tests/kernel/native/test_native_fuzz.py``).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _loads_envelope(data: bytes, d: _Decoder) -> Any:
 
     With the shape walk, which admits only maps of known text keys in canonical order, lists,
     text, bytes and null, that is the canonical-CBOR check of ``air.cbor.loads`` for this shape
-    (``tests/test_host_abi.py`` holds the two equivalent), at half its cost.
+    (``tests/kernel/wasm/test_host_abi.py`` holds the two equivalent), at half its cost.
     """
     try:
         top = cbor2.loads(data)

@@ -5,9 +5,15 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+# The kits (``worldkit``, ``plans_kit``, ...) sit here, and the test files in folders that mirror
+# the packages they check (``tests/world/cluster/`` for ``world.cluster``); a test module that
+# takes helpers from another (``from test_cluster import ...``) finds it in any folder.
+for _folder in sorted({p.parent for p in TESTS.rglob("test_*.py")}, reverse=True):
+    sys.path.insert(0, str(_folder))
+sys.path.insert(0, str(TESTS))
 
-from zygote import world_bin  # noqa: F401  (the fixture: `world` through a fork server)
+from zygote import world_bin  # noqa: E402, F401  (the fixture: `world` through a fork server)
 
 
 def _hypothesis_profile() -> None:

@@ -16,7 +16,7 @@ from kernel import native
 FUZZ = Path(__file__).resolve().parents[1] / "tools" / "fuzz"
 EXAMPLES_SCALE = float(os.environ.get("WORLD_EXAMPLES_SCALE", "1"))
 """Scales the property tests' example counts (``examples``): the ASan run of the native tests
-(``tests/test_native_asan.py``) sets it below 1, where every example costs ~5 times as much and
+(``tests/kernel/native/test_native_asan.py``) sets it below 1, where every example costs ~5 times as much and
 what it adds is a check of each C access on the paths the examples reach."""
 
 

@@ -5,7 +5,7 @@
 Builds the bundled order world in a scratch folder, runs it against a loopback server that
 answers ``/ok`` with 200 and ``/down`` with 503, adds a world whose timer waits for approval,
 serves each with ``world ui`` and saves a picture of each page through headless Chromium
-(Debian's ``chromium``, driven by Playwright), the way ``tests/test_ui_browser.py`` does.
+(Debian's ``chromium``, driven by Playwright), the way ``tests/cli/ui/test_ui_browser.py`` does.
 """
 
 from __future__ import annotations

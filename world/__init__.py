@@ -377,7 +377,7 @@ _FOR_THE_CLI: dict[str, str] = {
     "stored_air_reader": "world._airstore",
 }
 """Not the front door: names ``cli/`` still takes from here, each from its private module (the
-CLI may use only faces, ``tests/test_faces.py``). Nothing else imports them from ``world``
+CLI may use only faces, ``tests/project/test_faces.py``). Nothing else imports them from ``world``
 (the same tests); they leave when the CLI asks for them through ``world.ops`` or a concept
 package's face (issue 34)."""
 

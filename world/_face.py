@@ -6,7 +6,7 @@ private module that defines it (``_WHERE``); its ``__getattr__`` (PEP 562) calls
 which imports that one module. Lazy on purpose: a concept's modules import each other's parts
 (``world._world`` needs the history index while ``world.history``'s time travel needs
 ``World``), which an eager face would turn into import cycles; and ``world --help`` imports no
-world module at all. ``tests/test_faces.py`` holds each face's lists equal.
+world module at all. ``tests/project/test_faces.py`` holds each face's lists equal.
 
 ``air`` and ``kernel`` do the same through ``air._face``, without ``importlib`` (their purity
 test bans it): their faces import their few private modules together.

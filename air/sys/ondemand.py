@@ -6,7 +6,7 @@ on-demand def it pulled in (``air._builtins``'s docstring has the rule). So addi
 changes no existing world's manifest hash, which adding one to ``sys.air.json`` would.
 
 Python text rather than a ``.air.json`` file beside ``sys.air.json``: ``air/`` reads no files
-(``tests/test_purity.py``), and the loader takes this catalogue itself (a world's stored sources
+(``tests/project/test_purity.py``), and the loader takes this catalogue itself (a world's stored sources
 do not carry it). So an on-demand def, once released, is never changed: a change is a new
 ``@version``, or worlds that use it would load to another hash.
 

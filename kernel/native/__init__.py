@@ -16,11 +16,11 @@ The contract, one-sided by construction. Each native function either returns exa
 Python reference returns, or answers "not mine" (``None``, or ``ValueError`` for ``loads``) and
 the wrapper here runs the reference, which raises the precise error with its code and pointer
 (or returns, where the C code was merely stricter). So errors keep one source of truth, and the
-only thing native code must get right is acceptance. ``tests/test_native_fuzz.py`` holds every
+only thing native code must get right is acceptance. ``tests/kernel/native/test_native_fuzz.py`` holds every
 native function to its reference on random and mutated inputs (the outputs of real reducers,
-journal records, AIR values); ``tests/test_native_parity.py`` runs bundled worlds and hostile
+journal records, AIR values); ``tests/kernel/native/test_native_parity.py`` runs bundled worlds and hostile
 reducers through both paths and compares journal bytes, states and index roots;
-``tests/test_native_asan.py`` runs both under AddressSanitizer. A wasm step that fails is
+``tests/kernel/native/test_native_asan.py`` runs both under AddressSanitizer. A wasm step that fails is
 returned by the C code as a tuple (see ``wasm.c``) that ``kernel.wasm._host`` turns into the
 same ``ReducerError`` the ctypes path raises.
 

@@ -5,7 +5,7 @@
  * bits, a lone surrogate, any byte string that is not canonical CBOR of the model). The caller
  * then runs the pure-Python reference, which decides and raises the precise CborError. So the
  * one property that matters is: whatever is accepted here is accepted there and gives the same
- * bytes or the same value. tests/test_native_fuzz.py holds the two to that on random and mutated
+ * bytes or the same value. tests/kernel/native/test_native_fuzz.py holds the two to that on random and mutated
  * inputs. */
 #include "native.h"
 

@@ -2,7 +2,7 @@
 
 Same protocol and same per-step shape as ``_fastcall.FastSession`` (new store with limiter and
 fuel, new instance, calls, store dropped), so the two paths give byte-identical outputs and the
-same failures; ``tests/test_host_backends.py`` holds them to that. This is the fallback when the
+same failures; ``tests/kernel/wasm/test_host_backends.py`` holds them to that. This is the fallback when the
 fast path's pinned internals are missing, and the baseline in ``tools/bench/bench_host.py``.
 """
 

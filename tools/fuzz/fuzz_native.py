@@ -14,7 +14,7 @@ so the corpus is seeded with real outputs and records, and with every CBOR head 
 boundary in its shortest and its longer forms (``native_oracle.boundary_seeds``: mutations of
 random values never happened on ``19 00 ff``). ``--random`` (or no atheris) runs the
 same checks on ``native_oracle.Mutator``'s mutations of the same seeds instead. A disagreement
-raises ``Disagreement`` with the input: add it to ``tests/test_native_fuzz.py``'s ``EDGE_INPUTS``.
+raises ``Disagreement`` with the input: add it to ``tests/kernel/native/test_native_fuzz.py``'s ``EDGE_INPUTS``.
 """
 
 from __future__ import annotations

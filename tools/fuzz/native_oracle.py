@@ -9,7 +9,7 @@ seeds (every head at every width boundary, shortest and over-long; real reducer 
 journal payloads, canonical encodings of random values) into
 inputs: bit flips, byte edits, truncation, splices, non-shortest heads, random bytes.
 
-Used by ``tests/test_native_fuzz.py`` (a bounded run in the suite), ``tools/fuzz/fuzz_native.py``
+Used by ``tests/kernel/native/test_native_fuzz.py`` (a bounded run in the suite), ``tools/fuzz/fuzz_native.py``
 (atheris, or this module's own random loop, for as long as you like) and the AddressSanitizer
 test. Run nothing here at import: it is a library.
 """
@@ -345,7 +345,7 @@ def boundary_seeds() -> list[bytes]:
     So ``check_bytes`` meets every over-long head through ``loads``, ``decode_output`` and
     ``decode_record`` at the start of every run: a C decoder that took ``19 00 ff`` for 255 got
     past the mutation loop and 30,000 atheris runs seeded with random values alone.
-    ``tests/test_cbor_heads.py`` holds the table these mirror, and checks they are here."""
+    ``tests/air/test_cbor_heads.py`` holds the table these mirror, and checks they are here."""
     items = [
         form + _announced(major, value)
         for major in range(7)

@@ -6,8 +6,8 @@ Merging a dirty shard keeps every clean record's bytes as they are (entry and in
 slices of the old object) and encodes only the dirty entries, and the logical root is one
 digest of a concatenation. With the native path the merge is ``splice`` (C sorts and encodes
 the dirty cells and copies the clean records' bytes: ~1 µs per dirty cell plus the copy);
-``merge`` is its reference and the fallback (``tests/test_cellstore_merge.py`` holds one to the
-other, ``tests/test_native_shard.py`` feeds the C code what it must decline).
+``merge`` is its reference and the fallback (``tests/world/cellstore/test_cellstore_merge.py`` holds one to the
+other, ``tests/kernel/native/test_native_shard.py`` feeds the C code what it must decline).
 
 Who may delete what (the collector's invariant). Objects are shared by content with the rest
 of the world's CAS (AIR, wasm, blobs, receipts), so the store deletes only what it can prove

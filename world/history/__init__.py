@@ -19,7 +19,7 @@ record that wrote it). Time travel reads the past through the index; the writer 
 commits (``World`` holds its ``HistoryWriter``). So ``index`` is the one part ``World`` imports,
 and the one public by name: importing it through this face would go round (the face names
 ``_timetravel``, which reads a ``World``), and a private part may not be imported from outside
-its package (``tests/test_faces.py``).
+its package (``tests/project/test_faces.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 /*
  * sdk_probe -- a test fixture that exercises the SDK's reader and writer directly.
  *
- * Not an example and not committed as .wasm: tests/test_reducers_behaviour.py builds it into a
+ * Not an example and not committed as .wasm: tests/reducers/test_reducers_behaviour.py builds it into a
  * temporary directory. Non-keyed; the new state depends only on the event:
  *
  *   probe/Echo@1  value: any AIR value. State: the value decoded with the typed readers and

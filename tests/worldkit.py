@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import tarfile
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import wasmtime
@@ -102,3 +103,20 @@ def counter_with_plans(
     (folder / "counter.air.json").write_text(json.dumps([module_doc, manifest_doc]))
     (folder / "plans.air.json").write_text(json.dumps(docs))
     return folder
+
+
+def extract_fixture(archive: Path, dest: Path) -> None:
+    """Unpack a fixture world (a ``.tar.gz`` written by older code) into ``dest``.
+
+    ``extractall(filter="data")`` came in Python 3.11.4, and Debian 12's ``python3.11`` is
+    3.11.2; so the members are checked here the way that filter would (plain files and folders
+    only, relative names, no ``..``), and the filter is passed only where it exists."""
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            name = PurePosixPath(member.name)
+            if not (member.isfile() or member.isdir()) or name.is_absolute() or ".." in name.parts:
+                raise ValueError(f"{archive}: member {member.name!r} is not a plain relative path")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python < 3.11.4, members checked above
+            tar.extractall(dest)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from kernel.errors import ReplayDivergence
 from world import Engine, World
 from world.history import verify_world
 
-from worldkit import COUNTER, ROOT, counter_with_plans
+from worldkit import COUNTER, ROOT, counter_with_plans, extract_fixture
 
 PAIR = "t/Pair@1"
 OLD_WORLD = ROOT / "tests" / "fixtures" / "world_before_semantics.tar.gz"
@@ -144,8 +143,7 @@ def test_a_run_sets_both_timers_before_either_fires_and_binds_each_receipt_to_it
 def test_a_run_of_semantics_1_journaled_before_replays_one_wait_at_a_time(tmp_path: Path) -> None:
     """The fixture's run set timer b only after a fired; replay does it again, and a new run
     in the same world fans out (its ``plan.started`` says semantics 2)."""
-    with tarfile.open(OLD_WORLD) as tar:
-        tar.extractall(tmp_path, filter="data")
+    extract_fixture(OLD_WORLD, tmp_path)
     path = tmp_path / "w"
     kinds = _kinds(path)
     assert kinds.index("receipt") < kinds.index("step:emit_b")  # one wait at a time

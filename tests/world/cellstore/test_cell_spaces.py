@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -23,7 +22,7 @@ from kernel.cells import cell_space
 from world import World
 from world.cellstore import FileCellStore
 
-from worldkit import COUNTER, COUNTER_AIR, EVENT, add
+from worldkit import COUNTER, COUNTER_AIR, EVENT, add, extract_fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 OLD_WORLD = ROOT / "tests" / "fixtures" / "world_before_cell_spaces.tar.gz"
@@ -73,8 +72,7 @@ def test_the_space_is_the_reducers_name_not_its_code() -> None:
 
 
 def _old_world(tmp_path: Path) -> Path:
-    with tarfile.open(OLD_WORLD) as archive:
-        archive.extractall(tmp_path, filter="data")
+    extract_fixture(OLD_WORLD, tmp_path)
     return tmp_path / "w"
 
 

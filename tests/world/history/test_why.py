@@ -9,7 +9,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from kernel.errors import ReplayDivergence
 from world import World
 from world.history import why
 
-from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add, counter_with_plans
+from worldkit import COUNTER, COUNTER_AIR, EVENT, ROOT, add, counter_with_plans, extract_fixture
 
 runner = CliRunner()
 WORLD = str(Path(sys.executable).parent / "world")
@@ -138,8 +137,7 @@ def _two_plans_air(folder: Path) -> Path:
 
 def _old_world(fixture: Path, tmp_path: Path) -> Path:
     """A world from a fixture archive (written by older code), extracted into ``tmp_path``."""
-    with tarfile.open(fixture) as archive:
-        archive.extractall(tmp_path, filter="data")
+    extract_fixture(fixture, tmp_path)
     return tmp_path / "w"
 
 

@@ -32,9 +32,33 @@ differently) (``host``); a numeric host that is not a canonical dotted quad (``2
 ``0177.0.0.1``, ``0x7f.0.0.1``, ``127.1``: any host whose last label is a number, as a browser
 reads it, must be four decimal octets without leading zeros), an IPv6 literal that does not
 parse, an IPvFuture literal, or a zone id (``ip_form``); a port that is empty, not ASCII
-digits, or outside 1..65535 (``port``); a malformed percent-escape (``percent``); an encoded
-``/`` or ``\\`` in the path, whose segment boundaries servers disagree on
-(``encoded_separator``).
+digits, or outside 1..65535 (``port``); a malformed percent-escape, or escapes nested more
+than ``DECODE_ROUNDS_MAX`` deep (``percent``); an encoded ``/`` or ``\\`` in the path, whose
+segment boundaries servers disagree on, or a segment that a lenient reading (below) turns into
+one (``encoded_separator``); a path segment that some server reads as ``.`` or ``..`` though
+this reader does not, or a ``..`` after an empty segment (``dot_segment``).
+
+The lenient readings. Dot segments are removed here and the result is sent, so the danger is a
+segment this reader takes for a name and a server for a dot segment (``/api/..;/admin`` is
+sent whole, and Tomcat serves ``/admin``). Each segment of the path is read, before dot
+segments are removed (so ``/api/.;/../admin``, which one reading makes ``/api/admin`` and
+another ``/admin``, is refused too, though only the first would be sent), as the most lenient
+server would: percent-decoded
+again and again (double encoding, ``%252e``: a proxy decodes, then the application),
+overlong UTF-8 forms folded (``%C0%AE`` is ``.``), undecodable bytes dropped, NFKC applied
+(``%EF%BC%8E`` FULLWIDTH FULL STOP is ``.``, ``%E2%80%A5`` TWO DOT LEADER is ``..``), then cut at
+the first ``;`` (a matrix parameter: Tomcat, Jetty and Spring read ``..;x`` as ``..``) and at a
+NUL (C strings), and stripped of white space (Spring's trimmed tokens; Windows drops trailing
+spaces). If what is left is one or more dots, the URL is refused; if the decoded segment holds
+a ``/`` or ``\\`` (``%252f``, ``%C0%AF``, ``%EF%BC%8F`` FULLWIDTH SOLIDUS), likewise. A segment of
+only dots as written (``...``) is refused too (Windows reads it as a dot segment). A ``..``
+whose segment to remove is empty (``/api//../admin``) is refused because a server that merges
+slashes first removes ``api`` instead. Rejected alternative: stripping matrix parameters or
+merging slashes before matching. That changes what is sent (``;v=1`` is part of the path to
+an application that uses it, ``//`` to one that does not merge), and the rule that what is
+checked is what is sent would then hold only for the servers that read a URL our way.
+Parameters on other segments (``/api;v=1/x``, ``/api/x;/../y``) are kept and sent as written:
+every reading agrees on which segments they are.
 
 Matching, for the capability check and the policy (``kernel._effects``):
 
@@ -66,11 +90,13 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "DECODE_ROUNDS_MAX",
     "HOST_CHARS_MAX",
     "LABEL_CHARS_MAX",
     "URL_CHARS_MAX",
@@ -92,6 +118,10 @@ HOST_CHARS_MAX: Final = 253
 
 LABEL_CHARS_MAX: Final = 63
 """The longest label of a host name (RFC 1035 §2.3.4)."""
+
+DECODE_ROUNDS_MAX: Final = 4
+"""How many times a path segment is percent-decoded to see what a server that decodes again
+(a proxy and then an application, say) would read; escapes nested deeper are refused."""
 
 URL_INVALID: Final = "cap.url_invalid"
 
@@ -206,9 +236,14 @@ def read_host_entry(text: str) -> tuple[str, int | None] | None:
 
 def read_path(text: str) -> str:
     """An absolute path normalised: escapes as in the module docstring, dot segments removed.
-    ``UrlRefused`` for a hidden character, a malformed escape or an encoded separator."""
+    ``UrlRefused`` for a hidden character, a malformed escape, an encoded separator, or a
+    segment another server reads as a dot segment (``_refuse_lenient_readings``)."""
     _refuse_hidden(text)
-    return _without_dot_segments(_normalise_escapes(text, _PATH_SAFE, path=True))
+    path = _normalise_escapes(text, _PATH_SAFE, path=True)
+    for segment in path.split("/"):
+        if segment not in (".", ".."):
+            _refuse_lenient_readings(segment)
+    return _without_dot_segments(path)
 
 
 def _refuse_hidden(text: str) -> None:
@@ -327,12 +362,16 @@ def _normalise_escapes(text: str, safe: frozenset[str], *, path: bool) -> str:
 
 
 def _without_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 for an absolute path: ``/a/./b/../c`` is ``/a/c``, ``/a/..`` is ``/``."""
+    """RFC 3986 §5.2.4 for an absolute path: ``/a/./b/../c`` is ``/a/c``, ``/a/..`` is ``/``.
+    A ``..`` that would remove an empty segment (``/api//../admin``) is refused: a server that
+    merges slashes first (nginx, Spring) removes ``api`` instead."""
     segments = path.split("/")[1:]
     out: list[str] = []
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
         if segment in (".", ".."):
+            if segment == ".." and out and out[-1] == "":
+                raise UrlRefused("dot_segment", "'..' after an empty segment ('//') is ambiguous")
             if segment == ".." and out:
                 out.pop()
             if last:
@@ -340,6 +379,61 @@ def _without_dot_segments(path: str) -> str:
         else:
             out.append(segment)
     return "/" + "/".join(out)
+
+
+def _refuse_lenient_readings(segment: str) -> None:
+    """Refuse a normalised path segment that a lenient server reads as a separator or as a
+    dot segment, though this reader does not (the module docstring lists the readings)."""
+    if "%" not in segment and ";" not in segment:
+        if segment and set(segment) == {"."}:
+            raise UrlRefused("dot_segment", f"segment {segment!r} is all dots")
+        return  # no escape, no parameter: every server reads it as written
+    reading = _lenient_reading(segment)
+    if "/" in reading or "\\" in reading:
+        raise UrlRefused("encoded_separator", f"segment {segment!r} can decode to a separator")
+    name = reading.split(";", 1)[0].split("\x00", 1)[0].strip()
+    if name and set(name) == {"."}:
+        raise UrlRefused("dot_segment", f"segment {segment!r} can be read as {name!r}")
+
+
+def _lenient_reading(segment: str) -> str:
+    """``segment`` (normalised: ASCII, escapes well formed) percent-decoded until nothing
+    changes (at most ``DECODE_ROUNDS_MAX`` times: deeper nesting is refused), overlong UTF-8
+    forms folded, undecodable bytes dropped, and NFKC applied."""
+    data = segment.encode("ascii")
+    for _ in range(DECODE_ROUNDS_MAX):
+        decoded = _unquote(data)
+        if decoded == data:
+            break
+        data = decoded
+    else:
+        if _unquote(data) != data:
+            detail = f"segment {segment!r} nests escapes over {DECODE_ROUNDS_MAX} deep"
+            raise UrlRefused("percent", detail)
+    text = _OVERLONG.sub(_fold_overlong, data).decode("utf-8", "ignore")
+    return unicodedata.normalize("NFKC", text)
+
+
+_ESCAPE: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
+
+
+def _unquote(data: bytes) -> bytes:
+    return _ESCAPE.sub(lambda match: bytes([int(match.group(1), 16)]), data)
+
+
+_OVERLONG: Final = re.compile(
+    rb"[\xc0\xc1][\x80-\xbf]|\xe0[\x80-\x9f][\x80-\xbf]|\xf0[\x80-\x8f][\x80-\xbf]{2}"
+)
+"""UTF-8 sequences longer than their code point needs (``%C0%AE`` for ``.``): invalid, yet read
+as the character by decoders that do not check (IIS and Tomcat once did)."""
+
+
+def _fold_overlong(match: re.Match[bytes]) -> bytes:
+    first, *rest = match.group()
+    point = first & (0x1F if len(rest) == 1 else 0x0F if len(rest) == 2 else 0x07)
+    for byte in rest:
+        point = point << 6 | byte & 0x3F
+    return chr(point).encode("utf-8")
 
 
 # --- matching ----------------------------------------------------------------------------------

@@ -70,7 +70,10 @@ left, the intent is refused ``cap.budget_exhausted`` and no adapter sees it. Set
 the reservation: a stored put by its receipt's ``size``; an HTTP exchange, whatever its
 status, by the body bytes it moved (``HTTP_BODY_BYTES_HEADER`` in the receipt's headers,
 capped at the reservation: bytes that crossed the wire are spent even when the answer was
-refused, so an oversized answer cannot be fetched again and again for free). A failed put, a
+refused, and an answer over the limit counts the whole limit, read or refused unread by its
+``Content-Length``, so an oversized answer cannot be fetched again and again for free: under
+a budget smaller than one answer, the first spends what was left and the next is refused
+``cap.budget_exhausted``). The count is in the journaled receipt, so replay settles alike. A failed put, a
 receipt without a count and an approver's denial refund the whole reservation. The one
 cancel path is a run's (``cancel_run``, for ``run.cancelled``): its live intents settle
 ``cancelled`` and their reservations are refunded; an adapter's later receipt for one is

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from httpkit import Answer, Loopback, loopback_fixture
+from httpkit import Answer, Exchange, Loopback, Script, loopback_fixture
 from plans_kit import (
     ALLOW_ALL,
     await_receipt,
@@ -137,7 +137,7 @@ def test_gets_emitted_together_do_not_fit_beside_the_one_that_reserved_the_budge
     assert server.total == 1
 
 
-def test_a_response_larger_than_what_is_left_is_an_error_and_charges_only_what_moved(
+def test_a_response_larger_than_what_is_left_is_an_error_and_spends_what_was_left(
     tmp_path: Path, server: Loopback
 ) -> None:
     server.routes["/a"] = Answer(200, b"x" * 30)
@@ -147,11 +147,52 @@ def test_a_response_larger_than_what_is_left_is_an_error_and_charges_only_what_m
     with World.create(w, air) as world:
         world.send(GO, {"url": server.url("/")})
         _drive(world)
-        assert world.kernel.effects.spent == {"http": 30}  # /b declared 30 > 20 left: not read
+        assert world.kernel.effects.spent == {"http": 50}  # /b declared 30 > 20 left: unread
     first, second = (cbor.loads(r.body["payload"]) for r in of_kind(records(w), "receipt"))
     assert first["headers"][HTTP_BODY_BYTES_HEADER] == "30"
     assert (second["status"], second["body_ref"]) == (0, None)
+    assert second["headers"] == {HTTP_BODY_BYTES_HEADER: "20"}
     assert "exceeds" in second["body_preview"]
+
+
+def _close_delimited(body: bytes) -> Script:
+    """An answer with no length: the body ends when the server closes (HTTP/1.0)."""
+
+    def answer(exchange: Exchange) -> None:
+        exchange.send_response(200)
+        exchange.end_headers()
+        exchange.wfile.write(body)
+        exchange.close_connection = True
+
+    return answer
+
+
+@pytest.mark.parametrize("framing", ["content-length", "close-delimited"])
+def test_a_budget_smaller_than_one_answer_runs_out_at_the_first_and_refuses_the_rest(
+    tmp_path: Path, server: Loopback, framing: str
+) -> None:
+    for path in ("/a", "/b", "/c"):
+        big = b"z" * 100
+        server.routes[path] = (
+            Answer(200, big) if framing == "content-length" else _close_delimited(big)
+        )
+    air = _world(tmp_path, _gets("a"), [http_grant(["127.0.0.1"], budget={"bytes": 10})])
+    w = tmp_path / "w"
+    with World.create(w, air) as world:
+        for path in ("a", "b", "c"):  # three runs, one after the other
+            world.send(GO, {"url": server.url(f"/{path}")[: -len(path)]})
+            _drive(world)
+        assert world.kernel.effects.spent == {"http": 10}
+    recs = records(w)
+    (receipt,) = of_kind(recs, "receipt")
+    assert receipt.body["status"] == "error"
+    assert cbor.loads(receipt.body["payload"])["headers"] == {HTTP_BODY_BYTES_HEADER: "10"}
+    codes = [body.get("error", {}).get("code") for _run, body in sorted(ended(recs).items())]
+    assert codes == [None, "cap.budget_exhausted", "cap.budget_exhausted"]
+    assert server.total == 1
+    assert verify_world(w).ok  # the charge is in the journaled receipt: replay settles alike
+    with World.open(w) as again:
+        assert again.kernel.effects.spent == {"http": 10}
 
 
 def _streaming(chunks: int, chunk: bytes, pulled: list[int]) -> httpx.MockTransport:

@@ -24,9 +24,14 @@ pseudo-header because the receipt schema is a closed record, and no server can s
 beginning with ``:``. An intent under a budget comes with ``bytes_max``, what its grant
 reserved for it: a request body larger than that is an ``error`` receipt and nothing is
 sent, and the response body may be at most what remains (``response_bytes_max`` otherwise),
-refused like any over-limit body. A failure counts only what is known to have moved: the
-request body once a response began, plus the response bytes read up to the limit; a body
-refused by its ``Content-Length`` is not read at all. Only the last attempt is counted.
+refused like any over-limit body. A failure counts what is known to have moved: the request
+body once a response began, plus the response bytes read up to the limit. An answer over the
+limit counts as the whole limit, whether it stopped being read at the chunk that crossed it or
+was refused by its ``Content-Length`` unread: it asked for more than was left, so what was
+left is spent, and under a budget smaller than one answer the next request is refused
+(``cap.budget_exhausted``) rather than sent again and again for free (what the server had
+already written into the connection crossed the wire whether or not it was read). Only the
+last attempt is counted.
 
 Outcomes:
 
@@ -438,14 +443,14 @@ class HttpAdapter:
     def _read_body(self, response: httpx.Response, started: float, request: _Request) -> bytes:
         """The response body, read up to the request's limit (``response_bytes_max``, less
         when the intent's reservation is smaller): a body declared larger is not read at
-        all; one that turns out larger stops being read at the chunk that crosses the limit,
-        and only the bytes up to the limit count as moved."""
+        all; one that turns out larger stops being read at the chunk that crosses the limit.
+        Either way the limit counts as moved (the module docstring, "Byte count")."""
         limit = request.response_bytes_max
         sent = request.body_bytes
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             detail = f"response body of {declared} bytes exceeds response_bytes_max={limit}"
-            raise _Failed("error", detail, retry=False, body_bytes=sent)
+            raise _Failed("error", detail, retry=False, body_bytes=sent + limit)
         body = bytearray()
         for chunk in response.iter_raw():
             body += chunk

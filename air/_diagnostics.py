@@ -85,6 +85,9 @@ to point into, put the 1-based line and column at the start of their message.
                                  nor routed to it
     air.plan.allowed_effects     an ``emit_effect`` kind outside the plan's ``allowed_effects``
     air.plan.required_caps       an ``emit_effect`` cap outside the plan's ``required_caps``
+    air.plan.http_header         an HTTP ``emit_effect`` sets, by a constant name, a header only
+                                 the client writes (Content-Length, Transfer-Encoding,
+                                 Connection, ...: ``air.sys.ondemand.HTTP_HEADERS_REFUSED``)
     air.plan.end.result_missing  the plan declares an output and an ``end`` has no result
     air.plan.end.missing         the plan declares an output and a path ends without an ``end``
     air.plan.await_event.where_required  a correlated plan awaits an event without ``where``

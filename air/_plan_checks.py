@@ -10,7 +10,8 @@ What is checked, per plan (each finding a diagnostic with a stable code, then th
   ref is typed (``@plan.input`` by the input schema, ``@event`` by the awaited schema, a var by
   its local type, its awaited receipt or event schema).
 * Steps: ``emit_effect`` names a plan-origin effect, a grant of the effect's cap type and stays
-  inside ``allowed_effects`` / ``required_caps`` when those are given; ``await_receipt.for`` is
+  inside ``allowed_effects`` / ``required_caps`` when those are given, and an HTTP one sets no
+  header, named by a constant, that the client alone writes (``air.plan.http_header``); ``await_receipt.for`` is
   ``{"ref": "@var:x"}`` for an ``x`` an earlier ``emit_effect`` bound with ``effect_id_as``;
   ``raise_event`` targets a reducer, has a key exactly when the reducer is keyed, and raises a
   schema that is the reducer's ABI event or routed to it; ``end`` has a result when the plan
@@ -62,6 +63,7 @@ from air._model import (
 )
 from air._plan_types import PlanTypes, describe, read_expr_or_value
 from air.errors import ExprError
+from air.sys.ondemand import HTTP_HEADERS_REFUSED, HTTP_KINDS, http_header_refused
 from air.types import Prim, Ref, TypeNode, type_to_obj
 
 __all__ = ["check_plan"]
@@ -311,6 +313,39 @@ def _emit_effect(plan: _Plan, at: str, step: EmitEffect, params: expr.Expr | Non
             plan.add(plan.at(f"{at}/cap"), "air.cap.type_mismatch", detail)
     if effect is not None and params is not None:
         _conform(plan, params, Ref(effect.params_schema))
+    if step.kind in HTTP_KINDS and params is not None:
+        _client_headers(plan, at, params)
+
+
+def _client_headers(plan: _Plan, at: str, params: expr.Expr) -> None:
+    """A header named by a constant that only the HTTP client writes (framing and
+    connection-specific fields, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``). A name computed
+    at run time is the capability check's (``cap.header_not_allowed``)."""
+    for name, pointer in _constant_header_names(params):
+        if http_header_refused(name):
+            detail = (
+                f"header {name!r} is the HTTP client's to write (the message's framing or "
+                f"its connection), not a plan's; refused: {', '.join(sorted(HTTP_HEADERS_REFUSED))}"
+            )
+            plan.add(pointer or plan.at(f"{at}/params"), "air.plan.http_header", detail)
+
+
+def _constant_header_names(params: expr.Expr) -> Iterator[tuple[object, str]]:
+    """``(name, pointer)`` of each header name the params give as a constant: a map entry's
+    key at its own pointer, a constant map's keys (or a constant record's) at the constant's."""
+    if isinstance(params, expr.Const):
+        value = params.value
+        headers = value.get("headers") if isinstance(value, dict) else None
+        if isinstance(headers, dict):
+            yield from ((name, params.pointer) for name in headers)
+        return
+    node = dict(params.fields).get("headers") if isinstance(params, expr.MakeRecord) else None
+    if isinstance(node, expr.Const) and isinstance(node.value, dict):
+        yield from ((name, node.pointer) for name in node.value)
+    elif isinstance(node, expr.MakeMap):
+        for key, _value in node.entries:
+            if isinstance(key, expr.Const):
+                yield key.value, key.pointer
 
 
 def _await_receipt(plan: _Plan, at: str, step: AwaitReceipt) -> None:

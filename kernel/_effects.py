@@ -20,7 +20,9 @@ Enqueue, in order (the first failure wins and is the journaled reason):
    ``cap.url_invalid``. Then, on the normalised URL: its host is in ``hosts``
    (``cap.host_not_allowed``; an entry ``host`` admits any port, ``host:port`` that effective
    port only); a ``Host`` header, if the params carry one, names the URL's own authority
-   (``cap.host_header``); the method is in ``verbs`` (AgentOS spells it ``methods``;
+   (``cap.host_header``); no header is one the client alone writes, framing or
+   connection-specific (``Content-Length``, ``Transfer-Encoding``, ``Connection``, ...:
+   ``air.sys.ondemand.HTTP_HEADERS_REFUSED``; ``cap.header_not_allowed``); the method is in ``verbs`` (AgentOS spells it ``methods``;
    ``cap.method_not_allowed``); the path lies under one of ``path_prefixes``, whole segments
    only, so ``/api`` admits ``/api/x`` but not ``/apix`` (``cap.path_not_allowed``). An empty
    set allows nothing (``verbs: []`` no method, ``path_prefixes: []`` no path, ``hosts`` absent

@@ -4,7 +4,8 @@ before it is queued, on the URL ``kernel._urls`` reads (the one normaliser).
 ``check_http`` is the capability check of an ``http.out`` grant: the URL readable at all
 (``cap.url_invalid``), its host among ``hosts`` (``host`` on any port, ``host:port`` on that one;
 ``cap.host_not_allowed``), a ``Host`` header naming the URL's own authority
-(``cap.host_header``), the method among ``verbs`` (or AgentOS's ``methods``;
+(``cap.host_header``), no header the client alone writes (framing and connection-specific
+fields, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``; ``cap.header_not_allowed``), the method among ``verbs`` (or AgentOS's ``methods``;
 ``cap.method_not_allowed``), the path under one of ``path_prefixes``, whole segments only
 (``cap.path_not_allowed``). An empty set allows nothing; an absent one restricts nothing.
 ``rule_matches`` is a policy rule's ``when``: effect kind, grant, origin, and for a rule that
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from air.sys.ondemand import HTTP_HEADERS_REFUSED, http_header_refused
 from kernel._urls import (
     Url,
     UrlRefused,
@@ -56,6 +58,7 @@ def check_http(cap: str, grant_params: Any, params: Any) -> None:
     if not any(_admits(entry, url) for entry in grant_params.get("hosts") or []):
         raise CapDenied("cap.host_not_allowed", f"host {url.authority!r} is outside grant {cap}")
     _check_host_header(params, url)
+    _check_client_headers(params)
     verbs = _granted_verbs(grant_params)
     method = str(params.get("method", "")).upper()
     if verbs is not None and method not in verbs:
@@ -99,6 +102,22 @@ def _check_host_header(params: Any, url: Url) -> None:
         if not same:
             raise CapDenied(
                 "cap.host_header", f"Host header {value!r} is not the URL's {url.authority!r}"
+            )
+
+
+def _check_client_headers(params: Any) -> None:
+    """No header the HTTP client alone writes (``HTTP_HEADERS_REFUSED``): a plan that set
+    ``Content-Length`` beside ``Transfer-Encoding`` would send a message two parsers frame
+    differently."""
+    headers = params.get("headers")
+    if not isinstance(headers, dict):
+        return
+    for name in headers:
+        if http_header_refused(name):
+            raise CapDenied(
+                "cap.header_not_allowed",
+                f"header {name!r} is the HTTP client's to write, not a plan's (refused: "
+                f"{', '.join(sorted(HTTP_HEADERS_REFUSED))})",
             )
 
 

@@ -31,12 +31,14 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "HTTP_HEADERS_REFUSED",
     "HTTP_INLINE_BODY_BYTES_MAX",
     "HTTP_KINDS",
     "HTTP_SECRET_KIND",
     "ONDEMAND_FILE",
     "ONDEMAND_TEXT",
     "SECRET_REF",
+    "http_header_refused",
 ]
 
 ONDEMAND_FILE: Final = "<builtin>/sys_ondemand.air.json"
@@ -67,6 +69,37 @@ ONDEMAND_TEXT: Final = """[
 
 HTTP_KINDS: Final = frozenset({"http.request", HTTP_SECRET_KIND})
 """The effect kinds the HTTP adapter serves, charged alike under a ``bytes`` budget."""
+
+HTTP_HEADERS_REFUSED: Final = frozenset(
+    {
+        "connection",
+        "content-length",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""Header names (compared trimmed and lower-cased) a plan may not set on an HTTP request, what
+the client alone writes. The message's framing: ``content-length`` and ``transfer-encoding``,
+which the client derives from the body (one that disagrees with the body, or both at once,
+which RFC 9112 §6.1 forbids, makes a message that two parsers on the way frame differently:
+request smuggling). The connection-specific fields of RFC 9110 §7.6.1 (``connection``,
+``keep-alive``, ``proxy-connection``, ``te``, ``upgrade``) and ``trailer``: they describe one
+hop and the client's own connection, which the plan does not own. Refused when the AIR is
+validated where the name is a constant (``air.plan.http_header``), and by the capability check
+otherwise (``cap.header_not_allowed``); the HTTP adapter refuses them too, for an intent queued
+before this rule. ``host`` is not here: one naming the URL's own authority is allowed, and
+dropped (``cap.host_header`` refuses any other). ``expect`` is allowed: it asks for an interim
+answer and does not change how the message is framed."""
+
+
+def http_header_refused(name: object) -> bool:
+    """Whether ``name`` is a header a plan may not set (``HTTP_HEADERS_REFUSED``)."""
+    return str(name).strip().lower() in HTTP_HEADERS_REFUSED
+
 
 HTTP_INLINE_BODY_BYTES_MAX: Final = 64 * 1024
 """The largest inline ``body`` of an ``http.request.v2`` (literal bytes): the kernel refuses a

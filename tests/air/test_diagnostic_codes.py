@@ -111,6 +111,25 @@ def _emit(kind: str, cap: str) -> dict[str, Any]:
     }
 
 
+def _emit_http(*entries: dict[str, Any]) -> dict[str, Any]:
+    params = {
+        "record": {
+            "method": {"text": "GET"},
+            "url": {"text": "http://h/"},
+            "headers": {"map": list(entries)},
+            "body_ref": {"none": {}},
+        }
+    }
+    return {
+        "id": "e",
+        "op": "emit_effect",
+        "kind": "http.request",
+        "params": params,
+        "cap": "g",
+        "bind": {"effect_id_as": "e"},
+    }
+
+
 def _raise(event: Any, **extra: Any) -> dict[str, Any]:
     return {"id": "r", "op": "raise_event", "reducer": "t/Mod@1", "event": event, **extra}
 
@@ -373,6 +392,21 @@ CASES: dict[str, tuple[Case, str]] = {
             )
         ),
         "/3/steps/0/cap",
+    ),
+    "air.plan.http_header": (
+        Case(
+            _chain(
+                _grants(
+                    {"name": "g", "cap": "sys/http.out@1", "params": {"hosts": ["h"], "verbs": []}}
+                ),
+                _steps(
+                    _emit_http(
+                        {"key": {"text": "Content-Length"}, "value": {"ref": "@plan.input.id"}}
+                    )
+                ),
+            )
+        ),
+        "/3/steps/0/params/record/headers/map/0/key",
     ),
     "air.plan.end.result_missing": (
         Case(lambda d: d[PLAN].update(output="t/State@1")),

@@ -127,6 +127,7 @@ HOST = "cap.host_not_allowed"
 PATH = "cap.path_not_allowed"
 METHOD = "cap.method_not_allowed"
 HOST_HEADER = "cap.host_header"
+CLIENT_HEADER = "cap.header_not_allowed"
 INVALID = "cap.url_invalid"
 
 
@@ -305,6 +306,39 @@ REFUSALS = [
         HOST_HEADER,
         headers={"Accept": "*/*", "Host": "evil.example"},
     ),
+    # --- headers the client alone writes: framing and connection-specific ---
+    *(
+        refused(f"client-header-{name}", f"{A}/api", CLIENT_HEADER, headers={name: value})
+        for name, value in [
+            ("Content-Length", "0"),
+            ("content-length", "5"),
+            ("CONTENT-LENGTH", "5"),
+            ("Content-Length ", "5"),
+            (" Content-Length", "5"),
+            ("Content-Length\t", "5"),
+            ("Transfer-Encoding", "chunked"),
+            ("transfer-encoding", "identity"),
+            ("Connection", "close"),
+            ("connection", "Upgrade, Content-Length"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Connection", "keep-alive"),
+            ("TE", "trailers"),
+            ("Trailer", "Expires"),
+            ("Upgrade", "h2c"),
+        ]
+    ),
+    refused(
+        "client-header-length-and-chunked-together",
+        f"{A}/api",
+        CLIENT_HEADER,
+        headers={"Content-Length": "5", "Transfer-Encoding": "chunked"},
+    ),
+    refused(
+        "client-header-after-another",
+        f"{A}/api",
+        CLIENT_HEADER,
+        headers={"Accept": "*/*", "Transfer-Encoding": "chunked"},
+    ),
     refused(
         "host-header-https-default-on-http",
         f"{A}/api",
@@ -329,7 +363,7 @@ def test_the_refusal_table_covers_every_reason_and_code() -> None:
     codes = {row.values[2] for row in REFUSALS}
     reasons = {row.values[3] for row in REFUSALS} - {None}
     assert len(REFUSALS) >= 40
-    assert codes == {HOST, PATH, METHOD, HOST_HEADER, INVALID}
+    assert codes == {HOST, PATH, METHOD, HOST_HEADER, CLIENT_HEADER, INVALID}
     assert reasons == {
         "not_text",
         "too_long",
@@ -380,6 +414,10 @@ ALLOWED = [
     allowed("host-header-same-authority", f"{A}/api", headers={"Host": "API.example.com:80"}),
     allowed("host-header-same-authority-dot", f"{A}/api", headers={"host": "api.example.com."}),
     allowed("slash-prefix-under-it", f"{A}/api/x", "api_slash"),
+    *(
+        allowed(f"header-{name}", f"{A}/api", headers={name: "1"})
+        for name in ("Content-Type", "Expect", "X-Content-Length", "Content-Lengths", "Tea")
+    ),
     allowed("root-prefix-any-path", f"{A}/anything", "root"),
     allowed("bare-host-any-port", "http://127.0.0.1:8080/", "ip4"),
     allowed("ipv6-compressed", "http://[0:0:0:0:0:0:0:1]:8080/", "ip6"),
@@ -694,6 +732,16 @@ def test_the_adapter_refuses_a_url_the_kernel_would_and_sends_nothing(
     assert redirecting.seen == []
 
 
+def test_the_adapter_refuses_a_framing_header_the_kernel_would_and_sends_nothing(
+    redirecting: Loopback,
+) -> None:
+    headers = {"Content-Length": "5", "Transfer-Encoding": "chunked"}
+    receipt = _send(_params(redirecting.url("/api"), headers=headers))
+    assert (receipt.status, receipt.payload["status"]) == ("error", 0)
+    assert "'Content-Length'" in receipt.payload["body_preview"]
+    assert redirecting.seen == []
+
+
 # --- end to end: a world, its plan, a loopback server --------------------------------------------
 
 GO = "t/Go@1"
@@ -759,3 +807,48 @@ def test_an_allowed_url_with_dot_segments_reaches_the_server_normalised(
     assert dict(server.hits) == {"/api/ok": 1}
     # The journal keeps the params as the plan wrote them; the adapter derived the same URL.
     assert list(queued_urls(recs).values()) == [url]
+
+
+NAMED = "t/Named@1"
+
+
+def test_a_framing_header_named_at_run_time_is_refused_by_the_capability_check(
+    tmp_path: Path, server: Loopback
+) -> None:
+    """The name comes from the plan's input, so validation cannot see it: the capability
+    check refuses it, the run ends with the code, and nothing reaches the server."""
+    headers = {"map": [{"key": ref("@plan.input.name"), "value": {"text": "chunked"}}]}
+    fetch = {
+        "id": "fetch",
+        "op": "emit_effect",
+        "kind": "http.request",
+        "params": {
+            "record": {
+                "method": "GET",
+                "url": ref("@plan.input.url"),
+                "headers": headers,
+                "body_ref": {"none": {}},
+            }
+        },
+        "cap": "http",
+        "bind": {"effect_id_as": "req"},
+    }
+    steps = [fetch, await_receipt("wait", "req", "resp"), end()]
+    air = plan_world(
+        tmp_path / "air",
+        schemas={NAMED: {"record": {"url": "text", "name": "text"}}},
+        plans=[plan("t/named@1", NAMED, steps, chain("fetch", "wait", "end"))],
+        triggers=[{"event": NAMED, "plan": "t/named@1"}],
+        grants=[{"name": "http", "cap": "sys/http.out@1", "params": API_ONLY}],
+    )
+    w = tmp_path / "w"
+    with World.create(w, air) as world:
+        world.send(NAMED, {"url": server.url("/api"), "name": "Transfer-Encoding"})
+        world.send(NAMED, {"url": server.url("/api"), "name": "X-Trace"})
+        with Engine(world) as loop:
+            loop.run()
+    refused_run, sent_run = (body for _run, body in sorted(ended(records(w)).items()))
+    assert refused_run["error"]["code"] == CLIENT_HEADER
+    assert "'Transfer-Encoding'" in refused_run["error"]["detail"]
+    assert sent_run["status"] == "ok"
+    assert [seen.headers.get("x-trace") for seen in server.seen] == ["chunked"]

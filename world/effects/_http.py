@@ -43,7 +43,8 @@ Outcomes:
   timeout, else ``error``. An error receipt keeps the schema's shape: ``status`` 0, no headers,
   no ``body_ref``, and ``body_preview`` saying what failed.
 * A request that cannot be sent as given (a URL the normaliser refuses, a header that is not
-  ASCII, a ``body_ref`` not in the blob store) and a response body over ``response_bytes_max`` are
+  ASCII or one only the client writes, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``, a
+  ``body_ref`` not in the blob store) and a response body over ``response_bytes_max`` are
   ``error`` receipts at once: trying again would not change them.
 
 Bodies: the request body is read from the blob store when ``body_ref`` is given. The response
@@ -93,7 +94,7 @@ import httpx
 
 from air import cbor
 from air.errors import WorldError
-from air.sys.ondemand import HTTP_KINDS, HTTP_SECRET_KIND
+from air.sys.ondemand import HTTP_KINDS, HTTP_SECRET_KIND, http_header_refused
 from kernel import HTTP_BODY_BYTES_HEADER, UrlRefused, read_url
 from world.effects._adapters import (
     BACKOFF_BASE_S,
@@ -347,6 +348,10 @@ class HttpAdapter:
             raise _Failed(
                 "error", f"url refused ({exc.reason}): {exc.detail}", retry=False
             ) from exc
+        refused = sorted(str(name) for name in headers if http_header_refused(name))
+        if refused:
+            detail = f"header {refused[0]!r} is the HTTP client's to write, not a plan's"
+            raise _Failed("error", detail, retry=False)
         sent_secrets: list[bytes] = []
         inline: bytes | None = None
         if kind == HTTP_SECRET_KIND:

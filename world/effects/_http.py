@@ -12,9 +12,13 @@ request is built, by ``world.effects._secrets.SecretResolver`` (the adapter's ``
 never before, never stored. A secret that cannot be had (unbound, unset, a file too open, an
 ``expected_digest`` mismatch) or that is no valid header value is an ``error`` receipt at once
 and nothing is sent. What comes back is scrubbed of every value sent (``_Scrub``): response
-header values, the body (before it is previewed or put in the blob store: a server that
-echoes the token gets ``REDACTED`` in its place) and every failure message, so neither the
-receipt nor the blob store ever holds one. The byte count (``:body-bytes``) counts the bytes
+header names and values (in any letter case: names arrive lower-cased), the body (before it
+is previewed or put in the blob store: a server that echoes the token gets ``REDACTED`` in its
+place) and every failure message, the value also as the HTTP library quotes it there
+(``illegal header line: bytearray(b"...")`` escapes quotes and backslashes), and a failure
+before the request was made is scrubbed of the secrets read so far, so neither the receipt nor
+the blob store ever holds one. Not caught: a server that sends the value back transformed
+(base64, reversed, split): nothing can recognise every transformation. The byte count (``:body-bytes``) counts the bytes
 as they moved.
 
 Byte count. Every receipt of an exchange that moved bytes counts them in its ``headers``
@@ -84,6 +88,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import re
 import ssl
 import threading
 import time
@@ -149,11 +154,17 @@ class _Failed(Exception):
 
 
 class _Scrub:
-    """Replaces every secret value an exchange sent, in what comes back."""
+    """Replaces every secret value an exchange sent, in what comes back: in a body, the bytes
+    as sent; in text (header names and values, previews, failure messages), the value in any
+    letter case (header names arrive lower-cased) and as an HTTP library quotes it in a
+    message (``repr``: ``illegal header line: bytearray(b"...")`` escapes ``\\``, quotes and
+    non-printing bytes)."""
 
     def __init__(self, values: list[bytes]) -> None:
         self.values = sorted({v for v in values if v}, key=len, reverse=True)
-        self.texts = [v.decode("utf-8", "replace") for v in self.values]
+        forms = {form for value in self.values for form in _quoted_forms(value)}
+        alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+        self._pattern = re.compile(alternatives, re.IGNORECASE) if forms else None
 
     def __bool__(self) -> bool:
         return bool(self.values)
@@ -164,9 +175,26 @@ class _Scrub:
         return body
 
     def text(self, text: str) -> str:
-        for value in self.texts:
-            text = text.replace(value, REDACTED)
-        return text
+        return text if self._pattern is None else self._pattern.sub(REDACTED, text)
+
+
+def _quoted_forms(value: bytes) -> set[str]:
+    """``value`` as text, and as ``repr`` spells it inside a bytes, bytearray or str literal,
+    with either quote escaped."""
+    text = value.decode("utf-8", "replace")
+    escaped = repr(value)[2:-1]
+    return {
+        form
+        for form in (
+            text,
+            escaped,
+            repr(bytearray(value))[len("bytearray(b") + 1 : -2],
+            repr(text)[1:-1],
+            escaped.replace("'", "\\'").replace('"', '\\"'),
+            escaped.replace("\\'", "'").replace('\\"', '"'),
+        )
+        if form
+    }
 
 
 @dataclass(frozen=True)
@@ -281,9 +309,9 @@ class HttpAdapter:
 
     def _answer(self, intent: Intent) -> Receipt | None:
         """The receipt for ``intent``, or None when the adapter closed while waiting to retry."""
-        scrub = _Scrub([])
+        resolved: list[bytes] = []  # every secret read so far, to scrub even a failure
         try:
-            request = self._request(intent.params, intent.bytes_max, intent.kind)
+            request = self._request(intent.params, intent.bytes_max, intent.kind, resolved)
             scrub = request.scrub
             failed: _Failed | None = None
             for retry in range(self.retries_max + 1):
@@ -312,18 +340,22 @@ class HttpAdapter:
             failed = exc
         except Exception as exc:  # a bug or an input nothing above foresaw: still one receipt
             failed = _Failed("error", _describe(exc), retry=False)
-        return self._failure(intent, failed, scrub)
+        return self._failure(intent, failed, _Scrub(resolved))
 
     @staticmethod
     def _scrubbed(payload: dict[str, Any], scrub: _Scrub) -> dict[str, Any]:
-        """``payload`` with no secret value in its header values or preview."""
+        """``payload`` with no secret value in its header names, values or preview."""
         if not scrub:
             return payload
-        headers = {
-            name: value if name == HTTP_BODY_BYTES_HEADER else scrub.text(value)
-            for name, value in payload["headers"].items()
-        }
-        return {**payload, "headers": headers, "body_preview": scrub.text(payload["body_preview"])}
+        headers: dict[str, str] = {}
+        for name, value in payload["headers"].items():
+            if name == HTTP_BODY_BYTES_HEADER:
+                headers[name] = value
+                continue
+            name, value = scrub.text(name), scrub.text(value)
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        preview = scrub.text(payload["body_preview"])
+        return {**payload, "headers": dict(sorted(headers.items())), "body_preview": preview}
 
     def _failure(self, intent: Intent, failed: _Failed, scrub: _Scrub) -> Receipt:
         payload = {
@@ -336,7 +368,10 @@ class HttpAdapter:
         }
         return Receipt(intent.intent_hash, self.adapter_id, failed.status, payload)
 
-    def _request(self, params: Any, bytes_max: int | None, kind: str = HTTP_KIND) -> _Request:
+    def _request(
+        self, params: Any, bytes_max: int | None, kind: str, sent_secrets: list[bytes]
+    ) -> _Request:
+        """The request to make; ``sent_secrets`` gets each secret's value as it is read."""
         if not isinstance(params, dict):
             raise _Failed("error", "params are not a record", retry=False)
         method, url, headers = params.get("method"), params.get("url"), params.get("headers") or {}
@@ -352,7 +387,6 @@ class HttpAdapter:
         if refused:
             detail = f"header {refused[0]!r} is the HTTP client's to write, not a plan's"
             raise _Failed("error", detail, retry=False)
-        sent_secrets: list[bytes] = []
         inline: bytes | None = None
         if kind == HTTP_SECRET_KIND:
             headers = {

@@ -11,9 +11,12 @@ dispatched, from the binding ``<world>/local.json`` gives the secret's ``binding
 * ``{"env": NAME}``: the environment variable of the process that runs the world, as bytes
   (``os.environb``). Unset or empty: unavailable.
 * ``{"file": ABS_PATH}``: the file's bytes, less one trailing ``\\n`` (or ``\\r\\n``), as a
-  token file is usually written. The file must be a regular file (a symlink is not followed),
-  owned by this user, of mode ``0600`` or stricter (no group or other bits), outside the world
-  directory (so no copy, fork, export or archive of the world can carry it), and at most
+  token file is usually written. The file must be a regular file (a symlink is not followed,
+  even to a private file; a FIFO or a device is refused), owned by this user, of mode ``0600``
+  or stricter (no group or other bit at all: ``0640``, ``0604``, ``0610`` are refused; the
+  owner's own bits, ``0400`` or ``0700``, are free), outside the world directory (so no copy,
+  fork, export or archive of the world can carry it) and with one hard link (another link could
+  be a name inside the world that ``realpath`` does not see), and at most
   ``SECRET_BYTES_MAX`` bytes. It is read again at each dispatch (a rotated file takes effect at
   once) and never copied.
 
@@ -138,6 +141,11 @@ class SecretResolver:
             if info.st_mode & 0o077:
                 mode = oct(stat.S_IMODE(info.st_mode))
                 raise SecretUnavailable(f"{where}, of mode {mode}: make it 0600 or stricter")
+            if info.st_nlink != 1:
+                raise SecretUnavailable(
+                    f"{where}, which has {info.st_nlink} hard links: another name for it may "
+                    "be inside the world; keep one link"
+                )
             if info.st_size > SECRET_BYTES_MAX:
                 raise SecretUnavailable(f"{where}, larger than {SECRET_BYTES_MAX} bytes")
             if not read:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from httpkit import Answer, Loopback, loopback_fixture
+from httpkit import Answer, Exchange, Loopback, Script, loopback_fixture
 from plans_kit import (
     await_receipt,
     chain,
@@ -39,6 +40,8 @@ from cli.main import app
 from world import Engine, World
 from world._airfiles import builtin_sources
 from world._engine import LoopReport
+from world._localconfig import SecretBinding
+from world.effects._secrets import SecretResolver, SecretUnavailable
 from world.history import fork_world
 
 runner = CliRunner()
@@ -227,6 +230,103 @@ def test_a_server_echoing_the_token_leaves_no_trace_in_the_receipt_or_blobs(
     assert_nowhere(w)
 
 
+def assert_in_no_form(folder: Path, value: str) -> None:
+    """``value`` is nowhere under ``folder``: as written, in either letter case, or escaped as
+    ``repr`` quotes it in a library's message."""
+    escaped = value.replace("\\", "\\\\")
+    forms = {value, value.lower(), value.upper(), escaped, escaped.replace("'", "\\'")}
+    for path, data in every_byte(folder):
+        for form in forms:
+            assert form.encode() not in data, f"{form!r} found in {path}"
+
+
+def _no_retries(world_dir: Path) -> None:
+    local = {"secrets": {"acme-token": {"env": ENV}}, "http": {"retries_max": 0}}
+    (world_dir / "local.json").write_text(json.dumps(local))
+
+
+def _quoting(line: str) -> Script:
+    """A server whose answer is malformed so that the HTTP library's error message quotes
+    it: ``line`` with ``{auth}`` replaced by the authorization header it was sent."""
+
+    def answer(exchange: Exchange) -> None:
+        auth = exchange.seen.headers.get("authorization", "")
+        exchange.wfile.write(line.format(auth=auth).encode("latin-1"))
+        exchange.close_connection = True
+
+    return answer
+
+
+TOKENS = [
+    pytest.param(BEARER, id="bearer"),
+    pytest.param("tok-with-'quote'", id="single-quote"),
+    pytest.param('tok-with-"double"', id="double-quote"),
+    pytest.param("tok\\with\\backslashes", id="backslash"),
+    pytest.param("Tok-'both'-\\-\"", id="quotes-and-backslash"),
+]
+BAD_ANSWERS = [
+    pytest.param("HTTP/1.1 2x0 {auth}\r\n\r\n", id="status-line"),
+    pytest.param("HTTP/1.1 200 OK\r\n{auth}\r\ncontent-length: 0\r\n\r\n", id="header-line"),
+    pytest.param("{auth} 200 OK\r\n\r\n", id="protocol"),
+]
+
+
+@pytest.mark.parametrize("token", TOKENS)
+@pytest.mark.parametrize("answer", BAD_ANSWERS)
+def test_a_failure_message_quoting_the_secret_is_journaled_redacted(
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch, token: str, answer: str
+) -> None:
+    monkeypatch.setenv(ENV, token)
+    server.routes["/orders"] = _quoting(answer)
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        _no_retries(w)
+        world.send(ORDER, {"id": "o-1", "amount": 1})
+        drive(world)
+    assert [seen.headers["authorization"] for seen in server.seen] == [token]
+    (receipt,) = of_kind(records(w), "receipt")
+    preview = cbor.loads(receipt.body["payload"])["body_preview"]
+    assert receipt.body["status"] == "error"
+    assert "RemoteProtocolError" in preview
+    assert "[redacted secret]" in preview
+    assert_in_no_form(w, token)
+
+
+def _echoing(exchange: Exchange) -> None:
+    auth = exchange.seen.headers.get("authorization", "")
+    exchange.send_response(200)
+    exchange.send_header("X-Echo", auth)
+    exchange.send_header("X-Echo-Upper", auth.upper())
+    exchange.send_header("X-Echo-Framed", f"<{auth}>")
+    exchange.send_header(f"X-Name-{auth}", "1")
+    exchange.send_header("Set-Cookie", f"session={auth}")
+    exchange.send_header("Set-Cookie", "other=1")
+    exchange.send_header("content-length", "0")
+    exchange.end_headers()
+
+
+def test_a_secret_echoed_in_response_header_names_and_values_is_journaled_redacted(
+    tmp_path: Path, server: Loopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, TOKEN)  # a bare token: it can be a header name, too
+    server.routes["/orders"] = _echoing
+    w = tmp_path / "w"
+    with World.create(w, secret_world(tmp_path / "air", server)) as world:
+        bind_env(w)
+        world.send(ORDER, {"id": "o-1", "amount": 1})
+        drive(world)
+    (receipt,) = of_kind(records(w), "receipt")
+    headers = cbor.loads(receipt.body["payload"])["headers"]
+    redacted = "[redacted secret]"
+    assert receipt.body["status"] == "ok"
+    assert headers["x-echo"] == redacted
+    assert headers["x-echo-upper"] == redacted
+    assert headers["x-echo-framed"] == f"<{redacted}>"
+    assert headers[f"x-name-{redacted}"] == "1"
+    assert headers["set-cookie"] == f"session={redacted}, other=1"
+    assert_in_no_form(w, TOKEN)
+
+
 # --- 2. the ACL, the digest, the binding -------------------------------------------------------
 
 
@@ -338,6 +438,98 @@ def test_a_secret_file_must_be_private_and_outside_the_world(
         drive(world)
     assert [seen.headers["authorization"] for seen in server.seen] == [BEARER]
     assert_nowhere(w)
+
+
+def _private_file(folder: Path, mode: int = 0o600) -> Path:
+    path = folder / "token"
+    path.write_text(BEARER + "\n")
+    os.chmod(path, mode)
+    return path
+
+
+def _mode(mode: int) -> Callable[[Path], Path]:
+    return lambda folder: _private_file(folder, mode)
+
+
+def _symlink_to_private(folder: Path) -> Path:
+    link = folder / "link"
+    link.symlink_to(_private_file(folder))
+    return link
+
+
+def _hard_linked(folder: Path) -> Path:
+    path = _private_file(folder)
+    os.link(path, folder / "world" / "copy")  # a second name, inside the world
+    return path
+
+
+def _other_owner(folder: Path) -> Path:
+    path = _private_file(folder)
+    os.chown(path, 65534, 65534)  # nobody
+    return path
+
+
+def _fifo(folder: Path) -> Path:
+    path = folder / "fifo"
+    os.mkfifo(path, 0o600)
+    return path
+
+
+def _directory(folder: Path) -> Path:
+    path = folder / "dir"
+    path.mkdir(mode=0o700)
+    return path
+
+
+def _inside_the_world(folder: Path) -> Path:
+    return _private_file(folder / "world")
+
+
+NOT_ROOT = pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+SECRET_FILES = [  # (make the file, None if accepted, else what the refusal says)
+    pytest.param(_mode(0o600), None, id="0600"),
+    pytest.param(_mode(0o400), None, id="0400"),
+    pytest.param(_mode(0o700), None, id="0700-owner-exec"),
+    pytest.param(_mode(0o640), "mode 0o640", id="0640-group-read"),
+    pytest.param(_mode(0o660), "mode 0o660", id="0660-group-read-write"),
+    pytest.param(_mode(0o620), "mode 0o620", id="0620-group-write"),
+    pytest.param(_mode(0o610), "mode 0o610", id="0610-group-exec"),
+    pytest.param(_mode(0o604), "mode 0o604", id="0604-other-read"),
+    pytest.param(_mode(0o602), "mode 0o602", id="0602-other-write"),
+    pytest.param(_mode(0o601), "mode 0o601", id="0601-other-exec"),
+    pytest.param(_mode(0o644), "mode 0o644", id="0644"),
+    pytest.param(_mode(0o666), "mode 0o666", id="0666"),
+    pytest.param(_mode(0o777), "mode 0o777", id="0777"),
+    pytest.param(_symlink_to_private, "cannot be opened", id="symlink-to-a-0600-file"),
+    pytest.param(_hard_linked, "2 hard links", id="hard-link-inside-the-world"),
+    pytest.param(_inside_the_world, "inside the world directory", id="inside-the-world"),
+    pytest.param(_fifo, "not a regular file", id="fifo"),
+    pytest.param(_directory, "not a regular file", id="directory"),
+    pytest.param(_other_owner, "another user owns", id="other-owner", marks=NOT_ROOT),
+]
+
+
+@pytest.mark.parametrize(("make", "refusal"), SECRET_FILES)
+def test_a_secret_file_is_used_only_when_private_to_its_owner(
+    tmp_path: Path, make: Callable[[Path], Path], refusal: str | None
+) -> None:
+    (tmp_path / "world").mkdir()
+    path = make(tmp_path)
+    declared = {("acme/token", 1): SimpleNamespace(binding_id="b", expected_digest=None)}
+    resolver = SecretResolver(
+        lambda: declared, {"b": SecretBinding(file=str(path))}, tmp_path / "world"
+    )
+    problems = resolver.unbound()  # the check world run makes, by stat alone
+    if refusal is None:
+        assert problems == []
+        assert resolver.resolve("acme/token", 1) == BEARER.encode()
+        return
+    (problem,) = problems
+    assert refusal in problem
+    with pytest.raises(SecretUnavailable) as info:
+        resolver.resolve("acme/token", 1)
+    assert str(info.value) == problem
+    assert TOKEN not in problem
 
 
 # --- 3. AIR: on-demand built-ins, defsecret validation, hashes ----------------------------------

@@ -732,13 +732,32 @@ def test_the_adapter_refuses_a_url_the_kernel_would_and_sends_nothing(
     assert redirecting.seen == []
 
 
-def test_the_adapter_refuses_a_framing_header_the_kernel_would_and_sends_nothing(
-    redirecting: Loopback,
+@pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        pytest.param(
+            {"Content-Length": "5", "Transfer-Encoding": "chunked"},
+            "'Content-Length'",
+            id="length-and-chunked",
+        ),
+        pytest.param({"upgrade": "h2c"}, "'upgrade'", id="upgrade"),
+        pytest.param(
+            {"X-A": "1\r\nTransfer-Encoding: chunked"}, "LocalProtocolError", id="crlf-in-a-value"
+        ),
+        pytest.param(
+            {"X-A: 1\r\nTransfer-Encoding": "chunked"}, "LocalProtocolError", id="crlf-in-a-name"
+        ),
+        pytest.param(
+            {"Transfer-Encoding\x00": "chunked"}, "LocalProtocolError", id="nul-in-a-name"
+        ),
+    ],
+)
+def test_the_adapter_sends_no_framing_header_and_no_smuggled_one(
+    redirecting: Loopback, headers: dict[str, str], said: str
 ) -> None:
-    headers = {"Content-Length": "5", "Transfer-Encoding": "chunked"}
     receipt = _send(_params(redirecting.url("/api"), headers=headers))
     assert (receipt.status, receipt.payload["status"]) == ("error", 0)
-    assert "'Content-Length'" in receipt.payload["body_preview"]
+    assert said in receipt.payload["body_preview"]
     assert redirecting.seen == []
 
 

@@ -314,20 +314,44 @@ def _emit_effect(plan: _Plan, at: str, step: EmitEffect, params: expr.Expr | Non
     if effect is not None and params is not None:
         _conform(plan, params, Ref(effect.params_schema))
     if step.kind in HTTP_KINDS and params is not None:
-        _client_headers(plan, at, params)
+        _client_headers(plan, at, step.params, params)
 
 
-def _client_headers(plan: _Plan, at: str, params: expr.Expr) -> None:
+def _client_headers(plan: _Plan, at: str, raw: Any, params: expr.Expr) -> None:
     """A header named by a constant that only the HTTP client writes (framing and
     connection-specific fields, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``). A name computed
     at run time is the capability check's (``cap.header_not_allowed``)."""
+    base = plan.at(f"{at}/params")
     for name, pointer in _constant_header_names(params):
         if http_header_refused(name):
             detail = (
                 f"header {name!r} is the HTTP client's to write (the message's framing or "
                 f"its connection), not a plan's; refused: {', '.join(sorted(HTTP_HEADERS_REFUSED))}"
             )
-            plan.add(pointer or plan.at(f"{at}/params"), "air.plan.http_header", detail)
+            where = _written_header_pointer(raw, base, name) or pointer or base
+            plan.add(where, "air.plan.http_header", detail)
+
+
+def _written_header_pointer(raw: Any, base: str, name: object) -> str | None:
+    """Where the author wrote header ``name`` in the params JSON ``raw`` (plain JSON, ``lit``,
+    ``record`` and ``map`` forms), when a constant folded it out of the Expr's own pointers."""
+    pointer = base
+    for form in ("lit", "record"):
+        if isinstance(raw, dict) and list(raw) == [form]:
+            raw, pointer = raw[form], f"{pointer}/{form}"
+    headers = raw.get("headers") if isinstance(raw, dict) else None
+    pointer = f"{pointer}/headers"
+    if isinstance(headers, dict) and list(headers) == ["lit"]:
+        headers, pointer = headers["lit"], f"{pointer}/lit"
+    if isinstance(headers, dict) and list(headers) == ["map"] and isinstance(headers["map"], list):
+        for index, entry in enumerate(headers["map"]):
+            key = entry.get("key") if isinstance(entry, dict) else None
+            if name in (key, key.get("text") if isinstance(key, dict) else None):
+                return f"{pointer}/map/{index}/key"
+        return None
+    if isinstance(headers, dict) and isinstance(name, str) and name in headers:
+        return f"{pointer}/{escape_pointer(name)}"
+    return None
 
 
 def _constant_header_names(params: expr.Expr) -> Iterator[tuple[object, str]]:

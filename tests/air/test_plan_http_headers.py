@@ -1,7 +1,7 @@
 """A plan may not set a header the HTTP client alone writes (``HTTP_HEADERS_REFUSED``: the
 message's framing and its connection-specific fields): where the name is a constant, the AIR is
-refused when it is validated (``air.plan.http_header``, at the pointer of the name, or of the
-constant that holds it), in every way a constant can be written; a name computed at run time
+refused when it is validated (``air.plan.http_header``, at the pointer of the name as written),
+in every way a constant can be written; a name computed at run time
 validates and is the capability check's (``tests/kernel/test_grants.py``)."""
 
 from __future__ import annotations
@@ -78,12 +78,35 @@ def _plain(headers: Any) -> dict[str, Any]:
 INPUT = {"ref": "@plan.input.name"}
 
 CONSTANT_NAMES = [
-    pytest.param(_plain({"Content-Length": "5"}), "http.request", PARAMS, id="plain-json-params"),
     pytest.param(
-        {"lit": _plain({"Transfer-Encoding": "chunked"})}, "http.request", PARAMS, id="lit-params"
+        _plain({"Content-Length": "5"}),
+        "http.request",
+        f"{PARAMS}/headers/Content-Length",
+        id="plain-json-params",
     ),
     pytest.param(
-        _record({"lit": {"connection": "close"}}), "http.request", PARAMS, id="lit-headers"
+        {"lit": _plain({"Transfer-Encoding": "chunked"})},
+        "http.request",
+        f"{PARAMS}/lit/headers/Transfer-Encoding",
+        id="lit-params",
+    ),
+    pytest.param(
+        _record({"lit": {"connection": "close"}}),
+        "http.request",
+        f"{PARAMS}/record/headers/lit/connection",
+        id="lit-headers",
+    ),
+    pytest.param(
+        _record({"lit": {"X-A": "1", "Trailer": "x"}}),
+        "http.request",
+        f"{PARAMS}/record/headers/lit/Trailer",
+        id="second-of-two",
+    ),
+    pytest.param(
+        _record({"lit": {"te": "x"}}),
+        "http.request",
+        f"{PARAMS}/record/headers/lit/te",
+        id="lit-lower-case",
     ),
     pytest.param(
         _record({"map": [{"key": {"text": "Upgrade"}, "value": INPUT}]}),
@@ -100,19 +123,19 @@ CONSTANT_NAMES = [
     pytest.param(
         _record({"map": [{"key": {"text": " Keep-Alive "}, "value": {"text": "x"}}]}),
         "http.request",
-        PARAMS,  # every part constant: the map and the record fold into one constant
+        f"{PARAMS}/record/headers/map/0/key",  # folded into one constant, found as written
         id="padded-name-in-a-constant-map",
     ),
     pytest.param(
         {**_plain({"CONTENT-LENGTH": {"$tag": "literal", "$value": "5"}}), "body": None},
         "http.request.v2",
-        PARAMS,
+        f"{PARAMS}/headers/CONTENT-LENGTH",
         id="v2-literal-value",
     ),
     pytest.param(
         {**_plain({"Transfer-Encoding": SECRET_REF}), "body": None},
         "http.request.v2",
-        PARAMS,
+        f"{PARAMS}/headers/Transfer-Encoding",
         id="v2-secret-value",
     ),
 ]

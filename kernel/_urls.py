@@ -48,8 +48,8 @@ again and again (double encoding, ``%252e``: a proxy decodes, then the applicati
 overlong UTF-8 forms folded (``%C0%AE`` is ``.``), undecodable bytes dropped, NFKC applied
 (``%EF%BC%8E`` FULLWIDTH FULL STOP is ``.``, ``%E2%80%A5`` TWO DOT LEADER is ``..``), then cut at
 the first ``;`` (a matrix parameter: Tomcat, Jetty and Spring read ``..;x`` as ``..``) and at a
-NUL (C strings), and stripped of white space (Spring's trimmed tokens; Windows drops trailing
-spaces). If what is left is one or more dots, the URL is refused; if the decoded segment holds
+NUL (C strings), and rid of white space (Spring's trimmed tokens; Windows drops trailing
+spaces and dots, so ``.. .`` is ``..`` there). If what is left is one or more dots, the URL is refused; if the decoded segment holds
 a ``/`` or ``\\`` (``%252f``, ``%C0%AF``, ``%EF%BC%8F`` FULLWIDTH SOLIDUS), likewise. A segment of
 only dots as written (``...``) is refused too (Windows reads it as a dot segment). A ``..``
 whose segment to remove is empty (``/api//../admin``) is refused because a server that merges
@@ -391,7 +391,7 @@ def _refuse_lenient_readings(segment: str) -> None:
     reading = _lenient_reading(segment)
     if "/" in reading or "\\" in reading:
         raise UrlRefused("encoded_separator", f"segment {segment!r} can decode to a separator")
-    name = reading.split(";", 1)[0].split("\x00", 1)[0].strip()
+    name = "".join(reading.split(";", 1)[0].split("\x00", 1)[0].split())
     if name and set(name) == {"."}:
         raise UrlRefused("dot_segment", f"segment {segment!r} can be read as {name!r}")
 

@@ -127,6 +127,7 @@ def every_output(tmp: Path, fixed: Path) -> dict[str, str]:
     with World.create(world, two_reducers(tmp / "v1", counter)) as opened:
         opened.send_many([(EVENT, add(k, n % 3)) for n, k in enumerate(keys)])
         opened.send_many([(EVENT, add(k, 0)) for k in keys[::2]])
+        opened.send_many([(EVENT, add(k, 1)) for k in keys[:3]])  # both fields change
         opened.run_until_idle()
     v2 = two_reducers(tmp / "v2", fixed.read_bytes())
     made = json.loads(cli("upgrade", "propose", world, "--air", v2, "--json"))
@@ -138,7 +139,9 @@ def every_output(tmp: Path, fixed: Path) -> dict[str, str]:
     client.cookies.set(COOKIE, "t")
     pages = [("/", {}), ("/upgrades", {"id": str(made["id"])}), ("/journal", {"from": "0"})]
     pages += [("/cells", {"reducer": r}) for r in (COUNTER, TALLY)]
-    pages += [("/cell", {"reducer": TALLY, "key": json.dumps(keys[0]), "at": "3"})]
+    cell = {"reducer": TALLY, "key": json.dumps(keys[0])}
+    newest = client.get("/api/cell", params=cell).json()["steps"][0]["seq"]
+    pages += [("/cell", cell), ("/cell", {**cell, "at": str(newest)})]  # with its diff
     cli("upgrade", "apply", world, made["id"], "--json")
     for reducer in (COUNTER, TALLY):
         cli("cells", "upgrade", world, reducer, "--all")

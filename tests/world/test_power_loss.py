@@ -189,18 +189,24 @@ def export_and_import(root: Path, acked: Acked) -> None:
         _ack(acked, "copy", world)
 
 
-def big_batch(root: Path, acked: Acked) -> None:
-    with World.open(root / "w") as world:
-        world.send_many([(EVENT, add(f"b{i % 7}", i + 1)) for i in range(300)])
-        _ack(acked, "w", world)
+def batch(size: int) -> Scenario:
+    """A send of ``size`` events in one atomic batch: 300 (many frames, many pages), and the
+    smallest ones, 2 (a batch whose only partial state is its first record alone) and 1 (no
+    marker: one frame is whole or torn by itself)."""
 
+    def run(root: Path, acked: Acked) -> None:
+        with World.open(root / "w") as world:
+            world.send_many([(EVENT, add(f"b{i % 7}", i + 1)) for i in range(size)])
+            _ack(acked, "w", world)
 
-def check_big_batch(image: Path, acked: Acked) -> None:
-    """The batch is all there or not at all, acknowledged or not (a torn write of it, which
-    the seeded cuts make, leaves no prefix of it)."""
-    check_worlds(image, acked)
-    records = _records(image / "w")
-    assert len(records) - acked.facts["before"] in (0, 300)
+    def check(image: Path, acked: Acked) -> None:
+        """The batch is all there or not at all, acknowledged or not (a torn write of it,
+        which the seeded cuts make, leaves no prefix of it)."""
+        check_worlds(image, acked)
+        records = _records(image / "w")
+        assert len(records) - acked.facts["before"] in (0, size)
+
+    return Scenario(counter_world(3), run, check)
 
 
 def v1_world(root: Path, acked: Acked) -> None:
@@ -511,7 +517,9 @@ SCENARIOS: dict[str, Scenario] = {
     "journal_and_checkpoint": Scenario(None, journal_and_checkpoint, check_worlds),
     "many_objects": Scenario(counter_world(40), many_objects, check_worlds),
     "export_and_import": Scenario(counter_world(5), export_and_import, check_export_and_import),
-    "big_batch": Scenario(counter_world(3), big_batch, check_big_batch),
+    "big_batch": batch(300),
+    "batch_of_2": batch(2),
+    "batch_of_1": batch(1),
     "migration": Scenario(v1_world, migration, check_migration),
     "repair": Scenario(damaged_world, repair, check_repair),
     "fork": Scenario(counter_world(4), fork, check_fork),

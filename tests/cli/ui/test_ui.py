@@ -659,3 +659,79 @@ def test_world_ui_on_a_port_in_use_says_so_in_one_line(parked_base: Path) -> Non
     answer = json.loads(as_json.stdout)
     assert answer["ok"] is False
     assert str(port) in answer["detail"]
+
+
+HOSTILE_STATES = {
+    "o-script": "</script><script>alert(1)</script>",
+    "o-img": '"><img src=x onerror=alert(1)>',
+    "o-attr": "' onmouseover='alert(1)",
+    "o-entity": "&lt;b&gt; &quot; onclick=alert(1) &#34;",
+    "o-svg": "<svg/onload=alert(1)>",
+}
+"""Cell states of text anyone who can send an event chooses (the order reducer keeps the
+event's ``url`` in its state): every page that shows a state shows them as text."""
+
+
+@pytest.fixture(scope="module")
+def hostile_states(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An order world whose cells' states hold the texts of ``HOSTILE_STATES``; each cell
+    stepped twice (the second url another hostile text), so a step has a state diff."""
+    from plans_kit import ORDER_AIR, ORDER_PLACED
+
+    path = tmp_path_factory.mktemp("states") / "w"
+    values = list(HOSTILE_STATES.values())
+    with World.create(path, ORDER_AIR) as world:
+        for turn in range(2):
+            world.send_many(
+                [
+                    (ORDER_PLACED, {"order_id": key, "url": values[(i + turn) % len(values)]})
+                    for i, key in enumerate(HOSTILE_STATES)
+                ]
+            )
+            world.run_until_idle()
+    return path
+
+
+def test_hostile_states_are_shown_as_text_on_every_page_that_shows_a_state(
+    hostile_states: Path,
+) -> None:
+    from plans_kit import ORDER
+
+    client = _client(hostile_states)
+    client.cookies.set(COOKIE, TOKEN)
+    with World.open(hostile_states, readonly=True) as world:
+        head = world.journal.seq_next
+        states = {c.key: c.state for c in world.cells(ORDER)}
+    assert {s["url"] for s in states.values()} == set(HOSTILE_STATES.values())
+    pages = [("/cells", {"reducer": ORDER}), ("/journal", {"from": "0"}), ("/journal", {})]
+    for key in HOSTILE_STATES:
+        wanted = {"reducer": ORDER, "key": json.dumps(key)}
+        pages += [("/cell", wanted), ("/why", wanted)]
+        pages += [("/cell", {**wanted, "at": str(seq)}) for seq in range(1, head)]
+    pages += [("/record", {"seq": str(seq)}) for seq in range(1, head)]
+    diffs = 0
+    for address, params in pages:
+        answer = client.get(address, params=params)
+        assert answer.status_code == 200, (address, params, answer.text[-300:])
+        diffs += 'id="diff"' in answer.text
+        found = _Elements()
+        found.feed(answer.text)
+        assert found.attributes <= PAGE_ATTRIBUTES, (address, found.attributes - PAGE_ATTRIBUTES)
+        assert not found.tags & {"img", "svg"}, (address, params)
+        assert found.scripts == (1 if address == "/journal" and "from" not in params else 0)
+    assert diffs >= len(HOSTILE_STATES)  # each second step's before and after
+    listed = client.get("/cells", params={"reducer": ORDER}).text
+    for text in HOSTILE_STATES.values():  # shown, as text (escaped once, not dropped)
+        assert (
+            json.dumps(text, ensure_ascii=False)
+            .replace("&", "&amp;")
+            .replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace('"', "&#34;")
+            .replace("'", "&#39;")
+            in listed
+        )
+    for key in HOSTILE_STATES:  # the export: JSON, never a page a browser renders
+        exported = client.get("/api/cell", params={"reducer": ORDER, "key": json.dumps(key)})
+        assert exported.headers["content-type"] == "application/json"
+        assert exported.json()["state"] == states[key]

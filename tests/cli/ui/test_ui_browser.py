@@ -197,10 +197,13 @@ def test_the_journal_page_shows_new_records_while_the_world_runs(orders: Path, p
         page.goto(inspector.url)
         page.goto(inspector.base + "/journal")
         last = int(page.locator("#records tr[data-seq]").last.get_attribute("data-seq"))
-        placed = {"order_id": "o9", "url": "http://127.0.0.1:9/"}
+        hostile = 'http://127.0.0.1:9/"><img src=x onerror=document.title=1></pre><script>'
+        placed = {"order_id": "o9", "url": hostile}  # the row is built in the page's script
         _cli("send", copy, ORDER_PLACED, json.dumps(placed))
         new = page.locator(f"#records tr[data-seq='{last + 1}']")
         new.wait_for()  # the page polls once a second; no reload
         assert "event.in" in new.inner_text()
+        assert json.loads(new.locator("pre").inner_text())["value"]["url"] == hostile  # as text
+        assert page.locator("#records img, #records script").count() == 0
     finally:
         inspector.close()

@@ -44,6 +44,12 @@ def counter_air(tmp_path: Path, name: str, wasm: bytes | None = None, change: An
     return folder
 
 
+def rebuilt() -> bytes:
+    """The counter's binary with a custom section added: another binary, the same behaviour."""
+    payload = b"\x03fix"
+    return COUNTER_WASM.read_bytes() + bytes([0, len(payload)]) + payload
+
+
 def events_of(world: World, key: str) -> int:
     return int(world.state(COUNTER, key)["events"])
 
@@ -122,9 +128,7 @@ def test_a_stale_proposal_is_refused_and_nothing_is_journaled(
     path = tmp_path / "w"
     with World.create(path, counter_air(tmp_path, "v1")) as world:
         first, _ = propose(world, counter_air(tmp_path, "v2", fixed_wasm))
-        payload = b"\x03fix"  # a custom section: another binary, the same behaviour
-        rebuilt = COUNTER_WASM.read_bytes() + bytes([0, len(payload)]) + payload
-        second, _ = propose(world, counter_air(tmp_path, "v3", rebuilt))
+        second, _ = propose(world, counter_air(tmp_path, "v3", rebuilt()))
         apply(world, first.id)
         height = world.journal.seq_next
         with pytest.raises(UpgradeRefused, match="stale"):
@@ -274,3 +278,31 @@ def test_an_air_that_requires_approval_and_shadow_refuses_an_apply_without_them(
         _relaxed, diff = propose(world, counter_air(tmp_path, "v3"))
         assert diff.manifest["governance"] == ["apply requires ['approval', 'shadow'] → []"]
     assert verify_world(path).ok
+
+
+def test_an_approval_or_shadow_of_another_proposal_does_not_satisfy_apply_requires(
+    tmp_path: Path, fixed_wasm: bytes
+) -> None:
+    """An approval names its proposal (the id, the seq of its ``gov.proposed`` record, which
+    no later record can change): one of a sibling proposal against the same base counts for
+    that sibling only."""
+
+    def strict(_module: Any, manifest: dict[str, Any], _schemas: Any) -> None:
+        manifest["governance"] = {"apply_requires": ["approval", "shadow"]}
+
+    path = tmp_path / "w"
+    with World.create(path, counter_air(tmp_path, "v1", change=strict)) as world:
+        wanted, _ = propose(world, counter_air(tmp_path, "v2", fixed_wasm, change=strict))
+        other, _ = propose(world, counter_air(tmp_path, "v3", rebuilt(), change=strict), "other")
+        approve(world, other.id)
+        shadow(world, other.id)
+        height = world.journal.seq_next
+        with pytest.raises(UpgradeRefused, match=rf"an approval \(.* {wanted.id}\) and a shadow"):
+            apply(world, wanted.id)
+        approve(world, wanted.id)
+        with pytest.raises(UpgradeRefused, match=rf"a shadow run \(.* {wanted.id}\)"):
+            apply(world, wanted.id)
+        assert world.journal.seq_next == height + 1  # the approval; no apply
+        assert approvals(world) == {other.id: [height - 2], wanted.id: [height]}
+        shadow(world, wanted.id)
+        assert apply(world, wanted.id).proposal == wanted.id

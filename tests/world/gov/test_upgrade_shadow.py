@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from httpkit import Answer, Loopback, loopback_fixture
 from plans_kit import records
-from test_upgrade_apply import counter_air
+from test_upgrade_apply import counter_air, rebuilt
 from test_upgrade_runs import GO, drive, fetch_air
 from typer.testing import CliRunner
 
 from air import cbor
 from cli.main import app
-from world import World
-from world.gov import field_diff, propose, shadow, shadows
+from world import UpgradeRefused, World
+from world.gov import apply, field_diff, propose, shadow, shadows
 from world.history import verify_world
 from world.operate import cancel_run
 
@@ -137,3 +138,29 @@ def test_field_diff_names_each_differing_field() -> None:
     ]
     assert field_diff(None, {"a": 1}) == [{"path": "/", "real": None, "shadow": {"a": 1}}]
     assert field_diff([1], [1]) == []
+
+
+def test_a_stale_proposal_is_not_shadowed_and_nothing_is_journaled(
+    tmp_path: Path, fixed_wasm: bytes
+) -> None:
+    """Stale is ``world.gov._apply``'s word: a proposal whose base is no longer the manifest
+    the world runs (another was applied since, or this one was). Its shadow would run an
+    upgrade from an AIR the world has left, so it is refused, by the API and the CLI alike."""
+    path = tmp_path / "w"
+    with World.create(path, counter_air(tmp_path, "v1")) as world:
+        world.send_many([(EVENT, add(k, 0)) for k in ("a", "b")])
+        world.run_until_idle()
+        first, _ = propose(world, counter_air(tmp_path, "v2", fixed_wasm))
+        second, _ = propose(world, counter_air(tmp_path, "v3", rebuilt()), "another")
+        apply(world, first.id)
+        height = world.journal.seq_next
+        for stale in (second, first):  # made against the AIR the apply replaced; applied
+            with pytest.raises(UpgradeRefused, match="stale"):
+                shadow(world, stale.id)
+        assert world.journal.seq_next == height
+    said = runner.invoke(app, ["upgrade", "shadow", str(path), str(second.id)])
+    assert said.exit_code != 0
+    assert "stale" in said.output
+    with World.open(path, readonly=True) as world:
+        assert world.journal.seq_next == height
+        assert shadows(world) == {}

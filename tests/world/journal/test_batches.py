@@ -79,6 +79,34 @@ def test_a_batch_cut_inside_its_write_is_dropped_whole_by_readers_and_the_next_w
     assert _records(tmp_path) == [0, 1]
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_smallest_batches_cut_at_every_byte_are_whole_or_gone(
+    tmp_path: Path, count: int
+) -> None:
+    """A batch of 2 has one partial state (its first record whole, the second not: a prefix
+    that ends on a frame boundary); a batch of 1 has no marker, its one frame is whole or
+    torn. Cut after every byte of the batch's write, the journal opens with both records or
+    neither, never one."""
+    whole = tmp_path / "whole"
+    start = _journal_with_batch(whole, count)
+    segment = sorted(whole.glob("*.log"))[-1].name
+    data = (whole / segment).read_bytes()
+    with FileJournal.open(whole, readonly=True) as journal:
+        first = next(journal.read(2))
+    digest = cbor.digest(cbor.dumps(first.as_map()))
+    for end in range(start, len(data)):
+        cut = tmp_path / f"cut-{end}"
+        cut.mkdir()
+        (cut / segment).write_bytes(data[:end])
+        if count > 1:  # the marker is durable before the first byte of its batch
+            write_marker(cut, Marker(2, count, digest))
+        assert _records(cut) == [0, 1], end
+        with FileJournal.open(cut) as journal:
+            assert journal.seq_next == 2, end
+        assert _records(cut) == [0, 1], end
+    assert _records(whole) == list(range(2 + count))
+
+
 def test_verify_reports_a_partial_batch_as_a_torn_tail_not_as_damage(tmp_path: Path) -> None:
     from world.journal import verify
 

@@ -97,7 +97,6 @@ from kernel.cells import (
 from kernel.errors import (
     CellRefused,
     ReducerError,
-    ReducerLoadError,
     ReplayDivergence,
     StepRejected,
 )
@@ -965,11 +964,12 @@ def reducer_fault(exc: WorldError) -> bool:
     """True when ``exc`` is the reducer's own deterministic failure (trap, fuel, memory, output
     too large or out of bounds, output that fails decoding or validation, too many events):
     the same input fails the same way on every machine, so it is journaled as ``step.failed``.
-    Everything else (a wasmtime engine error, a module that will not load or instantiate, a
-    missing or damaged object, an I/O error) is the environment's fault: it stops the run and
-    the delivery stays queued."""
-    if isinstance(exc, ReducerLoadError):
-        return False
+    So is a module the host refuses at load for its own bytes (``ReducerLoadError``: off the
+    ABI, over a limit, a start function that traps or loops; ``kernel.wasm._host``): every
+    delivery to it fails the same way, and the rest of the world goes on. Everything else (a
+    wasmtime engine error, an instantiation the engine refused, a missing or damaged object,
+    an I/O error) is the environment's fault: it stops the run and the delivery stays
+    queued."""
     if isinstance(exc, ReducerError):
         return exc.code not in _ENVIRONMENT_CODES
     if isinstance(exc, LimitExceeded):

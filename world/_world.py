@@ -99,7 +99,7 @@ from world._directory import (
 from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
-from world._runner import HostRunner
+from world._runner import HostRunner, check_modules
 from world.cellstore import FileCellStore
 from world.errors import (
     CheckpointMoved,
@@ -257,9 +257,7 @@ class World:
                 f"to its binary with --module {unbound[0]}=FILE.wasm"
             )
             raise InvalidArgument("module", listed, reason)
-        missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
-        if missing:
-            raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+        check_modules(air)
         with storage_errors("init"):
             return cls._place(path, air, sources, limits or KernelLimits(), partition)
 

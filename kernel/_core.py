@@ -50,8 +50,9 @@ either way).
 Semantics (SPEC §6): a keyed route takes the key from the normalised event's ``key_field``; the
 first event for a key steps the cell with ``state=null``; a reducer returning ``state=null``
 deletes its cell. Events a step emits are routed after the step, so they run no earlier than
-the next tick. A step that fails (trap, fuel, bad output) is journaled as ``step.failed`` with
-its reason, its delivery goes to the dead-letter list, and the world goes on.
+the next tick. A step that fails (trap, fuel, bad output, a module the host refuses to load for
+its own bytes) is journaled as ``step.failed`` with its reason, its delivery goes to the
+dead-letter list, and the world goes on.
 """
 
 from __future__ import annotations

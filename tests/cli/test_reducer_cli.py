@@ -187,7 +187,9 @@ def test_check_accepts_a_module_built_by_another_toolchain(tmp_path: Path) -> No
             id="an_import",
         ),
         pytest.param(
-            _GOOD_WAT.replace('(export "alloc")', ""), "no export named 'alloc'", id="a_missing_export"
+            _GOOD_WAT.replace('(export "alloc")', ""),
+            "no export named 'alloc'",
+            id="a_missing_export",
         ),
         pytest.param(None, "missing the \\0asm magic number", id="not_wasm_at_all"),
     ],

@@ -33,7 +33,7 @@ from world._airfiles import air_sources, builtin_sources, read_file
 from world._runner import HostRunner
 from world.errors import BuildError
 from world.gov import propose
-from world.history import verify_world
+from world.history import rebuild_world, verify_world
 from world.sdk import check_abi
 
 from host_wat import reducer_wat, wasm
@@ -270,6 +270,9 @@ def test_a_world_holding_a_hostile_module_runs_and_replays_exactly(
         assert world.state(GOOD) == {"n": 1}
     report = verify_world(tmp_path / "w")
     assert report.ok, report
+    rebuild_world(tmp_path / "w", tmp_path / "rebuilt")  # not refused: it rebuilds as it ran
+    with World.open(tmp_path / "rebuilt", readonly=True) as rebuilt:
+        assert [d.code for d in rebuilt.kernel.dead_letter_list()] == [row.code] * 2
 
 
 _KILLED_CHILD = """

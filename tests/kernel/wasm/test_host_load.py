@@ -78,7 +78,10 @@ def test_a_module_whose_code_does_not_validate_is_refused(host: ReducerHost) -> 
             id="divides-by-zero",
         ),
         pytest.param(
-            "(loop $l (br $l))", "fuel_exhausted", "the start function used all 1000 fuel", id="loops"
+            "(loop $l (br $l))",
+            "fuel_exhausted",
+            "the start function used all 1000 fuel",
+            id="loops",
         ),
     ],
 )

@@ -26,6 +26,7 @@ leave a user who cannot raise it without a world at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -162,10 +163,18 @@ def check_module(wasm_bytes: bytes) -> None:
     host loads ``wasm_bytes`` and runs its start function within the default ``HostLimits``,
     i.e. unless a step on it could run at all. ``world reducer check`` and ``reducer build``
     (``world.sdk.check_abi``), ``world init`` and ``upgrade propose`` (``check_modules``) all
-    refuse through it, so they refuse the same modules with the same detail. It runs on a fresh
-    host (nothing kept) with the backend a runner would take here."""
+    refuse through it, so they refuse the same modules with the same detail. It runs on the
+    backend a runner would take here, on one host per process (``_check_host``)."""
     backend, _notice = _backend()
-    ReducerHost(backend=backend, native=False).load(wasm_bytes)
+    _check_host(backend).load(wasm_bytes)
+
+
+@functools.cache
+def _check_host(backend: BackendChoice) -> ReducerHost:
+    """The host ``check_module`` loads on, kept for the process: a module that passed is kept
+    by hash and not compiled again (~45 ms for the bundled counter), so a process that inits
+    many worlds of the same modules pays once; one a check refused is not kept."""
+    return ReducerHost(backend=backend, native=False)
 
 
 def check_modules(air: LoadedAir) -> None:

@@ -241,7 +241,8 @@ def test_a_hostile_module_in_a_running_kernel_is_a_dead_letter_and_the_rest_step
     assert [(d.reducer, d.code) for d in letters] == [(BAD, row.code)] * 3
     assert all(detail in d.detail for d in letters)
     assert kernel.state_of(GOOD, None) is not None
-    replayed = Kernel(air, MemoryJournal(), MemoryCellStore(), HostRunner(air, tmp_path / "c2"))
+    replayed = Kernel(air, MemoryJournal(), MemoryCellStore(), HostRunner(air, tmp_path / "c"))
+    # The same cache: a module compiled once is restored from it, and refused the same way.
     for record in records:
         replayed.apply(record)  # ReplayDivergence at the first difference
     assert replayed.dead_letter_list() == letters

@@ -26,6 +26,7 @@ from air import LoadedAir, load_air
 from air.errors import ManifestError
 from cli.main import app
 from kernel import Kernel
+from kernel._deadletters import RETRIED
 from kernel.cells import MemoryCellStore
 from kernel.journal import MemoryJournal
 from world import World
@@ -140,6 +141,12 @@ ROWS = {
         "export 'step' is a global, not a func",
         stored=False,
     ),
+    "memory-is-a-function": Row(
+        wasm(_wat("(memory 1)", '(func (export "memory"))', _ALLOC, _STEP)),
+        "export_kind",
+        "export 'memory' is a func, not a memory",
+        stored=False,
+    ),
     "an-import-the-host-does-not-provide": Row(
         wasm(_wat('(import "env" "clock" (func (result i64)))', _MEMORY, _ALLOC, _STEP)),
         "imports",
@@ -241,6 +248,11 @@ def test_a_hostile_module_in_a_running_kernel_is_a_dead_letter_and_the_rest_step
     assert [(d.reducer, d.code) for d in letters] == [(BAD, row.code)] * 3
     assert all(detail in d.detail for d in letters)
     assert kernel.state_of(GOOD, None) is not None
+    kernel.ingest_dead_letter(RETRIED, letters[0].id)  # a retry fails the same way
+    assert kernel.tick()
+    assert [d.code for d in kernel.dead_letter_list()] == [row.code] * 3
+    letters = kernel.dead_letter_list()
+    records = list(kernel.journal.read(0))
     replayed = Kernel(air, MemoryJournal(), MemoryCellStore(), HostRunner(air, tmp_path / "c"))
     # The same cache: a module compiled once is restored from it, and refused the same way.
     for record in records:

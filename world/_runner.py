@@ -158,7 +158,7 @@ class _Refused:
         raise self.refusal.with_traceback(None)  # one traceback, not one per raise
 
 
-def check_module(wasm_bytes: bytes) -> None:
+def check_module(wasm_bytes: bytes | bytearray) -> None:
     """The reducer check: ``ReducerLoadError`` (its ``code`` and ``detail``) unless a world's
     host loads ``wasm_bytes`` and runs its start function within the default ``HostLimits``,
     i.e. unless a step on it could run at all. ``world reducer check`` and ``reducer build``
@@ -166,7 +166,7 @@ def check_module(wasm_bytes: bytes) -> None:
     refuse through it, so they refuse the same modules with the same detail. It runs on the
     backend a runner would take here, on one host per process (``_check_host``)."""
     backend, _notice = _backend()
-    _check_host(backend).load(wasm_bytes)
+    _check_host(backend).load(bytes(wasm_bytes))
 
 
 @functools.cache

@@ -258,14 +258,14 @@ def _write(path: Path, data: bytes) -> None:
 # --- the ABI checks -------------------------------------------------------------------------------
 
 
-def check_abi(name: str, wasm_bytes: bytes) -> None:
+def check_abi(name: str, wasm_bytes: bytes | bytearray) -> None:
     """Raise ``BuildError`` (the reducer check's code and detail) unless a world runs the
     module, and (``exports``) if it exports more than ``memory``, ``alloc`` and ``step``."""
     try:
         check_module(wasm_bytes)
     except ReducerLoadError as exc:
         raise BuildError(name, exc.code, exc.detail) from exc
-    extra = sorted(e for e in inspect_wasm(wasm_bytes).exports if e not in _ABI_EXPORTS)
+    extra = sorted(e for e in inspect_wasm(bytes(wasm_bytes)).exports if e not in _ABI_EXPORTS)
     if extra:
         detail = f"exports must be memory, alloc, step: unexpected {', '.join(extra)}"
         raise BuildError(name, "exports", detail)

@@ -189,6 +189,8 @@ def check_modules(air: LoadedAir) -> None:
         try:
             check_module(wasm_bytes)
         except ReducerLoadError as exc:
+            if not reducer_fault(exc):
+                raise  # the engine's, not the module's: not a refusal of the AIR
             loc = air.defs[name]
             code = f"air.module.{exc.code}"
             found.append(Diagnostic(loc.file, f"{loc.pointer}/wasm", code, exc.detail))

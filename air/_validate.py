@@ -84,9 +84,14 @@ from air.types import (
 )
 from air.values import normalise
 
-__all__ = ["BUILTIN_CAP_FIELDS", "REQUIRED_EXPORTS", "UNENFORCED_BUDGET_FIELDS", "validate"]
+__all__ = ["BUILTIN_CAP_FIELDS", "UNENFORCED_BUDGET_FIELDS", "validate"]
 
-REQUIRED_EXPORTS = {"memory": "memory", "alloc": "func", "step": "func"}
+_PROBLEM_CODES = {
+    "imports": "air.module.imports",
+    "export_missing": "air.module.exports",
+    "export_kind": "air.module.exports",
+}
+"""The ``WasmInfo`` problems AIR validation reports, and their diagnostic codes."""
 
 BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
     "http.out": frozenset({"hosts", "verbs", "methods", "path_prefixes"}),
@@ -274,24 +279,23 @@ def _wasm(
 
 
 def _inspect(ctx: Ctx, loc: Located, info: Any) -> None:
+    """What ``inspect`` found wrong with the module, in its words (the reducer check's, so
+    ``world validate``, ``init`` and ``reducer check`` say the same): bytes that are not wasm,
+    imports, ABI exports missing or of the wrong kind. Signatures, limits and the start
+    function are the reducer check's alone (``world._runner.check_module``), run by ``init``
+    and ``upgrade propose``: a stored world's AIR is loaded with this too, and a world made
+    before those checks must still open (its steps on such a module fail, one by one)."""
     pointer = f"{loc.pointer}/wasm"
     if info.error is not None:
-        ctx.diags.add(
-            loc.file, pointer, "air.module.wasm_invalid", f"not a valid wasm module: {info.error}"
-        )
+        ctx.diags.add(loc.file, pointer, "air.module.wasm_invalid", info.error)
         return
-    if info.imports:
-        ctx.diags.add(
-            loc.file,
-            pointer,
-            "air.module.imports",
-            f"reducers import nothing; found {', '.join(info.imports)}",
-        )
-    missing = [n for n, kind in REQUIRED_EXPORTS.items() if info.exports.get(n) != kind]
-    if missing:
-        ctx.diags.add(
-            loc.file, pointer, "air.module.exports", f"missing ABI exports: {', '.join(missing)}"
-        )
+    found: dict[str, list[str]] = {}
+    for problem in info.problems:
+        code = _PROBLEM_CODES.get(problem.code)
+        if code is not None:
+            found.setdefault(code, []).append(problem.detail)
+    for code, details in found.items():  # one diagnostic per code: every export it misses
+        ctx.diags.add(loc.file, pointer, code, "; ".join(details))
 
 
 def _record_field(ctx: Ctx, schema: str, field_name: str) -> TypeNode | None:

@@ -249,7 +249,11 @@ def check_command(
     wasm: Annotated[Path, typer.Argument(help="A wasm module built by any toolchain")],
     json_output: JsonOpt = False,
 ) -> None:
-    """Check a wasm module against the reducer ABI: no imports, memory/alloc/step exports."""
+    """Check a wasm module as world init does: no imports, the ABI exports, limits, start.
+
+    The same check as world init and upgrade propose, with the same message; stricter only
+    on exports other than memory, alloc and step, which it refuses and a world runs.
+    """
     import blake3
 
     from kernel.wasm import inspect_wasm_report

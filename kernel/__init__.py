@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kernel._core import OWED_KINDS, TICK_KINDS, Kernel, KernelLimits
+    from kernel._core import OWED_KINDS, TICK_KINDS, Kernel, KernelLimits, reducer_fault
     from kernel._deadletters import DeadLetter
     from kernel._divergence import first_difference
     from kernel._effects import HTTP_BODY_BYTES_HEADER, Intent, Settled
@@ -76,6 +76,7 @@ __all__ = [
     "migrated_record",
     "owner_of",
     "read_url",
+    "reducer_fault",
 ]
 
 

@@ -50,8 +50,9 @@ either way).
 Semantics (SPEC §6): a keyed route takes the key from the normalised event's ``key_field``; the
 first event for a key steps the cell with ``state=null``; a reducer returning ``state=null``
 deletes its cell. Events a step emits are routed after the step, so they run no earlier than
-the next tick. A step that fails (trap, fuel, bad output) is journaled as ``step.failed`` with
-its reason, its delivery goes to the dead-letter list, and the world goes on.
+the next tick. A step that fails (trap, fuel, bad output, a module the host refuses to load for
+its own bytes) is journaled as ``step.failed`` with its reason, its delivery goes to the
+dead-letter list, and the world goes on.
 """
 
 from __future__ import annotations
@@ -97,7 +98,6 @@ from kernel.cells import (
 from kernel.errors import (
     CellRefused,
     ReducerError,
-    ReducerLoadError,
     ReplayDivergence,
     StepRejected,
 )
@@ -965,11 +965,12 @@ def reducer_fault(exc: WorldError) -> bool:
     """True when ``exc`` is the reducer's own deterministic failure (trap, fuel, memory, output
     too large or out of bounds, output that fails decoding or validation, too many events):
     the same input fails the same way on every machine, so it is journaled as ``step.failed``.
-    Everything else (a wasmtime engine error, a module that will not load or instantiate, a
-    missing or damaged object, an I/O error) is the environment's fault: it stops the run and
-    the delivery stays queued."""
-    if isinstance(exc, ReducerLoadError):
-        return False
+    So is a module the host refuses at load for its own bytes (``ReducerLoadError``: off the
+    ABI, over a limit, a start function that traps or loops; ``kernel.wasm._host``): every
+    delivery to it fails the same way, and the rest of the world goes on. Everything else (a
+    wasmtime engine error, an instantiation the engine refused, a missing or damaged object,
+    an I/O error) is the environment's fault: it stops the run and the delivery stays
+    queued."""
     if isinstance(exc, ReducerError):
         return exc.code not in _ENVIRONMENT_CODES
     if isinstance(exc, LimitExceeded):

@@ -2,7 +2,9 @@
 operator does about them.
 
 A delivery becomes a dead letter when the step that took it failed (``step.failed``: a trap,
-fuel, bad output, or the reducer refused it with a reason, code ``refused``), when a step
+fuel, bad output, a module the host cannot run (its start function traps or loops, it is off
+the ABI or over a limit: every delivery to it), or the reducer refused it with a reason, code
+``refused``), when a step
 emitted an event nothing takes (``no_route``), when an effect ended in error
 (``effect_failed``) or was denied by an approver (``effect_denied``), or when it reached a plan
 run that had ended (``run_ended``) or was cancelled (``run_cancelled``). Nothing vanishes:

@@ -1,5 +1,11 @@
 """The kernel's ``Runner`` over the WASM host: modules load lazily by name, compiled once and
-cached on disk under ``<world>/cache`` keyed by wasm hash and engine fingerprint.
+cached on disk under ``<world>/cache`` keyed by wasm hash and engine fingerprint. A module the
+host refuses for its own bytes (off the ABI, over a limit, a start function that traps or
+loops) is kept as that refusal, and every step on it fails with it (``step.failed``, the
+delivery a dead letter) while the world's other modules go on; whether the compiled module
+came from the cache or was compiled now makes no difference (the refusals are checked before
+and after compiling, ``kernel.wasm._host``). ``check_module`` is the reducer check: what
+``world reducer check``, ``world init`` and ``upgrade propose`` refuse, through this host.
 
 It is also where the world layer reads ``WORLD_NATIVE`` (``kernel/`` reads no environment):
 ``0`` (or ``off``, ``false``, ``no``) selects the pure-Python step path for the process, anything
@@ -20,6 +26,7 @@ leave a user who cannot raise it without a world at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -28,12 +35,20 @@ from pathlib import Path
 from typing import Final
 
 from air import LoadedAir
-from air.errors import UnknownName
-from kernel import native
+from air.errors import Diagnostic, InvalidArgument, ManifestError, UnknownName
+from kernel import native, reducer_fault
+from kernel.errors import ReducerLoadError
 from kernel.wasm import BackendChoice, HostLimits, Reducer, ReducerHost
 from world._modcache import FileModuleCache
 
-__all__ = ["FAST_ADDRESS_SPACE_MIN", "HostRunner", "backend_for_limit", "native_requested"]
+__all__ = [
+    "FAST_ADDRESS_SPACE_MIN",
+    "HostRunner",
+    "backend_for_limit",
+    "check_module",
+    "check_modules",
+    "native_requested",
+]
 
 FAST_ADDRESS_SPACE_MIN: Final = 4 << 30
 """The least address-space limit (bytes) under which a runner takes the fast backend: its pool
@@ -97,7 +112,7 @@ class HostRunner:
         backend, self.notice = _backend()
         cache = FileModuleCache(cache_dir, readonly=readonly)
         self._host = ReducerHost(limits, cache=cache, backend=backend)
-        self._reducers: dict[str, Reducer] = {}
+        self._reducers: dict[str, Reducer | _Refused] = {}
 
     @property
     def backend(self) -> str:
@@ -108,18 +123,76 @@ class HostRunner:
         """Whether steps run through the native extension."""
         return self._host.native
 
-    def reducer(self, module: str) -> Reducer:
-        """The loaded module of wasm hash ``module`` (``blake3:<hex>``)."""
+    def run(self, module: str, input_cbor: bytes) -> bytes:
         found = self._reducers.get(module)
         if found is None:
-            data = self._wasm.get(module)
-            if data is None:
-                if self._wasm_of is None:
-                    raise UnknownName("module", module, sorted(self._wasm))
-                data = self._wasm_of(module)
-            found = self._host.load(data, expected_hash=module)
-            self._reducers[module] = found
-        return found
+            found = self._reducers[module] = self._load(module)
+        return found.call(input_cbor)
 
-    def run(self, module: str, input_cbor: bytes) -> bytes:
-        return self.reducer(module).call(input_cbor)
+    def _load(self, module: str) -> Reducer | _Refused:
+        """The loaded module of wasm hash ``module`` (``blake3:<hex>``), or, when the host
+        refuses it for its own bytes (``kernel.reducer_fault``), its stand-in ``_Refused``."""
+        data = self._wasm.get(module)
+        if data is None:
+            if self._wasm_of is None:
+                raise UnknownName("module", module, sorted(self._wasm))
+            data = self._wasm_of(module)
+        try:
+            return self._host.load(data, expected_hash=module)
+        except ReducerLoadError as exc:
+            if not reducer_fault(exc):
+                raise  # the environment's: nothing kept, the next step tries again
+            return _Refused(exc)
+
+
+class _Refused:
+    """A module the host refused for its own bytes, in place of its ``Reducer``: every step on
+    it fails with that refusal (``step.failed``, the delivery a dead letter), and it is not
+    loaded again, so a start function that loops costs its fuel once per runner, not once
+    per delivery. Deterministic: the refusal depends on the bytes and the limits only."""
+
+    def __init__(self, refusal: ReducerLoadError) -> None:
+        self.refusal = refusal
+
+    def call(self, input_cbor: bytes) -> bytes:
+        raise self.refusal.with_traceback(None)  # one traceback, not one per raise
+
+
+def check_module(wasm_bytes: bytes | bytearray) -> None:
+    """The reducer check: ``ReducerLoadError`` (its ``code`` and ``detail``) unless a world's
+    host loads ``wasm_bytes`` and runs its start function within the default ``HostLimits``,
+    i.e. unless a step on it could run at all. ``world reducer check`` and ``reducer build``
+    (``world.sdk.check_abi``), ``world init`` and ``upgrade propose`` (``check_modules``) all
+    refuse through it, so they refuse the same modules with the same detail. It runs on the
+    backend a runner would take here, on one host per process (``_check_host``)."""
+    backend, _notice = _backend()
+    _check_host(backend).load(bytes(wasm_bytes))
+
+
+@functools.cache
+def _check_host(backend: BackendChoice) -> ReducerHost:
+    """The host ``check_module`` loads on, kept for the process: a module that passed is kept
+    by hash and not compiled again (~45 ms for the bundled counter), so a process that inits
+    many worlds of the same modules pays once; one a check refused is not kept."""
+    return ReducerHost(backend=backend, native=False)
+
+
+def check_modules(air: LoadedAir) -> None:
+    """``check_module`` for every reducer of ``air`` (a world's AIR about to be created or
+    proposed): ``InvalidArgument`` if one has no wasm, ``ManifestError`` naming the AIR file
+    and ``/wasm`` of each module it refuses, with the check's detail and ``air.module.<code>``."""
+    missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
+    if missing:
+        raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+    found: list[Diagnostic] = []
+    for name, wasm_bytes in sorted(air.wasm_bytes.items()):
+        try:
+            check_module(wasm_bytes)
+        except ReducerLoadError as exc:
+            if not reducer_fault(exc):
+                raise  # the engine's, not the module's: not a refusal of the AIR
+            loc = air.defs[name]
+            code = f"air.module.{exc.code}"
+            found.append(Diagnostic(loc.file, f"{loc.pointer}/wasm", code, exc.detail))
+    if found:
+        raise ManifestError(found)

@@ -99,7 +99,7 @@ from world._directory import (
 from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
-from world._runner import HostRunner
+from world._runner import HostRunner, check_modules
 from world.cellstore import FileCellStore
 from world.errors import (
     CheckpointMoved,
@@ -239,7 +239,10 @@ class World:
         read_wasm: Callable[[str], bytes | None],
         limits: KernelLimits | None,
         partition: tuple[int, int] | None = None,
+        *,
+        checked: bool = True,
     ) -> World:
+        """``checked``: refuse what the reducer check refuses (``world._runner.check_modules``)."""
         if partition is not None:
             Partition(*partition)  # checked before anything is written
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -257,9 +260,8 @@ class World:
                 f"to its binary with --module {unbound[0]}=FILE.wasm"
             )
             raise InvalidArgument("module", listed, reason)
-        missing = sorted(name for name in air.modules if name not in air.wasm_bytes)
-        if missing:
-            raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+        if checked:
+            check_modules(air)
         with storage_errors("init"):
             return cls._place(path, air, sources, limits or KernelLimits(), partition)
 
@@ -307,9 +309,9 @@ class World:
         """Create a world from another world's ``air/`` folder (same sources, same wasm)."""
         sources, wasm_map = read_sources(air_dir / "sources.json")
         source_cas = FileCas(air_dir.parent, readonly=True)
-        return cls._create(
-            Path(path), sources, {p: source_cas.get(h) for p, h in wasm_map.items()}.get, limits
-        )
+        # Not the reducer check again: a world made before it must rebuild as it ran.
+        wasm_of = {p: source_cas.get(h) for p, h in wasm_map.items()}.get
+        return cls._create(Path(path), sources, wasm_of, limits, checked=False)
 
     @classmethod
     def open(

@@ -22,10 +22,16 @@ folder, or whether the SDK came from a checkout or a wheel. The module is compil
 temporary folder and written to its destination only after it passes the ABI checks, so a
 refused build leaves nothing behind.
 
-ABI checks. No imports; exports exactly ``memory``, ``alloc`` and ``step``; ``alloc`` is
-``(i32) -> i32``; ``step`` is ``(i32, i32) -> (i32, i32)`` or ``(i32, i32, i32) -> ()``; and
-wasmtime compiles it (so function bodies are valid). What this does not check: behaviour, fuel
-or memory use; those are the host's limits at run time.
+ABI checks. ``check_abi`` is ``world._runner.check_module``, the one reducer check ``world init``
+and ``upgrade propose`` refuse with too (the codes and details are the host's, listed in
+``kernel.wasm._host``): a core wasm module with no imports, exports ``memory``, ``alloc``
+``(i32) -> i32`` and ``step`` ``(i32, i32) -> (i32, i32)`` or ``(i32, i32, i32) -> ()``,
+initial memory and table within the default ``HostLimits``, compiled by the kernel's
+deterministic engine, and a start function (if any) that returns within a step's fuel. On top
+of it, and only here, exports other than those three are refused (code ``exports``), which
+is stricter than a world: a world runs a module with extra exports (rustc's ``__heap_base``,
+``__data_end``), so ``init`` does not refuse them. What none of this checks: how the steps
+behave, their fuel or memory use; those are the host's limits at run time.
 """
 
 from __future__ import annotations
@@ -37,15 +43,16 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import blake3
-import wasmtime
 
 from air.errors import InputFileError, UnknownName
+from kernel.errors import ReducerLoadError
+from kernel.wasm import inspect_wasm
+from world._runner import check_module
 from world.errors import BuildError
 
 __all__ = [
@@ -90,14 +97,7 @@ SDK_PREFIX: Final = "world-sdk"  # what the SDK folder's path becomes inside a b
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent
 _BUNDLE_DIR: Final = _PACKAGE_DIR / "_bundle"
 
-_Signature = tuple[list[str], list[str]]
-_ALLOC_TYPE: Final[_Signature] = (["i32"], ["i32"])
-_STEP_TYPES: Final[tuple[_Signature, ...]] = (
-    (["i32", "i32"], ["i32", "i32"]),
-    (["i32", "i32", "i32"], []),
-)
 _ABI_EXPORTS: Final = ("alloc", "memory", "step")
-_WASM_MAGIC: Final = b"\x00asm"
 
 
 # --- where the bundled files are -----------------------------------------------------------------
@@ -258,38 +258,14 @@ def _write(path: Path, data: bytes) -> None:
 # --- the ABI checks -------------------------------------------------------------------------------
 
 
-def _type_names(types: Sequence[wasmtime.ValType]) -> list[str]:
-    return [str(t) for t in types]
-
-
-def check_abi(name: str, wasm_bytes: bytes) -> None:
-    """Raise ``BuildError`` unless the module compiles, has no imports and exactly the ABI
-    exports with the ABI's signatures."""
-    if not wasm_bytes.startswith(_WASM_MAGIC):  # wasmtime.Module would read WAT text as well
-        raise BuildError(name, "invalid", "not a wasm binary module (no \\0asm header)")
+def check_abi(name: str, wasm_bytes: bytes | bytearray) -> None:
+    """Raise ``BuildError`` (the reducer check's code and detail) unless a world runs the
+    module, and (``exports``) if it exports more than ``memory``, ``alloc`` and ``step``."""
     try:
-        module = wasmtime.Module(wasmtime.Engine(), wasm_bytes)
-    except wasmtime.WasmtimeError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BuildError(name, "invalid", f"not a valid wasm module: {first_line}") from exc
-    if module.imports:
-        imported = ", ".join(f"{i.module}.{i.name}" for i in module.imports)
-        raise BuildError(name, "imports", f"the module imports {imported}; reducers import nothing")
-    exports = {e.name: e.type for e in module.exports}
-    missing = [e for e in _ABI_EXPORTS if e not in exports]
-    extra = sorted(e for e in exports if e not in _ABI_EXPORTS)
-    if missing or extra:
-        parts = [f"missing {', '.join(missing)}"] if missing else []
-        parts += [f"unexpected {', '.join(extra)}"] if extra else []
-        raise BuildError(
-            name, "exports", f"exports must be memory, alloc, step: {'; '.join(parts)}"
-        )
-    if not isinstance(exports["memory"], wasmtime.MemoryType):
-        raise BuildError(name, "exports", "export 'memory' is not a memory")
-    for export, allowed in (("alloc", (_ALLOC_TYPE,)), ("step", _STEP_TYPES)):
-        func_type = exports[export]
-        if not isinstance(func_type, wasmtime.FuncType):
-            raise BuildError(name, "exports", f"export {export!r} is not a function")
-        signature = (_type_names(func_type.params), _type_names(func_type.results))
-        if signature not in allowed:
-            raise BuildError(name, "signature", f"export {export!r} has signature {signature}")
+        check_module(wasm_bytes)
+    except ReducerLoadError as exc:
+        raise BuildError(name, exc.code, exc.detail) from exc
+    extra = sorted(e for e in inspect_wasm(bytes(wasm_bytes)).exports if e not in _ABI_EXPORTS)
+    if extra:
+        detail = f"exports must be memory, alloc, step: unexpected {', '.join(extra)}"
+        raise BuildError(name, "exports", detail)

@@ -22,6 +22,22 @@ set once per step and shared by the start function, ``alloc`` and ``step``),
 step that then traps is reported as ``MemoryLimitExceeded``), ``output_bytes_max``, and
 ``table_elements_max``.
 
+Refusals at load (``ReducerLoadError``), in the order they are checked, each decided by the
+module's bytes and the limits alone: ``not_wasm``; the ABI problems ``_info`` reports
+(``imports``, ``export_missing``, ``export_kind``, ``alloc_signature``, ``step_signature``);
+``memory_limit`` (initial memory over ``memory_bytes_max``); ``table_limit`` (more than one
+table, or an initial table over ``table_elements_max``: checked here because the pooling
+allocator refuses a second table at compile time and the public backend at instantiation);
+``invalid_wasm`` (the deterministic engine does not compile it); and the start function, run
+once by ``probe`` on the step's fuel: ``trap`` or ``fuel_exhausted``, detail "the start
+function ...". These are the module's own faults: the same bytes are refused the same way on
+every machine, so the kernel journals a delivery to such a module as ``step.failed`` (and the
+world's ``reducer check``, ``init`` and ``upgrade propose`` refuse it with the same detail).
+The one exception is ``instantiate``, any other instantiation error (an exhausted pool, an
+engine error): the environment's, so the run stops and the delivery stays queued. A memory
+*maximum* over the limit is not refused: the store limiter bounds growth, whatever the module
+declares.
+
 Calling convention: the host calls ``alloc(len + pad)``, writes the input at the returned
 address and calls ``step``. With the ``retptr`` flavour ``pad`` is 12 and the 8-byte result
 slot is the first 4-aligned address after the input, inside that allocation.
@@ -170,20 +186,26 @@ class Reducer:
         return decode_output(self.call(input_cbor), module=self.module_hash)
 
     def probe(self) -> None:
-        """Instantiate once and drop it: surfaces start-function traps and instantiation limits."""
+        """Instantiate once and drop it: a start function that traps or runs out of fuel is
+        refused with the trap's code (``trap``, ``fuel_exhausted``), the module's own fault;
+        any other instantiation error keeps the code ``instantiate`` (the engine's)."""
         if self._native is not None:
-            failure = self._native.probe()
-            if failure is not None:
-                error = self._native_failure(failure)
-                raise ReducerLoadError(self.module_hash, "instantiate", error.detail)
+            outcome = self._native.probe()
+            if outcome is not None:
+                raise self._start_failure(self._native_failure(outcome))
             return
         try:
             self._session.open(self._limits.fuel_per_step)
         except WasmCallError as failure:
-            error = self._classify(failure, None)
-            raise ReducerLoadError(self.module_hash, "instantiate", error.detail) from failure
+            raise self._start_failure(self._classify(failure, None)) from failure
         finally:
             self._session.close()
+
+    def _start_failure(self, error: ReducerError) -> ReducerLoadError:
+        if isinstance(error, ReducerTrap):
+            detail = f"the start function {error.detail}"
+            return ReducerLoadError(self.module_hash, error.code, detail)
+        return ReducerLoadError(self.module_hash, "instantiate", error.detail)
 
     def _exchange(self, session: Session, data: bytes) -> bytes:
         size = len(data)
@@ -371,7 +393,7 @@ class ReducerHost:
         try:
             info = inspect_wasm(wasm_bytes)
         except WasmFormatError as exc:
-            raise ReducerLoadError(module_hash, "not_wasm", exc.detail) from exc
+            raise ReducerLoadError(module_hash, "not_wasm", str(exc)) from exc
         if info.problems:
             problem = info.problems[0]
             raise ReducerLoadError(module_hash, problem.code, problem.detail)
@@ -379,6 +401,14 @@ class ReducerHost:
             limit = self.limits.memory_bytes_max
             detail = f"initial memory of {info.memory_min_bytes} bytes exceeds {limit}"
             raise ReducerLoadError(module_hash, "memory_limit", detail)
+        tables = info.table_min_elements
+        if len(tables) > 1:  # refused here, not by the engine: its two backends differ on it
+            detail = f"{len(tables)} tables; a reducer may have one"
+            raise ReducerLoadError(module_hash, "table_limit", detail)
+        if tables and tables[0] > self.limits.table_elements_max:
+            limit = self.limits.table_elements_max
+            detail = f"initial table of {tables[0]} elements exceeds {limit}"
+            raise ReducerLoadError(module_hash, "table_limit", detail)
         return info
 
     def _module(self, module_hash: str, wasm_bytes: bytes) -> wasmtime.Module:

@@ -43,7 +43,7 @@ _VALTYPES: Final = {
     0x6F: "externref",
 }
 _KINDS: Final = {0: "func", 1: "table", 2: "memory", 3: "global", 4: "tag"}
-_SEC_TYPE, _SEC_IMPORT, _SEC_FUNCTION, _SEC_MEMORY, _SEC_EXPORT = 1, 2, 3, 5, 7
+_SEC_TYPE, _SEC_IMPORT, _SEC_FUNCTION, _SEC_TABLE, _SEC_MEMORY, _SEC_EXPORT = 1, 2, 3, 4, 5, 7
 _PAGE_BYTES: Final = 65536
 
 _ALLOC_SIG: Final = (("i32",), ("i32",))
@@ -73,7 +73,8 @@ class WasmProblem:
 class WasmInfo:
     """Imports as ``"module::name"``, exports as name -> kind (func, table, memory, global,
     tag), exported function signatures, the initial size of memory 0 (bytes, 0 if none), the
-    ``step`` flavour if it has one, and ABI problems."""
+    ``step`` flavour if it has one, ABI problems, and the initial size of every table (elements,
+    imported ones first)."""
 
     imports: list[str]
     exports: dict[str, str]
@@ -82,6 +83,7 @@ class WasmInfo:
     step_abi: StepAbi | None = None
     problems: tuple[WasmProblem, ...] = ()
     error: str | None = None
+    table_min_elements: tuple[int, ...] = ()
 
 
 class _Reader:
@@ -166,6 +168,7 @@ class _Sections:
     imported_funcs: list[int] = field(default_factory=list)
     funcs: list[int] = field(default_factory=list)
     memory_pages: list[int] = field(default_factory=list)
+    table_elements: list[int] = field(default_factory=list)
     exports: list[tuple[str, int, int]] = field(default_factory=list)
 
 
@@ -187,7 +190,7 @@ def _read_imports(r: _Reader, out: _Sections) -> None:
             out.imported_funcs.append(r.u32())
         elif kind == 0x01:
             r.valtype()
-            r.limits()
+            out.table_elements.append(r.limits())
         elif kind == 0x02:
             out.memory_pages.append(r.limits())
         elif kind == 0x03:
@@ -198,6 +201,13 @@ def _read_imports(r: _Reader, out: _Sections) -> None:
             r.u32()
         else:
             raise WasmFormatError(r.pos - 1, f"unknown import kind 0x{kind:02x}")
+
+
+def _read_table(r: _Reader) -> int:
+    """A table type's minimum (elements). A table with an initialiser expression (0x40 0x00,
+    function references) is refused as malformed: that proposal is off in the engine."""
+    r.valtype()
+    return r.limits()
 
 
 def _read_exports(r: _Reader, out: _Sections) -> None:
@@ -226,6 +236,8 @@ def _read_sections(data: bytes) -> _Sections:
             _read_imports(body, out)
         elif section_id == _SEC_FUNCTION:
             out.funcs = [body.u32() for _ in range(body.u32())]
+        elif section_id == _SEC_TABLE:
+            out.table_elements += [_read_table(body) for _ in range(body.u32())]
         elif section_id == _SEC_MEMORY:
             out.memory_pages += [body.limits() for _ in range(body.u32())]
         elif section_id == _SEC_EXPORT:
@@ -280,7 +292,15 @@ def inspect_wasm(wasm_bytes: bytes) -> WasmInfo:
     step_abi = _STEP_SIGS.get((step.params, step.results)) if step is not None else None
     problems = tuple(_problems(exports, funcs, sections.imports))
     memory_min_bytes = sections.memory_pages[0] * _PAGE_BYTES if sections.memory_pages else 0
-    return WasmInfo(sections.imports, exports, funcs, memory_min_bytes, step_abi, problems)
+    return WasmInfo(
+        sections.imports,
+        exports,
+        funcs,
+        memory_min_bytes,
+        step_abi,
+        problems,
+        table_min_elements=tuple(sections.table_elements),
+    )
 
 
 def inspect_wasm_report(wasm_bytes: bytes) -> WasmInfo:

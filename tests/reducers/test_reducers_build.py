@@ -71,11 +71,13 @@ def test_check_mode_fails_when_a_committed_module_differs(tmp_path, capsys):
             "compile",
             id="undefined_import_does_not_link",
         ),
-        pytest.param('EXPORT("f") int f(void) { return 0; }\n', "exports", id="no_abi_exports"),
+        pytest.param(
+            'EXPORT("f") int f(void) { return 0; }\n', "export_missing", id="no_abi_exports"
+        ),
         pytest.param(
             'EXPORT("alloc") int a(int n) { return n; }\n'
             'EXPORT("step") int s(int p) { return p; }\n',
-            "signature",
+            "step_signature",
             id="wrong_step_signature",
         ),
     ],

@@ -31,6 +31,7 @@ from world._airfiles import (
     read_file,
 )
 from world._airstore import load_stored_air, store_air
+from world._runner import check_modules
 from world._world import World
 from world.errors import UpgradeRefused
 
@@ -83,7 +84,8 @@ def propose(
     modules: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> tuple[Proposal, AirDiff]:
     """Check the AIR at ``air_path`` against ``world`` and journal it as a proposal (see the
-    module docstring); ``ManifestError`` if it does not validate, ``UpgradeRefused`` (nothing
+    module docstring); ``ManifestError`` if it does not validate or the reducer check refuses
+    one of its modules (``world._runner.check_modules``, as ``world init`` does), ``UpgradeRefused`` (nothing
     stored) if it changes nothing or what it changes cannot carry the cells over. ``modules``
     binds modules that name no wasm, as ``world init --module`` does."""
     world._writable()
@@ -93,9 +95,7 @@ def propose(
     if modules:
         sources = bind_module_wasm(sources, modules)
     new = load_air(sources, read_file, inspect_wasm)
-    missing = sorted(name for name in new.modules if name not in new.wasm_bytes)
-    if missing:
-        raise InvalidArgument("modules", missing, "modules without a wasm binary cannot run")
+    check_modules(new)
     diff = diff_air(world.air, new)
     if diff.empty:
         raise UpgradeRefused(str(air_path), ["it changes nothing: the world runs this AIR"])

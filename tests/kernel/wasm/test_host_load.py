@@ -67,10 +67,54 @@ def test_a_module_whose_code_does_not_validate_is_refused(host: ReducerHost) -> 
     assert caught.value.code == "invalid_wasm"
 
 
-def test_a_start_function_that_traps_is_refused_at_load(host: ReducerHost) -> None:
+@pytest.mark.parametrize(
+    ("start", "code", "detail"),
+    [
+        pytest.param("unreachable", "trap", "the start function trapped: unreachable", id="traps"),
+        pytest.param(
+            "(drop (i32.div_u (i32.const 1) (i32.const 0)))",
+            "trap",
+            "the start function trapped: integer_division_by_zero",
+            id="divides-by-zero",
+        ),
+        pytest.param(
+            "(loop $l (br $l))",
+            "fuel_exhausted",
+            "the start function used all 1000 fuel",
+            id="loops",
+        ),
+    ],
+)
+def test_a_start_function_that_fails_is_refused_at_load_with_its_cause(
+    host: ReducerHost, start: str, code: str, detail: str
+) -> None:
+    small = ReducerHost(HostLimits(fuel_per_step=1000), backend=host.backend, native=host.native)
     with pytest.raises(ReducerLoadError) as caught:
-        host.load(wasm(_START_TRAPS))
-    assert caught.value.code == "instantiate"
+        small.load(reducer(extra=f"(func $s {start}) (start $s)"))
+    assert (caught.value.code, caught.value.detail) == (code, detail)
+
+
+@pytest.mark.parametrize(
+    "tables",
+    [
+        pytest.param("(table 11 funcref)", id="one-over-the-limit"),
+        pytest.param("(table 1 funcref) (table 1 funcref)", id="two-tables"),
+    ],
+)
+def test_tables_past_the_limits_are_refused_at_load_on_both_backends(
+    host: ReducerHost, tables: str
+) -> None:
+    limits = HostLimits(table_elements_max=10)
+    with pytest.raises(ReducerLoadError) as caught:
+        ReducerHost(limits, backend=host.backend).load(reducer(extra=tables))
+    assert caught.value.code == "table_limit"
+
+
+def test_a_memory_maximum_over_the_limit_is_not_refused(host: ReducerHost) -> None:
+    # Growth is bounded by the store limiter whatever the module declares.
+    small = ReducerHost(HostLimits(memory_bytes_max=1 << 20), backend=host.backend)
+    loaded = small.load(reducer(memory='(memory (export "memory") 1 65536)'))
+    assert loaded.call(b"") == OK_OUTPUT
 
 
 def test_initial_memory_over_the_limit_is_refused_at_load(host: ReducerHost) -> None:

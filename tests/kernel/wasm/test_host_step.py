@@ -200,4 +200,4 @@ def test_a_table_larger_than_the_limit_is_refused_at_load(host: ReducerHost) -> 
     limits = HostLimits(table_elements_max=10)
     with pytest.raises(ReducerLoadError) as caught:
         ReducerHost(limits, backend=host.backend).load(reducer(extra="(table 11 funcref)"))
-    assert caught.value.code == "instantiate"
+    assert caught.value.code == "table_limit"

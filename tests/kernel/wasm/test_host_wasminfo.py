@@ -89,3 +89,10 @@ def test_bytes_that_are_not_a_core_module_raise(data: bytes) -> None:
 
 def test_the_report_variant_matches_inspect_for_a_module() -> None:
     assert inspect_wasm_report(reducer()) == inspect_wasm(reducer())
+
+
+def test_every_table_s_initial_size_is_reported_imported_ones_first() -> None:
+    tables = '(import "env" "t" (table 3 funcref)) (memory (export "memory") 1)'
+    info = inspect_wasm(wasm(f"(module {tables} (table 7 20 externref))"))
+    assert info.table_min_elements == (3, 7)
+    assert inspect_wasm(reducer()).table_min_elements == ()

@@ -76,7 +76,7 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
-from powerloss import PowerCut, PowerLoss  # noqa: E402
+from powerloss import PowerCut, PowerLoss  # type: ignore[import-not-found]  # noqa: E402
 
 import world  # noqa: E402
 from air import cbor  # noqa: E402
@@ -210,7 +210,11 @@ class SimAdapter:
             lambda: w.kernel.effects.air.secrets, read_local_config(w.path).secrets, w.path
         )
         self.inner = HttpAdapter(
-            w.cas, retries_max=0, workers=1, secrets=secrets, transport=httpx.MockTransport(self._serve)
+            w.cas,
+            retries_max=0,
+            workers=1,
+            secrets=secrets,
+            transport=httpx.MockTransport(self._serve),
         )
         self.kinds = self.inner.kinds
 
@@ -327,14 +331,17 @@ class Sim:
 
     def die(self) -> None:
         """The process dies: no checkpoint, no close of anything that writes; the adapter's
-        held intents are gone with it."""
-        assert self.engine is not None and self.adapter is not None
-        self.engine.close()
-        w = self.handle.world
-        w._closed = True  # the handle's close must not checkpoint
-        with contextlib.suppress(Exception):
-            w.journal.close()
-        w._lock.release()
+        held intents are gone with it. Whatever was half started (a cut inside a reopen) too."""
+        if self.engine is not None:
+            self.engine.close()
+        elif self.adapter is not None:
+            self.adapter.close()
+        if self.handle is not None:
+            w = self.handle.world
+            w._closed = True  # the handle's close must not checkpoint
+            with contextlib.suppress(Exception):
+                w.journal.close()
+            w._lock.release()
         self.handle = self.engine = self.adapter = None
 
     def stop(self) -> None:
@@ -390,7 +397,9 @@ class Sim:
             if schema == "fetch":
                 batch.events.append((FETCH, {"key": key, "n": n}, event_id))
             else:
-                batch.events.append((EVENT, {"key": key, "op": {"$tag": "Add", "$value": n}}, event_id))
+                batch.events.append(
+                    (EVENT, {"key": key, "op": {"$tag": "Add", "$value": n}}, event_id)
+                )
         self.batches.append(batch)
         return self._send(batch, first=True)
 
@@ -406,9 +415,13 @@ class Sim:
                 for k, seq in zip(part, sent.seqs, strict=True):
                     by_event[k] = seq
         if not first and batch.seqs is not None:
-            for (_s, _v, event_id), old, new in zip(batch.events, batch.seqs, by_event, strict=True):
+            for (_s, _v, event_id), old, new in zip(
+                batch.events, batch.seqs, by_event, strict=True
+            ):
                 if event_id is not None and old != new:
-                    raise Failure(f"resent id {event_id} answered seq {new}, first acknowledged at {old}")
+                    raise Failure(
+                        f"resent id {event_id} answered seq {new}, first acknowledged at {old}"
+                    )
         if batch.seqs is None or first:
             batch.seqs = by_event
         return f"acknowledged seqs {by_event}"
@@ -448,7 +461,9 @@ class Sim:
         self.power, self.power_left = PowerLoss(self.path, cut_at=cut_at, seed=None), POWER_ACTIONS
         self._power_on = contextlib.ExitStack()
         self._power_on.enter_context(self.power.installed())
-        return f"armed a power cut at durable operation {cut_at} of the next {POWER_ACTIONS} actions"
+        return (
+            f"armed a power cut at durable operation {cut_at} of the next {POWER_ACTIONS} actions"
+        )
 
     def do_checkpoint(self) -> str:
         self.handle.snapshot()
@@ -509,10 +524,14 @@ class Sim:
             for (schema, value, event_id), seq in zip(batch.events, batch.seqs, strict=True):
                 rec = by_seq.get(seq)
                 if rec is None or rec.kind != "event.in":
-                    raise Failure(f"acknowledged seq {seq} ({schema} {value}) is not in the journal")
+                    raise Failure(
+                        f"acknowledged seq {seq} ({schema} {value}) is not in the journal"
+                    )
                 got = (rec.body["schema"], cbor.loads(rec.body["value"]), rec.body.get("id"))
                 if got != (schema, value, event_id):
-                    raise Failure(f"acknowledged seq {seq} holds {got}, not {(schema, value, event_id)}")
+                    raise Failure(
+                        f"acknowledged seq {seq} holds {got}, not {(schema, value, event_id)}"
+                    )
 
     def _one_receipt_each(self, recs: list[Any], *, final: bool) -> None:
         queued = [r.body["intent_hash"] for r in recs if r.kind == "effect.queued"]
@@ -539,7 +558,9 @@ class Sim:
         got = {c.key: w.state(COUNTER, c.key) for c in w.cells(COUNTER)}
         want = {k: {"count": c, "events": e} for k, (c, e) in model.items()}
         if got != want:
-            raise Failure(f"cells {sorted(got.items())} differ from the model {sorted(want.items())}")
+            raise Failure(
+                f"cells {sorted(got.items())} differ from the model {sorted(want.items())}"
+            )
 
     def _no_secret_on_disk(self) -> None:
         for file in sorted(self.path.rglob("*")):
@@ -579,11 +600,11 @@ def run_script(script: Sequence[Action], *, verbose: bool = False) -> Outcome:
             index = len(script)
             sim.final()
             return Outcome(None, lines)
-        except Failure as failure:
-            return Outcome(_relative(str(failure), tmp), _raised(lines, script, index), index)
+        except Failure as broken:
+            return Outcome(_relative(str(broken), tmp), _raised(lines, script, index), index)
         except Exception as exc:  # the product raised where it should not: a failure too
-            failure = f"{type(exc).__name__}: {_relative(str(exc), tmp)}"
-            return Outcome(failure, _raised(lines, script, index), index)
+            said = f"{type(exc).__name__}: {_relative(str(exc), tmp)}"
+            return Outcome(said, _raised(lines, script, index), index)
         finally:
             with contextlib.suppress(Exception):
                 sim.stop()
@@ -623,7 +644,9 @@ def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
     return script, outcome
 
 
-def simulate(seed: int, steps: int, *, trace: bool, shrink_runs: int, out: Callable[[str], None]) -> bool:
+def simulate(
+    seed: int, steps: int, *, trace: bool, shrink_runs: int, out: Callable[[str], None]
+) -> bool:
     script = draw_script(seed, steps)
     outcome = run_script(script)
     if trace:
@@ -660,7 +683,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = range(args.first, args.first + (args.seeds if args.seeds is not None else 10))
     ok = True
     for seed in seeds:
-        ok = simulate(seed, args.steps, trace=args.trace, shrink_runs=args.shrink_runs, out=print) and ok
+        ok = (
+            simulate(seed, args.steps, trace=args.trace, shrink_runs=args.shrink_runs, out=print)
+            and ok
+        )
         if not ok:
             break
     return 0 if ok else 1

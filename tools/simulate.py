@@ -15,9 +15,9 @@ relative to the world.
 
 The world. The bundled counter reducer (``demo/Counter@1``, keyed by text) and one plan,
 ``sim/fetch@1``, started by ``sim/Fetch@1 {key, n}``: an ``http.request.v2`` GET to
-``http://sim.test/fetch`` whose ``authorization`` header is a secret (``defsecret``, bound to
+``http://sim.test/<key>`` whose ``authorization`` header is a secret (``defsecret``, bound to
 a 0600 file outside the world), then, whatever the answer, ``Add n`` to the counter cell
-``key``. The HTTP adapter is the product's ``HttpAdapter`` with an ``httpx.MockTransport``
+``key``; the policy parks the fetches of key ``a`` for an approval. The HTTP adapter is the product's ``HttpAdapter`` with an ``httpx.MockTransport``
 whose answers the seed schedules (``SimAdapter``): it holds every intent it is handed, and an
 ``answer`` action picks one of those held (so answers come late and out of order) and makes
 the real adapter answer it, on its worker thread, while the simulation waits: 200 echoing the
@@ -26,13 +26,17 @@ never answered stays in flight until a crash, after which the next loop dispatch
 
 Actions (drawn from ``random.Random(seed)``; each keeps its own random numbers, so a shrunk
 script still means something): ``send`` a batch of ``Add`` and ``Fetch`` events, some with
-``$id``s; ``resend`` an earlier batch as a client that lost the acknowledgement would;
-``run`` the loop until only held intents are left; ``answer`` a held intent; ``crash`` (the
-process dies: no checkpoint, the adapter's intents are lost, the world is reopened from disk);
-``power`` (a power cut at a drawn durable operation inside the next action, through
-``tests/powerloss.py``'s fake file layer, which keeps only what was made durable; the world is
-reopened from that image); ``checkpoint``; ``dead`` (retry or drop a dead letter through the
-operations layer, when there is one).
+``$id``s; ``resend`` an earlier batch as a client that lost the acknowledgement would; ``run``
+the loop until only held intents are left; ``answer`` a held intent; ``decide`` (approve or
+deny) a parked intent and ``cancel`` a live run,
+both through the operations layer; ``dead`` (retry or drop a dead letter; a refusal, such as
+retrying a failed effect's letter, is the layer's answer, not a failure); ``checkpoint``;
+``crash`` (the process dies: no checkpoint, the adapter's intents are lost, the world is
+reopened from disk); ``power`` (a power cut at a drawn durable operation of the next few
+actions, through ``tests/powerloss.py``'s fake file layer, which keeps only what was made
+durable; the world is reopened from that image); ``disk`` (EIO or ENOSPC once, at a drawn
+durable operation of the next few actions, through ``world._fileio``'s fault hook: the action
+may be refused with a ``WorldError``, and the process is then restarted).
 
 Invariants, after every action (``check``) and at the end, after every held intent is answered
 and the loop has run dry (``final``):
@@ -40,9 +44,11 @@ and the loop has run dry (``final``):
 * every acknowledged event is journaled exactly once, at the seq it was acknowledged with; an
   event with an id that was not acknowledged is journaled at most once; a resent batch is
   answered with the first seqs;
-* at most one receipt per intent, and at the end exactly one for every intent queued;
-* the counter cells equal a plain reference model: the sum of every ``Add`` and every
-  ``Fetch`` journaled (a ``Fetch`` adds once its plan has its receipt, at the end);
+* at most one receipt per intent, and at the end exactly one for every intent of a run that
+  ended ``ok`` (parked ones are approved at the end);
+* every ``Fetch`` journaled has exactly one run, which ends (``ok``, or ``error`` when its intent
+  was denied, or cancelled); the counter cells equal a plain reference model: the sum of every
+  ``Add`` journaled and of every ``Fetch`` whose run ended ``ok``;
 * no file under the world directory holds the secret's bytes;
 * replay from genesis (``world.history.verify_world``, what ``world replay --verify`` runs)
   matches, after every restart and at the end.
@@ -51,14 +57,16 @@ The fake file layer lives in ``tests/powerloss.py``; this tool puts ``tests/`` o
 to reuse it (a development tool, never shipped). Planted bugs for the simulation to find are in
 ``tests/tools/test_simulate.py``.
 
-Not simulated: partitioned worlds (``world.cluster``), EIO/ENOSPC faults, approvals of parked
-intents and upgrades.
+Not simulated: partitioned worlds (``world.cluster``) and upgrades (``upgrade propose``, shadow,
+approve, apply). The world is opened by ``world.open`` (a local handle), so the served socket
+and HTTP front ends are not in the loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import random
@@ -80,8 +88,9 @@ from powerloss import PowerCut, PowerLoss  # type: ignore[import-not-found]  # n
 
 import world  # noqa: E402
 from air import cbor  # noqa: E402
-from air.errors import UsageError  # noqa: E402
+from air.errors import UsageError, WorldError  # noqa: E402
 from world import Engine, World  # noqa: E402
+from world import _fileio as fileio  # noqa: E402
 from world._localconfig import read_local_config  # noqa: E402
 from world.effects import HttpAdapter, Intent, Receipt  # noqa: E402
 from world.effects._secrets import SecretResolver  # noqa: E402
@@ -122,7 +131,10 @@ def _plan_docs(secret_file: Path) -> list[dict[str, Any]]:
         "params": {
             "record": {
                 "method": {"text": "GET"},
-                "url": {"text": "http://sim.test/fetch"},
+                "url": {
+                    "op": "concat",
+                    "args": [{"text": "http://sim.test/"}, {"ref": "@plan.input.key"}],
+                },
                 "headers": {"map": [{"key": "authorization", "value": secret_ref}]},
                 "body": {"none": {}},
                 "body_ref": {"none": {}},
@@ -163,7 +175,10 @@ def _plan_docs(secret_file: Path) -> list[dict[str, Any]]:
         {
             "$kind": "defpolicy",
             "name": "sim/policy@1",
-            "rules": [{"when": {}, "decision": "allow"}],
+            "rules": [
+                {"when": {"path_prefix": "/a"}, "decision": "require_approval"},
+                {"when": {}, "decision": "allow"},
+            ],
         },
     ]
 
@@ -270,7 +285,7 @@ class Action:
 def draw_script(seed: int, steps: int) -> list[Action]:
     rng = random.Random(seed)
     kinds = ["send"] * 6 + ["resend", "run", "run", "answer", "answer", "answer"]
-    kinds += ["crash", "power", "checkpoint", "dead"]
+    kinds += ["crash", "power", "disk", "checkpoint", "dead", "decide", "decide", "cancel"]
     script = []
     for _ in range(steps):
         kind = rng.choice(kinds)
@@ -283,10 +298,15 @@ def draw_script(seed: int, steps: int) -> list[Action]:
             script.append(Action("send", tuple(events)))
         elif kind == "answer":
             script.append(Action("answer", (rng.randrange(1 << 16), rng.choice(ANSWERS))))
-        elif kind in ("resend", "dead"):
+        elif kind in ("resend", "dead", "cancel"):
             script.append(Action(kind, (rng.randrange(1 << 16),)))
+        elif kind == "decide":
+            verdict = "approve" if rng.random() < 0.7 else "deny"
+            script.append(Action(kind, (rng.randrange(1 << 16), verdict)))
         elif kind == "power":
             script.append(Action("power", (rng.randint(0, 30),)))
+        elif kind == "disk":
+            script.append(Action("disk", (rng.choice(("EIO", "ENOSPC")), rng.randint(0, 30))))
         else:
             script.append(Action(kind))
     return script
@@ -308,6 +328,25 @@ class Sent:
 
 
 @dataclass
+class DiskFault:
+    """A ``world._fileio`` fault hook: ``OSError(code)`` once, at durable operation ``at``."""
+
+    code: str
+    at: int
+    seen: int = 0
+    fired: bool = False
+
+    def __call__(self, op: str, path: str) -> None:
+        if self.fired:
+            return
+        if self.seen == self.at:
+            self.fired = True
+            number = getattr(errno, self.code)
+            raise OSError(number, os.strerror(number), path)
+        self.seen += 1
+
+
+@dataclass
 class Sim:
     path: Path
     trace: Callable[[str], None]
@@ -319,6 +358,9 @@ class Sim:
     power: PowerLoss | None = None  # the fake file layer, while a power cut is armed
     power_left: int = 0  # actions it stays armed for
     _power_on: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    disk: DiskFault | None = None  # an I/O error armed
+    disk_left: int = 0
+    _disk_on: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # --- the process ------------------------------------------------------------------------
 
@@ -368,6 +410,8 @@ class Sim:
     def act(self, action: Action) -> str:
         """Do ``action``; what happened, as one deterministic line."""
         do = getattr(self, f"do_{action.kind}")
+        if self.disk is not None:
+            return self._under_disk_fault(do, action)
         if self.power is None:
             return str(do(*action.args))
         loss, self.power_left = self.power, self.power_left - 1
@@ -387,6 +431,32 @@ class Sim:
         self.start()
         self.replay_matches()
         return said + "; reopened from what was durable"
+
+    def _under_disk_fault(self, do: Callable[..., str], action: Action) -> str:
+        fault, self.disk_left = self.disk, self.disk_left - 1
+        assert fault is not None
+        try:
+            said = str(do(*action.args))
+        except (WorldError, OSError) as exc:  # a failing disk is a refusal, never a loss
+            said = f"refused: {type(exc).__name__}"
+        if not fault.fired and self.disk_left > 0:
+            return said
+        self.disk = None
+        self._disk_on.close()
+        if not fault.fired:
+            return said + "; no fault (the disk held)"
+        self.die()  # the operator restarts the process on a failing disk's error
+        self.start()
+        self.replay_matches()
+        return said + f"; {fault.code} at durable operation {fault.at}; restarted"
+
+    def do_disk(self, code: str, at: int) -> str:
+        if self.disk is not None or self.power is not None:
+            return "a fault is armed already"
+        self.disk, self.disk_left = DiskFault(code, at), POWER_ACTIONS
+        self._disk_on = contextlib.ExitStack()
+        self._disk_on.enter_context(fileio.fault_hook(self.disk))
+        return f"armed {code} at durable operation {at} of the next {POWER_ACTIONS} actions"
 
     def do_send(self, *events: tuple[str, str, int, bool]) -> str:
         batch = Sent([])
@@ -456,7 +526,7 @@ class Sim:
         return "crashed and reopened"
 
     def do_power(self, cut_at: int) -> str:
-        if self.power is not None:
+        if self.power is not None or self.disk is not None:
             return "a power cut is armed already"
         self.power, self.power_left = PowerLoss(self.path, cut_at=cut_at, seed=None), POWER_ACTIONS
         self._power_on = contextlib.ExitStack()
@@ -483,6 +553,35 @@ class Sim:
             return f"dead letter {letter_id} not {verb}: {type(refused).__name__}"
         return f"{verb} dead letter {letter_id}"
 
+    def _parked(self) -> list[str]:
+        intents = self.handle.effects().intents
+        return sorted(
+            i["intent_hash"].removeprefix("blake3:") for i in intents if i["status"] == "parked"
+        )
+
+    def do_decide(self, pick: int, verdict: str) -> str:
+        parked = self._parked()
+        if not parked:
+            return "no intent parked"
+        chosen = parked[pick % len(parked)]
+        self.handle.decide(chosen, verdict == "approve")
+        self.settle()
+        return f"{'approved' if verdict == 'approve' else 'denied'} {chosen[:12]}"
+
+    def do_cancel(self, pick: int) -> str:
+        live = sorted(
+            r["run_id"] for r in self.handle.runs() if r["status"] in ("running", "waiting")
+        )
+        if not live:
+            return "no run to cancel"
+        run_id = live[pick % len(live)]
+        try:
+            self.handle.cancel_run(run_id)
+        except UsageError as refused:
+            return f"run {run_id} not cancelled: {type(refused).__name__}"
+        self.settle()
+        return f"cancelled run {run_id}"
+
     # --- invariants -------------------------------------------------------------------------
 
     def records(self) -> list[Any]:
@@ -498,12 +597,19 @@ class Sim:
         if self.power is not None:  # the script ended before the cut: the power stays on
             self.power = None
             self._power_on.close()
+        if self.disk is not None:
+            self.disk = None
+            self._disk_on.close()
         assert self.adapter is not None
         self.settle()
         for turn in range(1000):
-            if not self.adapter.held:
+            parked = self._parked()
+            if parked:
+                self.handle.decide(parked[0], True)
+            elif self.adapter.held:
+                self.adapter.answer(0, ANSWERS[turn % len(ANSWERS)])
+            else:
                 break
-            self.adapter.answer(0, ANSWERS[turn % len(ANSWERS)])
             self.settle()
         recs = self.records()
         self._acknowledged_once(recs)
@@ -534,23 +640,56 @@ class Sim:
                     )
 
     def _one_receipt_each(self, recs: list[Any], *, final: bool) -> None:
-        queued = [r.body["intent_hash"] for r in recs if r.kind == "effect.queued"]
         receipts = Counter(r.body["intent_hash"] for r in recs if r.kind == "receipt")
         for intent_hash, count in receipts.items():
             if count > 1:
                 raise Failure(f"intent {intent_hash.hex()[:12]} has {count} receipts")
-        if final:
-            for intent_hash in queued:
-                if receipts[intent_hash] != 1:
-                    raise Failure(f"intent {intent_hash.hex()[:12]} ended with no receipt")
+        if not final:
+            return
+        ended = {r.body["run_id"]: r.body["status"] for r in recs if r.kind == "plan.ended"}
+        for rec in recs:
+            ok = rec.kind == "effect.queued" and ended.get(rec.body["origin"]["run_id"]) == "ok"
+            if ok and receipts[rec.body["intent_hash"]] != 1:
+                raise Failure(f"intent {rec.body['intent_hash'].hex()[:12]} ended with no receipt")
+
+    def _runs_once(self, recs: list[Any]) -> dict[int, str]:
+        """Every ``Fetch`` has exactly one run, and every run ended; each ``Fetch``'s seq with
+        its run's status. Runs are numbered from 0 in the order their triggers are journaled,
+        and a run cancelled before its first tick ends with no ``plan.started``."""
+        fetches = [r.seq for r in recs if r.kind == "event.in" and r.body["schema"] == FETCH]
+        started = Counter(r.body["src"] for r in recs if r.kind == "plan.started")
+        src_of = {r.body["run_id"]: r.body["src"] for r in recs if r.kind == "plan.started"}
+        ended: dict[int, str] = {}
+        for rec in recs:
+            if rec.kind in ("plan.ended", "run.cancelled"):
+                run_id = rec.body["run_id"]
+                if run_id >= len(fetches) or src_of.get(run_id, fetches[run_id]) != fetches[run_id]:
+                    raise Failure(f"run {run_id} is not the run of a Fetch")
+                if fetches[run_id] in ended:
+                    raise Failure(f"run {run_id} ended twice")
+                ended[fetches[run_id]] = rec.body.get("status", "cancelled")
+        for seq in fetches:
+            if started[seq] > 1:
+                raise Failure(f"the Fetch at seq {seq} started {started[seq]} runs")
+            if seq not in ended:
+                raise Failure(f"the run of the Fetch at seq {seq} never ended")
+        return ended
 
     def _cells_match(self, recs: list[Any]) -> None:
+        """The counter cells are the sum of every ``Add`` journaled and of every ``Fetch``
+        whose run ended ``ok`` (a denied or cancelled one adds nothing)."""
+        ended = self._runs_once(recs)
         model: dict[str, list[int]] = {}
         for rec in recs:
             if rec.kind != "event.in":
                 continue
             value = cbor.loads(rec.body["value"])
-            n = value["op"]["$value"] if rec.body["schema"] == EVENT else value["n"]
+            if rec.body["schema"] == EVENT:
+                n = value["op"]["$value"]
+            elif ended[rec.seq] == "ok":
+                n = value["n"]
+            else:
+                continue
             cell = model.setdefault(value["key"], [0, 0])
             cell[0] += n
             cell[1] += 1

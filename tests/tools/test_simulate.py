@@ -11,6 +11,8 @@ does not see it; a doubled trigger starts two runs), and a receipt lost in the e
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -148,3 +150,16 @@ def test_a_planted_bug_fails_a_seed_whose_shortest_trace_reproduces_it(
     assert 0 < len(shortest) < STEPS
     monkeypatch.undo()
     assert simulate.simulate(seed, STEPS, trace=False, shrink_runs=SHRINK_RUNS, out=[].append)
+
+
+def test_the_same_seed_prints_the_same_bytes_in_processes_of_different_hash_seeds() -> None:
+    tool = Path(simulate.__file__)
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        args = [sys.executable, str(tool), "--seed", "1", "--steps", "20", "--trace"]
+        done = subprocess.run(args, env=env, capture_output=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        outs.append(done.stdout)
+    assert outs[0] == outs[1]
+    assert outs[0].decode().splitlines()[-1] == "seed 1: ok (20 actions)"

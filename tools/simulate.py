@@ -57,9 +57,13 @@ The fake file layer lives in ``tests/powerloss.py``; this tool puts ``tests/`` o
 to reuse it (a development tool, never shipped). Planted bugs for the simulation to find are in
 ``tests/tools/test_simulate.py``.
 
-Not simulated: partitioned worlds (``world.cluster``) and upgrades (``upgrade propose``, shadow,
-approve, apply). The world is opened by ``world.open`` (a local handle), so the served socket
-and HTTP front ends are not in the loop.
+``upgrade`` runs a stage (propose, shadow, approve, apply) of an upgrade to an AIR whose policy
+parks the other key's fetches (``a`` or ``b``), or of the newest proposal pending; a refusal
+(``UpgradeRefused``, a stale proposal) is the layer's answer. A reducer change is not upgraded
+to: the reference model is the v1 counter's.
+
+Not simulated: partitioned worlds (``world.cluster``). The world is opened by ``world.open`` (a
+local handle), so the served socket and HTTP front ends are not in the loop.
 """
 
 from __future__ import annotations
@@ -67,9 +71,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
+import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -117,7 +124,7 @@ only turns a hang into a failure)."""
 # --- the world ----------------------------------------------------------------------------------
 
 
-def _plan_docs(secret_file: Path) -> list[dict[str, Any]]:
+def _plan_docs() -> list[dict[str, Any]]:
     secret_ref = {
         "variant": {
             "tag": "secret",
@@ -183,15 +190,9 @@ def _plan_docs(secret_file: Path) -> list[dict[str, Any]]:
     ]
 
 
-def make_world(root: Path) -> Path:
-    """The simulated world's AIR and the world itself under ``root``; its directory."""
-    secret_file = root / "secret.txt"
-    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(SECRET + b"\n")
-    air = root / "air"
-    shutil.copytree(COUNTER_AIR, air)
-    module_doc, manifest_doc = json.loads((air / "counter.air.json").read_text())
+def _air_docs(parks: str) -> dict[str, list[dict[str, Any]]]:
+    """The AIR files of the world whose policy parks the fetches of key ``parks``."""
+    module_doc, manifest_doc = json.loads((COUNTER_AIR / "counter.air.json").read_text())
     module_doc["wasm"] = str((COUNTER_AIR / module_doc["wasm"]).resolve())
     manifest_doc["triggers"] = [{"event": FETCH, "plan": PLAN}]
     grant = {
@@ -200,10 +201,50 @@ def make_world(root: Path) -> Path:
         "params": {"hosts": ["sim.test"], "verbs": ["GET"]},
     }
     manifest_doc["defaults"] = {"cap_grants": [grant], "policy": "sim/policy@1"}
-    (air / "counter.air.json").write_text(json.dumps([module_doc, manifest_doc]))
-    (air / "sim.air.json").write_text(json.dumps(_plan_docs(secret_file)))
+    docs = _plan_docs()
+    docs[-1]["rules"][0]["when"]["path_prefix"] = f"/{parks}"
+    schemas = json.loads((COUNTER_AIR / "schemas.air.json").read_text())
+    return {
+        "counter.air.json": [module_doc, manifest_doc],
+        "schemas.air.json": schemas,
+        "sim.air.json": docs,
+    }
+
+
+@functools.cache
+def air_folders() -> Path:
+    """A folder holding ``air_a`` and ``air_b`` (the AIRs parking key a's or b's fetches).
+
+    At the same path in every run and every process (a temporary folder named by the hash of
+    its content, made once, by a rename): a world keeps its AIR files' paths in its sources, so
+    a folder of another name would change the bytes an upgrade stores, and with them the
+    durable operations a power cut is counted against."""
+    files = {f"air_{parks}": _air_docs(parks) for parks in "ab"}
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"world-sim-air-{digest}"
+    if folder.is_dir():
+        return folder
+    staging = Path(tempfile.mkdtemp(prefix="world-sim-air-", dir=folder.parent))
+    for name, docs in files.items():
+        (staging / name).mkdir()
+        for file, doc in docs.items():
+            (staging / name / file).write_text(json.dumps(doc, indent=1))
+    try:
+        staging.rename(folder)
+    except OSError:  # another process made it first
+        shutil.rmtree(staging)
+    return folder
+
+
+def make_world(root: Path) -> Path:
+    """The simulated world under ``root`` (its AIR parks key a's fetches), with its secret
+    bound to a file beside it; the world's directory."""
+    secret_file = root / "secret.txt"
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(SECRET + b"\n")
     path = root / "w"
-    World.create(path, air).close()
+    World.create(path, air_folders() / "air_a").close()
     local = {"secrets": {"sim-token": {"file": str(secret_file)}}}
     (path / "local.json").write_text(json.dumps(local))
     return path
@@ -286,6 +327,7 @@ def draw_script(seed: int, steps: int) -> list[Action]:
     rng = random.Random(seed)
     kinds = ["send"] * 6 + ["resend", "run", "run", "answer", "answer", "answer"]
     kinds += ["crash", "power", "disk", "checkpoint", "dead", "decide", "decide", "cancel"]
+    kinds += ["upgrade", "upgrade"]
     script = []
     for _ in range(steps):
         kind = rng.choice(kinds)
@@ -300,6 +342,9 @@ def draw_script(seed: int, steps: int) -> list[Action]:
             script.append(Action("answer", (rng.randrange(1 << 16), rng.choice(ANSWERS))))
         elif kind in ("resend", "dead", "cancel"):
             script.append(Action(kind, (rng.randrange(1 << 16),)))
+        elif kind == "upgrade":
+            stage = rng.choice(("propose", "shadow", "approve", "apply"))
+            script.append(Action(kind, (stage, rng.randrange(1 << 16))))
         elif kind == "decide":
             verdict = "approve" if rng.random() < 0.7 else "deny"
             script.append(Action(kind, (rng.randrange(1 << 16), verdict)))
@@ -582,6 +627,30 @@ class Sim:
         self.settle()
         return f"cancelled run {run_id}"
 
+    def do_upgrade(self, stage: str, pick: int) -> str:
+        """A stage of an upgrade to the AIR that parks the other key's fetches (``a`` or
+        ``b``, by ``pick``), or of the newest proposal not yet applied."""
+        h = self.handle
+        try:
+            if stage == "propose":
+                parks = "ab"[pick % 2]
+                shown = h.propose(air_folders() / f"air_{parks}")
+                return f"proposed {shown.id} (parks {parks})"
+            pending = [p["id"] for p in h.proposals().proposals if p.get("applied") is None]
+            if not pending:
+                return "no proposal pending"
+            chosen = max(pending)
+            if stage == "shadow":
+                h.shadow(chosen)
+            elif stage == "approve":
+                h.approve(chosen)
+            else:
+                h.apply(chosen)
+                self.settle()
+        except WorldError as refused:  # the operations layer's answer (stale, not approved)
+            return f"{stage} refused: {type(refused).__name__}"
+        return f"{stage} {chosen}"
+
     # --- invariants -------------------------------------------------------------------------
 
     def records(self) -> list[Any]:
@@ -723,6 +792,17 @@ class Outcome:
     lines: list[str]
     failed_at: int | None = None  # index of the action after which a check failed
 
+    @property
+    def kind(self) -> str | None:
+        """The failure without its numbers, hashes and values: what a shrunk script must
+        still break (an exception's class; an invariant's words)."""
+        if self.failure is None:
+            return None
+        head, colon, _rest = self.failure.partition(":")
+        if colon and head.isidentifier():
+            return head
+        return re.sub(r"[0-9a-f]{6,}|\d+|\(.*?\)|\[.*?\]|\{.*?\}", "", self.failure)
+
 
 def run_script(script: Sequence[Action], *, verbose: bool = False) -> Outcome:
     """Run ``script`` on a fresh world in a fresh folder; what happened."""
@@ -761,8 +841,10 @@ def _relative(text: str, tmp: str) -> str:
 
 
 def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
-    """The shortest failing script found by dropping chunks, then single actions, re-running
-    each candidate from scratch; at most ``runs_max`` runs."""
+    """The shortest script found that fails the same way (``Outcome.kind``), by dropping
+    chunks, then single actions, re-running each candidate from scratch; at most ``runs_max``
+    runs. A candidate failing another way is not taken: a dropped fsync shrunk to "the
+    checkpoint is ahead of the journal" would hide the acknowledged event it lost."""
     outcome = run_script(script)
     assert outcome.failure is not None
     if outcome.failed_at is not None:
@@ -775,7 +857,7 @@ def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
             candidate = script[:start] + script[start + chunk :]
             tried = run_script(candidate)
             runs += 1
-            if tried.failure is not None:
+            if tried.failure is not None and tried.kind == outcome.kind:
                 script, outcome = candidate, tried
             else:
                 start += chunk

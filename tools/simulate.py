@@ -73,9 +73,9 @@ import argparse
 import sys
 from collections.abc import Iterable, Sequence
 
-from simulation import Action, draw_script, run_script, shrink, simulate
+from simulation import Action, check_seed, draw_script, run_script, shrink, simulate
 
-__all__ = ["Action", "draw_script", "main", "run_script", "shrink", "simulate"]
+__all__ = ["Action", "check_seed", "draw_script", "main", "run_script", "shrink", "simulate"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--seed", type=int, default=None, help="run this one seed")
     parser.add_argument("--first", type=int, default=0, help="with --seeds: the first seed")
     parser.add_argument("--steps", type=int, default=40, help="actions per seed (default 40)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="a partitioned world (3 partitions) instead"
+    )
     parser.add_argument("--trace", "--verbose", action="store_true", help="print every action")
     parser.add_argument(
         "--shrink-runs", type=int, default=60, help="most re-runs to shrink a failure (default 60)"
@@ -97,7 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = True
     for seed in seeds:
         ok = (
-            simulate(seed, args.steps, trace=args.trace, shrink_runs=args.shrink_runs, out=print)
+            simulate(
+                seed,
+                args.steps,
+                trace=args.trace,
+                shrink_runs=args.shrink_runs,
+                out=print,
+                cluster=args.cluster,
+            )
             and ok
         )
         if not ok:

@@ -26,13 +26,13 @@ import simulate
 from world import _fileio
 from world.effects import EffectPump
 
-CI_SEEDS = range(4)
+CI_SEEDS = range(3)
 """The seeds the main suite runs (40 actions each); the long variant runs ``LONG_SEEDS``."""
 LONG_SEEDS = range(200)
 STEPS = 40
 PLANT_SEEDS = range(40)
 """Seeds tried, in order, until a planted bug shows; each plant shows within the first few."""
-SHRINK_RUNS = 25
+SHRINK_RUNS = 12
 
 
 def run(seeds: range, steps: int = STEPS, **kw: Any) -> tuple[bool, list[str]]:
@@ -44,12 +44,11 @@ def run(seeds: range, steps: int = STEPS, **kw: Any) -> tuple[bool, list[str]]:
     return ok, out
 
 
-def first_failure(seeds: range) -> tuple[int, list[str]]:
-    """The first seed that fails and what the simulation printed for it."""
+def first_failure(seeds: range) -> int:
+    """The first seed whose script fails (run once each, not shrunk)."""
     for seed in seeds:
-        out: list[str] = []
-        if not simulate.simulate(seed, STEPS, trace=False, shrink_runs=SHRINK_RUNS, out=out.append):
-            return seed, out
+        if simulate.run_script(simulate.draw_script(seed, STEPS)).failure is not None:
+            return seed
     raise AssertionError(f"no seed of {seeds} failed")
 
 
@@ -64,13 +63,29 @@ def test_two_hundred_seeds_hold() -> None:
     assert ok, "\n".join(out)
 
 
+CLUSTER_SEEDS = range(1)
+"""The partitioned variant's seeds in the main suite; the long variant runs ``LONG_CLUSTER_SEEDS``."""
+LONG_CLUSTER_SEEDS = range(60)
+
+
+def test_the_ci_seeds_hold_on_a_partitioned_world() -> None:
+    ok, out = run(CLUSTER_SEEDS, cluster=True)
+    assert ok, "\n".join(out)
+
+
+@pytest.mark.long
+def test_sixty_seeds_hold_on_a_partitioned_world() -> None:
+    ok, out = run(LONG_CLUSTER_SEEDS, steps=60, cluster=True)
+    assert ok, "\n".join(out)
+
+
 def test_the_same_seed_prints_the_same_trace() -> None:
     first: list[str] = []
     second: list[str] = []
     for out in (first, second):
-        simulate.simulate(3, STEPS, trace=True, shrink_runs=SHRINK_RUNS, out=out.append)
+        simulate.simulate(3, 20, trace=True, shrink_runs=SHRINK_RUNS, out=out.append)
     assert first == second
-    assert len(first) == STEPS + 1
+    assert len(first) == 20 + 1
     assert not any("/tmp" in line or "world-sim-" in line for line in first)
 
 
@@ -137,19 +152,20 @@ def test_a_planted_bug_fails_a_seed_whose_shortest_trace_reproduces_it(
     monkeypatch: pytest.MonkeyPatch, bug: str, broken: tuple[str, ...]
 ) -> None:
     plant(monkeypatch, bug)
-    seed, out = first_failure(PLANT_SEEDS)
-    text = "\n".join(out)
-    assert any(what in out[-2] for what in broken), text  # the shrunk trace's broken invariant
-    assert f"--seed {seed} " in out[-1]
-    again: list[str] = []
-    assert not simulate.simulate(
-        seed, STEPS, trace=False, shrink_runs=SHRINK_RUNS, out=again.append
+    seed = first_failure(PLANT_SEEDS)
+    out: list[str] = []
+    shortest = simulate.check_seed(
+        seed, STEPS, trace=False, shrink_runs=SHRINK_RUNS, out=out.append
     )
-    assert again == out  # the same seed prints the same, failure and shrunk trace included
-    shortest = [line for line in out if line.startswith("  ") and ". " in line]
+    assert shortest is not None
     assert 0 < len(shortest) < STEPS
+    assert any(what in out[-2] for what in broken), "\n".join(out)  # the shortest's failure
+    assert out[-1] == f"reproduce: python tools/simulate.py --seed {seed} --steps {STEPS}"
+    again = simulate.run_script(shortest)  # the shortest trace fails again, the same way
+    printed = out[-2 - len(again.lines) : -1]
+    assert printed == [f"  {line}" for line in again.lines] + [f"  -> {again.failure}"]
     monkeypatch.undo()
-    assert simulate.simulate(seed, STEPS, trace=False, shrink_runs=SHRINK_RUNS, out=[].append)
+    assert simulate.run_script(simulate.draw_script(seed, STEPS)).failure is None
 
 
 def test_the_same_seed_prints_the_same_bytes_in_processes_of_different_hash_seeds() -> None:

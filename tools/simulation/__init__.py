@@ -20,6 +20,6 @@ for _path in (_ROOT / "tests", _ROOT):
         sys.path.insert(0, str(_path))
 
 from simulation._script import Action, draw_script  # noqa: E402
-from simulation._shrink import Outcome, run_script, shrink, simulate  # noqa: E402
+from simulation._shrink import Outcome, check_seed, run_script, shrink, simulate  # noqa: E402
 
-__all__ = ["Action", "Outcome", "draw_script", "run_script", "shrink", "simulate"]
+__all__ = ["Action", "Outcome", "check_seed", "draw_script", "run_script", "shrink", "simulate"]

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulation._cluster import ClusterSim, draw_cluster_script, make_cluster
 from simulation._script import Action, draw_script
 from simulation._sim import Sim
 from simulation._world import Failure, make_world
@@ -34,11 +35,16 @@ class Outcome:
         return re.sub(r"[0-9a-f]{6,}|\d+|\(.*?\)|\[.*?\]|\{.*?\}", "", self.failure)
 
 
-def run_script(script: Sequence[Action]) -> Outcome:
-    """Run ``script`` on a fresh world in a fresh folder; what happened."""
+def run_script(script: Sequence[Action], *, cluster: bool = False) -> Outcome:
+    """Run ``script`` on a fresh world (``cluster``: a fresh partitioned one) in a fresh
+    folder; what happened."""
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="world-sim-") as tmp:
-        sim = Sim(make_world(Path(tmp)), lines.append)
+        sim: Sim | ClusterSim
+        if cluster:
+            sim = ClusterSim(make_cluster(Path(tmp)), lines.append)
+        else:
+            sim = Sim(make_world(Path(tmp)), lines.append)
         index: int | None = None
         try:
             sim.start()
@@ -70,12 +76,14 @@ def _relative(text: str, tmp: str) -> str:
     return text.replace(os.path.realpath(tmp), "<tmp>").replace(tmp, "<tmp>")
 
 
-def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
+def shrink(
+    script: list[Action], runs_max: int, *, cluster: bool = False
+) -> tuple[list[Action], Outcome]:
     """The shortest script found that fails the same way (``Outcome.kind``), by dropping
     chunks, then single actions, re-running each candidate from scratch; at most ``runs_max``
     runs. A candidate failing another way is not taken: a dropped fsync shrunk to "the
     checkpoint is ahead of the journal" would hide the acknowledged event it lost."""
-    outcome = run_script(script)
+    outcome = run_script(script, cluster=cluster)
     assert outcome.failure is not None
     if outcome.failed_at is not None:
         script = script[: outcome.failed_at + 1]
@@ -85,7 +93,7 @@ def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
         start = 0
         while start < len(script) and runs < runs_max:
             candidate = script[:start] + script[start + chunk :]
-            tried = run_script(candidate)
+            tried = run_script(candidate, cluster=cluster)
             runs += 1
             if tried.failure is not None and tried.kind == outcome.kind:
                 script, outcome = candidate, tried
@@ -96,21 +104,46 @@ def shrink(script: list[Action], runs_max: int) -> tuple[list[Action], Outcome]:
 
 
 def simulate(
-    seed: int, steps: int, *, trace: bool, shrink_runs: int, out: Callable[[str], None]
+    seed: int,
+    steps: int,
+    *,
+    trace: bool,
+    shrink_runs: int,
+    out: Callable[[str], None],
+    cluster: bool = False,
 ) -> bool:
-    script = draw_script(seed, steps)
-    outcome = run_script(script)
+    """Run seed ``seed``'s script of ``steps`` actions; on a failure print it, shrink it and
+    print the shortest; whether the seed held."""
+    shortest = check_seed(
+        seed, steps, trace=trace, shrink_runs=shrink_runs, out=out, cluster=cluster
+    )
+    return shortest is None
+
+
+def check_seed(
+    seed: int,
+    steps: int,
+    *,
+    trace: bool,
+    shrink_runs: int,
+    out: Callable[[str], None],
+    cluster: bool = False,
+) -> list[Action] | None:
+    """``simulate``'s work: None if the seed held, else the shortest failing script (printed)."""
+    script = draw_cluster_script(seed, steps) if cluster else draw_script(seed, steps)
+    outcome = run_script(script, cluster=cluster)
     if trace:
         for line in outcome.lines:
             out(line)
     if outcome.failure is None:
         out(f"seed {seed}: ok ({len(script)} actions)")
-        return True
+        return None
     out(f"seed {seed}: FAILED after action {outcome.failed_at}: {outcome.failure}")
-    shortest, shrunk = shrink(script, shrink_runs)
+    shortest, shrunk = shrink(script, shrink_runs, cluster=cluster)
     out(f"seed {seed}: shortest failing trace ({len(shortest)} of {len(script)} actions):")
     for line in shrunk.lines:
         out("  " + line)
     out(f"  -> {shrunk.failure}")
-    out(f"reproduce: python tools/simulate.py --seed {seed} --steps {steps}")
-    return False
+    variant = " --cluster" if cluster else ""
+    out(f"reproduce: python tools/simulate.py --seed {seed} --steps {steps}{variant}")
+    return shortest

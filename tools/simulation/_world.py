@@ -132,15 +132,52 @@ def _air_docs(parks: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def _fan_docs() -> dict[str, list[dict[str, Any]]]:
+    """The partitioned variant's AIR: the counter and ``sim/fan@1`` (``_cluster``)."""
+    module_doc, manifest_doc = json.loads((COUNTER_AIR / "counter.air.json").read_text())
+    module_doc["wasm"] = str((COUNTER_AIR / module_doc["wasm"]).resolve())
+    manifest_doc["triggers"] = [{"event": "sim/Fan@1", "plan": "sim/fan@1"}]
+    steps = [
+        {
+            "id": f"to_{slot}",
+            "op": "raise_event",
+            "reducer": COUNTER,
+            "key": {"ref": f"@plan.input.{slot}"},
+            "event": {
+                "record": {
+                    "key": {"ref": f"@plan.input.{slot}"},
+                    "op": {"variant": {"tag": "Add", "value": {"nat": 1}}},
+                }
+            },
+        }
+        for slot in ("a", "b", "c")
+    ]
+    plan = {
+        "$kind": "defplan",
+        "name": "sim/fan@1",
+        "input": "sim/Fan@1",
+        "steps": steps,
+        "edges": [{"from": "to_a", "to": "to_b"}, {"from": "to_b", "to": "to_c"}],
+    }
+    fan = {"record": {"a": "text", "b": "text", "c": "text"}}
+    return {
+        "counter.air.json": [module_doc, manifest_doc],
+        "schemas.air.json": json.loads((COUNTER_AIR / "schemas.air.json").read_text()),
+        "fan.air.json": [{"$kind": "defschema", "name": "sim/Fan@1", "type": fan}, plan],
+    }
+
+
 @functools.cache
 def air_folders() -> Path:
-    """A folder holding ``air_a`` and ``air_b`` (the AIRs parking key a's or b's fetches).
+    """A folder holding ``air_a`` and ``air_b`` (the AIRs parking key a's or b's fetches) and
+    ``air_fan`` (the partitioned variant's).
 
     At the same path in every run and every process (a temporary folder named by the hash of
     its content, made once, by a rename): a world keeps its AIR files' paths in its sources, so
     a folder of another name would change the bytes an upgrade stores, and with them the
     durable operations a power cut is counted against."""
     files = {f"air_{parks}": _air_docs(parks) for parks in "ab"}
+    files["air_fan"] = _fan_docs()
     digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"world-sim-air-{digest}"
     if folder.is_dir():

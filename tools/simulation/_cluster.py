@@ -54,7 +54,7 @@ def draw_cluster_script(seed: int, steps: int) -> list[Action]:
     for _ in range(steps):
         kind = rng.choice(kinds)
         if kind == "send":
-            events = []
+            events: list[tuple[str, Any, bool]] = []
             for _e in range(rng.randint(1, 4)):
                 with_id = rng.random() < 0.6
                 if rng.random() < 0.3:
@@ -230,12 +230,12 @@ class ClusterSim:
                     raise Failure(
                         f"partition {index} journaled the forwarded {list(origin)} {count} times"
                     )
+        by_seq = [{r.seq: r for r in recs} for recs in journals]
         for batch in self.batches:
             for (schema, value, event_id), (part, seq) in zip(
                 batch.events, batch.placed or [], strict=False
             ):
-                recs = {r.seq: r for r in journals[part]}
-                rec = recs.get(seq)
+                rec = by_seq[part].get(seq)
                 if rec is None or rec.kind != "event.in":
                     raise Failure(
                         f"acknowledged ({part}, {seq}) {schema} {value} is not in its journal"

@@ -6,6 +6,7 @@ Usage:
     python tools/simulate.py --seeds 20            # seeds 0..19
     python tools/simulate.py --seed 7 --trace      # one seed, every action printed
     python tools/simulate.py --seed 7 --steps 200  # a longer script
+    python tools/simulate.py --seeds 20 --cluster  # a partitioned world (simulation._cluster)
 
 Exit 0 when every seed holds, 1 when one fails: it prints the seed and the shortest trace
 found that still fails (the recorded script shrunk by dropping chunks and single actions,
@@ -63,8 +64,10 @@ parks the other key's fetches (``a`` or ``b``), or of the newest proposal pendin
 (``UpgradeRefused``, a stale proposal) is the layer's answer. A reducer change is not upgraded
 to: the reference model is the v1 counter's.
 
-Not simulated: partitioned worlds (``world.cluster``). The world is opened by ``world.open`` (a
-local handle), so the served socket and HTTP front ends are not in the loop.
+``--cluster`` drives a partitioned world instead (``LocalCluster``: sends, resends, runs, a kill
+of one partition, crashes and power cuts over the cluster; ``simulation._cluster`` says what it
+checks). Not simulated: the served socket and HTTP front ends (the world is opened by
+``world.open``, a local handle); effects and operator acts on a partitioned world.
 """
 
 from __future__ import annotations

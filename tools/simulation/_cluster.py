@@ -21,7 +21,6 @@ import contextlib
 import random
 import shutil
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -42,6 +41,7 @@ CLUSTER_KEYS: Final = (*KEYS, "e", "f", "g", "h")
 
 
 def make_cluster(root: Path) -> Path:
+    """A partitioned world of ``PARTITIONS`` under ``root``; its directory."""
     path = root / "c"
     init_cluster(path, air_folders() / "air_fan", PARTITIONS)
     return path
@@ -74,14 +74,18 @@ def draw_cluster_script(seed: int, steps: int) -> list[Action]:
 
 @dataclass
 class Batch:
+    """A batch as sent: its events (schema, value, id) and, once acknowledged, each one's
+    (partition, seq)."""
+
     events: list[tuple[str, Any, str | None]]
     placed: list[tuple[int, int]] | None = None
 
 
 @dataclass
 class ClusterSim:
+    """The partitioned world at ``path`` as the script drives it (``Sim``'s counterpart)."""
+
     path: Path
-    trace: Callable[[str], None]
     batches: list[Batch] = field(default_factory=list)
     next_id: int = 0
     cluster: LocalCluster | None = None

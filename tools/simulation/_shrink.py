@@ -42,9 +42,9 @@ def run_script(script: Sequence[Action], *, cluster: bool = False) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="world-sim-") as tmp:
         sim: Sim | ClusterSim
         if cluster:
-            sim = ClusterSim(make_cluster(Path(tmp)), lines.append)
+            sim = ClusterSim(make_cluster(Path(tmp)))
         else:
-            sim = Sim(make_world(Path(tmp)), lines.append)
+            sim = Sim(make_world(Path(tmp)))
         index: int | None = None
         try:
             sim.start()

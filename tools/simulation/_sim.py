@@ -66,8 +66,10 @@ class DiskFault:
 
 @dataclass
 class Sim:
+    """The world at ``path`` as the script drives it: its handle, loop and adapter while its
+    process lives, the batches sent and what acknowledged them, the fault armed if any."""
+
     path: Path
-    trace: Callable[[str], None]
     batches: list[Sent] = field(default_factory=list)
     next_id: int = 0
     handle: Any = None
@@ -189,10 +191,11 @@ class Sim:
                     (EVENT, {"key": key, "op": {"$tag": "Add", "$value": n}}, event_id)
                 )
         self.batches.append(batch)
-        return self._send(batch, first=True)
+        return self._send(batch)
 
-    def _send(self, batch: Sent, *, first: bool) -> str:
-        # one request per schema (a handle's send carries one schema), Adds first
+    def _send(self, batch: Sent) -> str:
+        """Send ``batch`` (one request per schema: a handle's send carries one); the first
+        acknowledgement is kept, and a later one must give each id its first seq."""
         by_event = [0] * len(batch.events)
         for schema in (EVENT, FETCH):
             part = [k for k, (s, _v, _i) in enumerate(batch.events) if s == schema]
@@ -202,16 +205,14 @@ class Sim:
                 sent = self.handle.send_many(schema, values, ids=ids)
                 for k, seq in zip(part, sent.seqs, strict=True):
                     by_event[k] = seq
-        if not first and batch.seqs is not None:
-            for (_s, _v, event_id), old, new in zip(
-                batch.events, batch.seqs, by_event, strict=True
-            ):
-                if event_id is not None and old != new:
-                    raise Failure(
-                        f"resent id {event_id} answered seq {new}, first acknowledged at {old}"
-                    )
-        if batch.seqs is None or first:
+        if batch.seqs is None:
             batch.seqs = by_event
+            return f"acknowledged seqs {by_event}"
+        for (_s, _v, event_id), old, new in zip(batch.events, batch.seqs, by_event, strict=True):
+            if event_id is not None and old != new:
+                raise Failure(
+                    f"resent id {event_id} answered seq {new}, first acknowledged at {old}"
+                )
         return f"acknowledged seqs {by_event}"
 
     def do_resend(self, pick: int) -> str:
@@ -219,10 +220,8 @@ class Sim:
             return "nothing to resend"
         index = pick % len(self.batches)
         batch = self.batches[index]
-        if batch.seqs is None:
-            batch.seqs = None
-            return self._send(batch, first=True) + f" (batch {index}, never acknowledged)"
-        return self._send(batch, first=False) + f" (batch {index} again)"
+        again = "again" if batch.seqs is not None else "never acknowledged"
+        return self._send(batch) + f" (batch {index}, {again})"
 
     def do_run(self) -> str:
         self.settle()

@@ -84,7 +84,9 @@ __all__ = ["Action", "check_seed", "draw_script", "main", "run_script", "shrink"
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--seeds", type=int, default=None, help="run seeds 0..N-1")
+    which.add_argument(
+        "--seeds", type=int, default=None, help="run N seeds, from --first (default: 10 seeds)"
+    )
     which.add_argument("--seed", type=int, default=None, help="run this one seed")
     parser.add_argument("--first", type=int, default=0, help="with --seeds: the first seed")
     parser.add_argument("--steps", type=int, default=40, help="actions per seed (default 40)")

@@ -17,6 +17,7 @@ gave, in the new view (``_Cursor``), instead of starting again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from air import LoadedAir, cbor
-from air.errors import KeyMismatch, UnknownName
+from air.errors import KeyMismatch, UnknownName, ValueMismatch
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import Kernel
@@ -71,12 +72,26 @@ def _module(air: LoadedAir, reducer: str) -> Any:
 
 
 def key_cbor(air: LoadedAir, reducer: str, key: Any) -> bytes:
-    """The canonical CBOR of ``key`` (either lens) for keyed ``reducer``."""
+    """The canonical CBOR of ``key`` (either lens) for keyed ``reducer``. Every read of one
+    cell by its key (``world state --key``, ``cells show``, ``cells tail``, ``why``) reads it
+    here. A key that is text given as another JSON scalar (``--key 5`` is the number 5) is
+    refused with how to write it as text (``'"5"'``)."""
     _module(air, reducer)
     key_type = air.key_types.get(reducer)
     if key_type is None:
         raise KeyMismatch(reducer, keyed=False)
-    return cbor.dumps(normalise(key_type, key, air.schemas))
+    try:
+        return cbor.dumps(normalise(key_type, key, air.schemas))
+    except ValueMismatch as exc:
+        if exc.pointer == "/" and exc.detail.startswith("expected text") and _scalar(key):
+            spelled = json.dumps(json.dumps(key))  # 5 -> "5": the same, as JSON text
+            hint = f"; the key is text: write '{spelled}'"
+            raise ValueMismatch(exc.pointer, exc.code, exc.detail + hint) from exc
+        raise
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
 
 
 def state(source: Source, reducer: str, key: Any = None) -> Any:

@@ -38,13 +38,14 @@ from typing import Any
 import cbor2
 
 from air import LoadedAir, cbor
-from air.errors import KeyMismatch, UnknownName, WorldError
+from air.errors import WorldError
 from air.types import Ref
-from air.values import normalise, to_sugar
+from air.values import to_sugar
 from kernel import OWED_KINDS, abi
 from kernel.cells import key_hash
 from kernel.journal import JournalRecord
 from kernel.subjects import cell_subject
+from world._reading import key_cbor
 from world._world import World
 from world.errors import SeqPastEnd
 from world.history.index import CellRecords, cell_id, genesis_digest, read_cell
@@ -85,12 +86,7 @@ class CellKey:
 def cell_key(air: LoadedAir, reducer: str, key: Any) -> CellKey:
     """``key`` (sugar JSON) normalised through ``reducer``'s key schema; ``UnknownName`` for an
     unknown reducer, ``KeyMismatch`` for a reducer that is not keyed."""
-    if reducer not in air.modules:
-        raise UnknownName("reducer", reducer, sorted(air.modules))
-    key_type = air.key_types.get(reducer)
-    if key_type is None:
-        raise KeyMismatch(reducer, keyed=False)
-    return CellKey(reducer, cbor.dumps(normalise(key_type, key, air.schemas)))
+    return CellKey(reducer, key_cbor(air, reducer, key))
 
 
 @dataclass(frozen=True)

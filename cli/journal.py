@@ -5,7 +5,10 @@ pipe or a file (or with ``--json``, or ``world --quiet``) it writes plain buffer
 faster (400,000 records in a few seconds: ``tools/bench/bench_journal_tail.py``), each line
 put together by ``world.JournalView`` from the remembered texts of the values a
 journal repeats. ``-n N`` is the last N records (of those ``--subject`` and ``--from`` take),
-``--until SEQ`` stops after SEQ (also with ``--follow``). Imported cells (``cell.imported``)
+``--until SEQ`` stops after SEQ (also with ``--follow``). ``-n`` without ``--subject`` and
+``--from`` read from where they start (the journal's segment index seeks there), and the eras
+before it come from the checkpoint (``world._reading.applied_before``), so a tail of the last
+records of a long journal reads those records, not the journal. Imported cells (``cell.imported``)
 show their key and state through the reducer's schemas, as other values.
 
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
@@ -175,7 +178,7 @@ def tail(
     to a pipe or a file (or with --json), each line is written as it is, buffered."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world import JournalView, World, load_world_air
+    from world import JournalView, World, applied_before, load_world_air
     from world.journal import FileJournal
 
     with (
@@ -203,8 +206,8 @@ def tail(
         try:
             if last is not None:
                 seq = _skip_to_last(reader, subject or None, from_seq, stop, last)
-            if seq:  # the eras applied before the first record shown
-                view.learn(r for r in reader.read(0, "/world/gov/applied") if r.seq < seq)
+            if seq:  # the eras applied before the first record shown, not read from seq 0
+                view.learn(applied_before(directory, reader, seq))
             render, line = view.render_line, out.text
             with _gc_paused():
                 while True:

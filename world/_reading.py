@@ -41,7 +41,6 @@ from air.values import normalise, to_sugar
 from kernel import Kernel
 from kernel.cells import CellEntry, CellStore, key_hash
 from kernel.journal import JournalRecord
-from world._fileio import read_regular
 from world.effects import read_mode_file
 from world.errors import StoreDamaged
 from world.journal import FileJournal
@@ -133,17 +132,12 @@ def _checkpoint_eras(
     """``(seq_next, [(since, AIR address)])`` of the checkpoint's kernel snapshot, or None when
     it cannot be had or does not fit ``journal`` (ahead of it)."""
     from world._cas import FileCas
-    from world.cellstore._checkpoint import decode_checkpoint, snapshot_of
-    from world.cellstore._disk import CHECKPOINT_BYTES_MAX, CHECKPOINT_NAME, REDUCERS_DIR
+    from world.cellstore import FileCellStore
 
     try:
-        data = read_regular(
-            world_dir.joinpath(*REDUCERS_DIR, CHECKPOINT_NAME), CHECKPOINT_BYTES_MAX
-        )
-        if data is None:
-            return None
-        address = snapshot_of(decode_checkpoint(data).meta)
-        if address is None:
+        meta = FileCellStore(world_dir, readonly=True).last_checkpoint()  # reads only that
+        address = cbor.loads(meta)["snapshot"] if meta else None
+        if type(address) is not bytes:
             return None
         snap = cbor.loads(FileCas(world_dir, readonly=True).get(cbor.raw_to_hash(address)))
         seq_next = snap["seq_next"]

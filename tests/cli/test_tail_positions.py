@@ -99,3 +99,28 @@ def test_tail_from_a_position_prints_what_a_whole_read_prints(
         _tail(w, "--until", str(applied_seq + 1), "-n", "3")
         == whole[applied_seq - 1 : applied_seq + 2]
     )
+
+
+def test_a_checkpoint_of_another_history_is_not_believed(tmp_path: Path) -> None:
+    """A checkpoint whose eras name records that are not this journal's ``gov.applied`` (here:
+    another world's, upgraded elsewhere, copied in with its snapshot object) makes the tail
+    read the journal for them, and it prints what a whole read prints."""
+    worlds = {}
+    for name, before in (("a", 4), ("b", 9)):
+        path = tmp_path / name
+        with World.create(path, COUNTER_AIR) as world:
+            world.send_many([(EVENT, add("k", n)) for n in range(before)])
+            world.run_until_idle()
+            made, _diff = propose(world, V2_AIR)
+            apply(world, made.id)
+            world.send_many([(EVENT, add("k", n)) for n in range(5)])
+            world.run_until_idle()
+        worlds[name] = path
+    a, b = worlds["a"], worlds["b"]
+    whole = _tail(b)
+    shutil.rmtree(b / "state")
+    shutil.copytree(a / "state", b / "state")
+    shutil.copytree(a / "cas", b / "cas", dirs_exist_ok=True)
+    applied = next(r["seq"] for r in whole if r["kind"] == "gov.applied")
+    for start in (applied - 1, applied + 1, len(whole) - 2):
+        assert _tail(b, "--from", str(start)) == whole[start:], start

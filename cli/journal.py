@@ -217,6 +217,8 @@ def tail(
                         seq = record.seq + 1
                         if pattern is None or pattern.matches(record.subject):
                             line(render(record, raw=raw))
+                        elif record.kind == "gov.applied":  # not shown, but later ones are
+                            view.learn((record,))  # read in its era (as a served tail does)
                     if not follow or seq >= stop:
                         return
                     out.flush()
@@ -232,18 +234,26 @@ def _skip_to_last(
     reader: FileJournal, subject: str | None, from_seq: int, stop: int, last: int
 ) -> int:
     """Where ``-n LAST`` starts: the seq of the LAST-th last record from ``from_seq`` below
-    ``stop`` that the pattern ``subject`` takes (without a pattern, counted back from the end)."""
+    ``stop`` that the pattern ``subject`` takes (without a pattern, counted back from the end;
+    with one, found stretch by stretch back from the end: a pattern that matches often reads
+    the last few stretches, not the journal)."""
     end = min(reader.seq_next, stop)
     if subject is None:
         return max(from_seq, end - last)
     if last == 0:
         return end
-    kept: deque[int] = deque(maxlen=last)
-    for record in reader.read(from_seq, subject):
-        if record.seq >= end:
-            break
-        kept.append(record.seq)
-    return kept[0] if kept else end
+    found: list[int] = []  # the matching seqs, the latest stretch's first
+    high = end
+    while high > from_seq and len(found) < last:  # stretch by stretch, back from the end
+        low = max(from_seq, high - _BACK_RECORDS)
+        stretch: deque[int] = deque(maxlen=last)
+        for record in reader.read(low, subject):
+            if record.seq >= high:
+                break
+            stretch.append(record.seq)
+        found = [*stretch, *found]
+        high = low
+    return found[-last] if len(found) >= last else (found[0] if found else end)
 
 
 @contextmanager
@@ -304,6 +314,9 @@ class _Lines:
         sys.stdout.flush()
 
 
+_BACK_RECORDS: Final = 16_384
+"""``-n`` with ``--subject`` looks for its last N records this many records at a time, back
+from the end (each stretch read forward from where the segment index puts it)."""
 _FLUSH_CHARS: Final = 1 << 18
 """Plain lines are written in chunks of about this many characters."""
 _dumps = json.JSONEncoder().encode  # json.dumps(shown), without its per-call checks

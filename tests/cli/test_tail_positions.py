@@ -124,3 +124,24 @@ def test_a_checkpoint_of_another_history_is_not_believed(tmp_path: Path) -> None
     applied = next(r["seq"] for r in whole if r["kind"] == "gov.applied")
     for start in (applied - 1, applied + 1, len(whole) - 2):
         assert _tail(b, "--from", str(start)) == whole[start:], start
+
+
+@pytest.mark.parametrize("back", [7, 16_384], ids=["stretches-of-7", "one-stretch"])
+def test_the_last_n_records_of_a_subject_are_found_back_from_the_end(
+    upgraded: tuple[Path, int, Path], monkeypatch: pytest.MonkeyPatch, back: int
+) -> None:
+    from cli import journal as cli_journal
+
+    monkeypatch.setattr(cli_journal, "_BACK_RECORDS", back)
+    w, applied_seq, _before = upgraded
+    whole = _tail(w)
+    for subject in ("/world/cell/**", "/world/gov/**", "/world/nothing/**", "/world/**"):
+        matching = _tail(w, "--subject", subject)
+        steps = [r for r in matching if r["kind"] == "step"]
+        assert all(r["body"]["key"].startswith("k") for r in steps)  # keys read in their era
+        for last in (1, 2, 5, 30, len(matching), len(matching) + 3):
+            assert _tail(w, "--subject", subject, "-n", str(last)) == matching[-last:]
+        for start in (applied_seq - 3, len(whole) - 4):
+            after = [r for r in matching if r["seq"] >= start]
+            got = _tail(w, "--subject", subject, "--from", str(start), "-n", "4")
+            assert got == after[-4:], (subject, start)

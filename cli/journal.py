@@ -53,7 +53,6 @@ from cli.common import (
 from cli.core import paging_handle
 
 if TYPE_CHECKING:
-    from world.journal import FileJournal
     from world.ops import Handle
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
@@ -180,6 +179,7 @@ def tail(
     from kernel.subjects import SubjectPattern
     from world import JournalView, World, applied_before, load_world_air
     from world.journal import FileJournal
+    from world.ops import last_start
 
     with (
         handle_errors(json_output),
@@ -205,7 +205,7 @@ def tail(
         seq = from_seq
         try:
             if last is not None:
-                seq = _skip_to_last(reader, subject or None, from_seq, stop, last)
+                seq = last_start(reader, subject or None, from_seq, stop, last)
             if seq:  # the eras applied before the first record shown, not read from seq 0
                 view.learn(applied_before(directory, reader, seq))
             render, line = view.render_line, out.text
@@ -228,32 +228,6 @@ def tail(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             reader.close()
-
-
-def _skip_to_last(
-    reader: FileJournal, subject: str | None, from_seq: int, stop: int, last: int
-) -> int:
-    """Where ``-n LAST`` starts: the seq of the LAST-th last record from ``from_seq`` below
-    ``stop`` that the pattern ``subject`` takes (without a pattern, counted back from the end;
-    with one, found stretch by stretch back from the end: a pattern that matches often reads
-    the last few stretches, not the journal)."""
-    end = min(reader.seq_next, stop)
-    if subject is None:
-        return max(from_seq, end - last)
-    if last == 0:
-        return end
-    found: list[int] = []  # the matching seqs, the latest stretch's first
-    high = end
-    while high > from_seq and len(found) < last:  # stretch by stretch, back from the end
-        low = max(from_seq, high - _BACK_RECORDS)
-        stretch: deque[int] = deque(maxlen=last)
-        for record in reader.read(low, subject):
-            if record.seq >= high:
-                break
-            stretch.append(record.seq)
-        found = [*stretch, *found]
-        high = low
-    return found[-last] if len(found) >= last else (found[0] if found else end)
 
 
 @contextmanager
@@ -314,9 +288,6 @@ class _Lines:
         sys.stdout.flush()
 
 
-_BACK_RECORDS: Final = 16_384
-"""``-n`` with ``--subject`` looks for its last N records this many records at a time, back
-from the end (each stretch read forward from where the segment index puts it)."""
 _FLUSH_CHARS: Final = 1 << 18
 """Plain lines are written in chunks of about this many characters."""
 _dumps = json.JSONEncoder().encode  # json.dumps(shown), without its per-call checks
@@ -341,12 +312,22 @@ def _tail_served(
 ) -> None:
     """``journal tail`` through a served world: page after page, each record as the server
     rendered it (the same rendering as above); ``--follow`` asks again every poll. ``-n``
-    without a pattern asks where the journal ends first; with one, it keeps the last N of a
-    pass; ``--until`` ends a pass early."""
+    without a pattern asks where the journal ends first; with one, the server finds where the
+    last N begin (``journal.tail``'s ``last``) and the pass starts there; with ``--until`` too,
+    it keeps the last N of a pass below it; ``--until`` ends a pass early."""
     seq = from_seq
     try:
         if last is not None and subject is None:
             seq = max(seq, min(_served_end(client, raw), stop) - last)
+        elif last is not None and stop == SEQ_MAX:  # the server seeks them
+            first = _ServedPass(client, seq, stop, subject, raw, last)
+            for shown in first:
+                out.line(shown)
+            seq = first.next
+            if not follow:
+                return
+            out.flush()
+            time.sleep(FOLLOW_POLL_S)
         elif last is not None:  # the last N of one pass, then on from its end
             first = _ServedPass(client, seq, stop, subject, raw)
             for shown in deque(first, maxlen=last):
@@ -380,15 +361,21 @@ class _ServedPass:
     ``next`` is where the next pass goes on."""
 
     def __init__(
-        self, client: Handle, from_seq: int, stop: int, subject: str | None, raw: bool
+        self,
+        client: Handle,
+        from_seq: int,
+        stop: int,
+        subject: str | None,
+        raw: bool,
+        last: int | None = None,
     ) -> None:
         self.client, self.stop, self.subject, self.raw = client, stop, subject, raw
-        self.next = from_seq
+        self.next, self.last = from_seq, last
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from world.ops import JournalTail
 
-        args = JournalTail(from_seq=self.next, subject=self.subject, raw=self.raw)
+        args = JournalTail(from_seq=self.next, subject=self.subject, raw=self.raw, last=self.last)
         for page in self.client.pages("journal.tail", args):
             for shown in page.records:  # type: ignore[attr-defined]
                 if shown["seq"] >= self.stop:

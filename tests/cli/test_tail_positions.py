@@ -130,9 +130,9 @@ def test_a_checkpoint_of_another_history_is_not_believed(tmp_path: Path) -> None
 def test_the_last_n_records_of_a_subject_are_found_back_from_the_end(
     upgraded: tuple[Path, int, Path], monkeypatch: pytest.MonkeyPatch, back: int
 ) -> None:
-    from cli import journal as cli_journal
+    from world.ops import _journal
 
-    monkeypatch.setattr(cli_journal, "_BACK_RECORDS", back)
+    monkeypatch.setattr(_journal, "BACK_RECORDS", back)
     w, applied_seq, _before = upgraded
     whole = _tail(w)
     for subject in ("/world/cell/**", "/world/gov/**", "/world/nothing/**", "/world/**"):
@@ -145,3 +145,44 @@ def test_the_last_n_records_of_a_subject_are_found_back_from_the_end(
             after = [r for r in matching if r["seq"] >= start]
             got = _tail(w, "--subject", subject, "--from", str(start), "-n", "4")
             assert got == after[-4:], (subject, start)
+
+
+def test_a_served_tail_of_the_last_n_of_a_subject_is_the_direct_one(
+    upgraded: tuple[Path, int, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through ``world serve``, ``journal.tail``'s ``last`` finds where the last N begin (the
+    server reads back from the end), and the lines are those a direct tail prints."""
+    import threading
+
+    from world.ops import _journal
+    from world.serve import serve
+
+    monkeypatch.setattr(_journal, "BACK_RECORDS", 7)
+    source, _applied_seq, _before = upgraded
+    w = tmp_path / "w"
+    shutil.copytree(source, w)
+    direct = {
+        (subject, last): _tail(w, "--subject", subject, "-n", str(last))
+        for subject in ("/world/cell/**", "/world/gov/**", "/world/nothing/**")
+        for last in (1, 4, 200)
+    }
+    stop, ready, errors = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            serve(w, stop_event=stop, on_listening=lambda _p: ready.set())
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(30.0)
+        assert errors == []
+        for (subject, last), lines in direct.items():
+            assert _tail(w, "--subject", subject, "-n", str(last)) == lines, (subject, last)
+    finally:
+        stop.set()
+        thread.join(30.0)
+    assert errors == []

@@ -5,10 +5,12 @@ pipe or a file (or with ``--json``, or ``world --quiet``) it writes plain buffer
 faster (400,000 records in a few seconds: ``tools/bench/bench_journal_tail.py``), each line
 put together by ``world.JournalView`` from the remembered texts of the values a
 journal repeats. ``-n N`` is the last N records (of those ``--subject`` and ``--from`` take),
-``--until SEQ`` stops after SEQ (also with ``--follow``). ``-n`` without ``--subject`` and
-``--from`` read from where they start (the journal's segment index seeks there), and the eras
-before it come from the checkpoint (``world._reading.applied_before``), so a tail of the last
-records of a long journal reads those records, not the journal. Imported cells (``cell.imported``)
+``--until SEQ`` stops after SEQ (also with ``--follow``). ``-n`` and ``--from`` read from
+where they start (the journal's segment index seeks there; ``-n`` with ``--subject`` finds its
+start back from the end, ``world.ops.last_start``), and the eras before it come from the
+checkpoint (``world._reading.applied_before``), so a tail of the last records of a long journal
+reads those records, not the journal. A ``gov.applied`` that ``--subject`` does not show is
+still taken in, so the records after it read in its era. Imported cells (``cell.imported``)
 show their key and state through the reducer's schemas, as other values.
 
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered

@@ -1,6 +1,6 @@
-"""``world journal tail -n 20``, ``--from N`` and ``world cells tail KEY`` on a large world, run
-by hand (issue 35: each read the whole journal, 4.0-4.2 s and 7.6 s on 400,000 records, though
-they show a few records at its end or one cell's).
+"""``world journal tail -n 20`` (also of a ``--subject``), ``--from N`` and ``world cells tail
+KEY`` on a large world, run by hand (issue 35: each read the whole journal, 4.0-4.2 s and 7.6 s
+on 400,000 records, though they show a few records at its end or one cell's).
 
 Builds the keyed-counter world of ``bench_journal_tail.py`` (``--records`` journal records over
 ``--cells`` keys, then a snapshot), or reuses ``--keep DIR``, then times each command with its
@@ -41,6 +41,15 @@ def commands(world: Path, records: int) -> dict[str, list[str]]:
             str(world),
             "--from",
             str(records - 20),
+        ],
+        "journal tail -n 20 --subject /world/cell/**": [
+            "journal",
+            "tail",
+            str(world),
+            "-n",
+            "20",
+            "--subject",
+            "/world/cell/**",
         ],
         "cells tail k5 --json": ["cells", "tail", str(world), REDUCER, '"k5"', "--json"],
     }

@@ -349,12 +349,14 @@ class CellHistory:
         from_seq: int,
         stop: int,
         reads_max: int | None = None,
+        upgraded: bool | None = None,
     ) -> Iterator[HistoryEntry] | None:
         """The entries of ``[from_seq, stop)``, the same as ``read`` gives, read through the
         history index (``world.history.index``) where it covers them; None where it cannot
         serve (no index, or one of another journal; a world of several eras, whose routes may
         have differed, a partition, a cell moved in), or would read more than ``reads_max``
-        records: then ``read`` it is.
+        records: then ``read`` it is. ``upgraded``: whether the world has begun an era after its
+        first (None: found out, ``world._reading.applied_before``; an open world's kernel knows).
 
         What is read: the cell's own records the index lists; every record of the stretches
         it does not cover; the inputs the cell's steps consumed (each step names its source,
@@ -363,16 +365,22 @@ class CellHistory:
         routed to it before its last consumed one was consumed by a step: nothing before that
         needs reading. Those records, in journal order, go through the same tests as ``read``'s
         (routed input, own record), so the entries are the same."""
-        found = self._candidates(world, journal, from_seq, stop, reads_max)
+        found = self._candidates(world, journal, from_seq, stop, reads_max, upgraded)
         return None if found is None else self._entries(journal, iter(found))
 
     def _candidates(
-        self, world: Path, journal: FileJournal, from_seq: int, stop: int, reads_max: int | None
+        self,
+        world: Path,
+        journal: FileJournal,
+        from_seq: int,
+        stop: int,
+        reads_max: int | None,
+        upgraded: bool | None,
     ) -> list[JournalRecord] | None:
         genesis = next(iter(journal.read(0)), None)
         if genesis is None or not isinstance(genesis.body, dict) or "partition" in genesis.body:
             return None
-        if applied_before(world, journal, stop):
+        if upgraded if upgraded is not None else applied_before(world, journal, stop):
             return None
         cell = read_cell(
             world, self._cell, stop, genesis_digest(genesis), journal.seq_next_committed

@@ -138,7 +138,8 @@ def cells_tail(ctx: Context, args: CellTail) -> CellHistoryPage:
     page = Page(args.limit)
     end = pass_end(ctx, args.until_seq)
     scan = _journal.SCAN_RECORDS_MAX
-    entries = history.indexed(world.path, world.journal, args.from_seq, end, scan)
+    upgraded = len(world.kernel.eras.history) > 1
+    entries = history.indexed(world.path, world.journal, args.from_seq, end, scan, upgraded)
     if entries is not None:  # through the history index: the rest of the pass at once
         next_seq = max(args.from_seq, end)
     else:

@@ -164,3 +164,27 @@ def test_a_stretch_the_index_missed_in_the_middle_is_read_from_the_journal(tmp_p
             whole, indexed = _both(crashed, key, from_seq)
             assert indexed is not None
             assert indexed == whole, (key, from_seq)
+
+
+def test_the_cells_tail_operation_pages_the_same_entries_through_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cells.tail`` (what a served world, HTTP and the cluster answer) reads through the
+    index too, in pages of at most ``limit`` entries, and gives the lines a direct tail prints."""
+    from world import ops
+    from world.ops import CellTail
+
+    path = tmp_path / "w"
+    _build(path).close()
+    direct_of = {key: _tail(path, key) for key in KEYS}
+
+    def every_record(*_args: object) -> None:
+        raise AssertionError("read every record")
+
+    monkeypatch.setattr(CellHistory, "read", every_record)  # the index serves every page
+    for key, direct in direct_of.items():
+        with ops.open(path, readonly=True) as handle:
+            for limit in (None, 3):
+                args = CellTail(reducer=COUNTER, key=key, limit=limit)
+                paged = [e for page in handle.pages("cells.tail", args) for e in page.entries]
+                assert paged == direct, (key, limit)

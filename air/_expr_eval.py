@@ -91,6 +91,7 @@ __all__ = [
     "children",
     "evaluate",
     "iter_refs",
+    "kind_of",
     "refs",
 ]
 
@@ -278,8 +279,8 @@ def sorted_map(node: MakeMap, pairs: list[tuple[Any, Any, str]]) -> dict[Any, An
     """The canonical form of a map: keys of a key kind, unique, sorted by canonical CBOR."""
     out: dict[bytes, tuple[Any, Any]] = {}
     for key, value, at in pairs:
-        if _kind(key) not in _KEY:
-            detail = f"a map key is int, text or bytes, found {_kind(key)}"
+        if kind_of(key) not in _KEY:
+            detail = f"a map key is int, text or bytes, found {kind_of(key)}"
             raise ExprError(at, "expr.type", detail)
         encoded = _canonical_bytes(node, key)
         if encoded in out:
@@ -304,7 +305,7 @@ def _eval_ref(ref: Ref, env: Env) -> Any:
     value = _ref_root(ref, env)
     for segment in ref.path:
         if type(value) is not dict:
-            detail = f"cannot select .{segment} from {_kind(value)} in @{ref.root}"
+            detail = f"cannot select .{segment} from {kind_of(value)} in @{ref.root}"
             raise ExprError(ref.pointer, "expr.type", detail)
         if segment not in value:
             detail = f"no field .{segment} in @{ref.root}"
@@ -325,7 +326,7 @@ _KINDS: Final[dict[type, str]] = {
 }
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     """The runtime kind of a canonical value; ``unsupported`` for anything outside the model."""
     return _KINDS.get(type(value), "unsupported")
 
@@ -335,7 +336,7 @@ def check_args(node: Op, indexed: Iterable[tuple[int, Any]], code: str) -> None:
     spec = OPS[node.name]
     first: tuple[int, str] | None = None
     for i, value in indexed:
-        kind = _kind(value)
+        kind = kind_of(value)
         allowed = spec.kinds[min(i, len(spec.kinds) - 1)]
         if kind not in allowed:
             detail = f"{node.name} arg {i} must be {' or '.join(sorted(allowed))}, found {kind}"
@@ -357,10 +358,10 @@ def _deep_equal(node: Op, a: Any, b: Any) -> bool:
     pending = [(a, b)]
     while pending:
         x, y = pending.pop()
-        kind = _kind(x)
-        if "unsupported" in (kind, _kind(y)):
+        kind = kind_of(x)
+        if "unsupported" in (kind, kind_of(y)):
             raise ExprError(node.pointer, "expr.type", "a value outside the canonical model")
-        if kind != _kind(y):
+        if kind != kind_of(y):
             return False
         if kind == "list":
             if len(x) != len(y):
@@ -485,7 +486,9 @@ def _op_contains(node: Op, env: Env) -> bool:
     if type(haystack) is list:
         return any(_deep_equal(node, item, needle) for item in haystack)
     if type(needle) is not type(haystack):
-        detail = f"contains on {_kind(haystack)} needs {_kind(haystack)}, found {_kind(needle)}"
+        detail = (
+            f"contains on {kind_of(haystack)} needs {kind_of(haystack)}, found {kind_of(needle)}"
+        )
         raise ExprError(node.args[1].pointer, "expr.type", detail)
     return bool(needle in haystack)
 

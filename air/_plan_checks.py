@@ -93,7 +93,7 @@ class _Plan:
     _ancestors: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.types = PlanTypes(self.ctx.air.schemas, self.add)
+        self.types = PlanTypes(self.ctx.air.schemas, self.add_typed)
 
     @property
     def model(self) -> DefPlan:
@@ -102,6 +102,21 @@ class _Plan:
 
     def add(self, pointer: str, code: str, message: str) -> None:
         self.ctx.diags.add(self.loc.file, pointer, code, message)
+
+    def add_typed(self, pointer: str, code: str, message: str) -> None:
+        """``add`` for a finding of the static types (``PlanTypes``), which names the plan,
+        the step (by its id) and the step's field it is in, besides the pointer."""
+        self.add(pointer, code, f"{self._where(pointer)}{message}")
+
+    def _where(self, pointer: str) -> str:
+        parts = pointer.removeprefix(self.loc.pointer).split("/")
+        where = f"plan {self.model.name}"
+        if len(parts) >= 4 and parts[1] == "steps" and parts[2].isdigit():
+            steps = self.model.steps
+            index = int(parts[2])
+            step = f"step {steps[index].id!r}" if index < len(steps) else f"step {index}"
+            where += f", {step}, field {parts[3]}"
+        return f"{where}: "
 
     def at(self, sub: str) -> str:
         return f"{self.loc.pointer}{sub}"

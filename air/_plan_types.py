@@ -37,7 +37,7 @@ from typing import Any
 
 from air import cbor, expr
 from air._diagnostics import escape_pointer
-from air._expr_eval import children
+from air._expr_eval import OPS, children, kind_of
 from air.errors import ExprError, ValueMismatch
 from air.types import (
     ListT,
@@ -350,6 +350,11 @@ class PlanTypes:
             if isinstance(name, expr.Const) and name.value in self.schemas:
                 return Ref(name.value)
             return None
+        if node.name == "concat":  # the kind its args share, where one of them shows it
+            for arg in node.args:
+                if isinstance(arg, expr.Const) and kind_of(arg.value) in ("text", "bytes"):
+                    return Prim(kind_of(arg.value))
+            return None
         spec = OP_RESULTS.get(node.name)
         return None if spec is None else spec[1]
 
@@ -360,9 +365,13 @@ class PlanTypes:
         while pending:
             sub = pending.pop()
             pending.extend(children(sub))
-            if not isinstance(sub, expr.Op) or sub.name not in OP_RESULTS:
+            if not isinstance(sub, expr.Op):
                 continue
-            needs = OP_RESULTS[sub.name][0]
+            needs = OP_RESULTS[sub.name][0] if sub.name in OP_RESULTS else ()
+            if not needs:  # untyped, or typed by its result only (the comparisons, logic)
+                self._check_kinds(sub, ref_type)
+            if sub.name not in OP_RESULTS:
+                continue
             if sub.name == "json_encode":
                 name = sub.args[1]
                 if isinstance(name, expr.Const) and name.value in self.schemas:
@@ -375,6 +384,48 @@ class PlanTypes:
                 if found is not None and have is not None and not have & (self.kinds(need) or have):
                     detail = f"{sub.name} takes {describe(need)}; this is {describe(found)}"
                     self.report(arg.pointer, "air.plan.op.type_mismatch", detail)
+
+    def _check_kinds(self, node: expr.Op, ref_type: RefType) -> None:
+        """The run-time signature (``air._expr_eval.OPS``) of an untyped op, checked on the
+        args whose kinds are known now (a constant's, a ref's, a typed op's): each arg's kind
+        must be one the op takes, and an op whose args must share a kind (``concat``: all
+        text, all bytes or all lists; the comparisons; ``starts_with``) must not have two
+        args that cannot (``concat(text, nat)``). An option may be absent (unit) or not, so
+        it is given the benefit of the doubt, as ``fits`` does."""
+        spec = OPS.get(node.name)
+        if spec is None:
+            return
+        first: tuple[int, frozenset[str], str] | None = None
+        for i, arg in enumerate(node.args):
+            have, shown = self._arg_kinds(arg, ref_type)
+            if have is None:
+                continue
+            allowed = spec.kinds[min(i, len(spec.kinds) - 1)]
+            if not have & allowed:
+                detail = (
+                    f"{node.name} arg {i} must be {' or '.join(sorted(allowed))}; this is {shown}"
+                )
+                self.report(arg.pointer, "air.plan.op.type_mismatch", detail)
+                continue
+            if not spec.same_kind:
+                continue
+            if first is not None and not have & first[1]:
+                detail = (
+                    f"{node.name} arg {i} is {shown} but arg {first[0]} is {first[2]}: "
+                    f"{node.name}'s args must all be of one kind ({' or '.join(sorted(allowed))})"
+                )
+                self.report(arg.pointer, "air.plan.op.type_mismatch", detail)
+            first = first or (i, have, shown)
+
+    def _arg_kinds(self, arg: expr.Expr, ref_type: RefType) -> tuple[frozenset[str] | None, str]:
+        """The run-time kinds of ``arg``'s values where known now, and how to name them."""
+        if isinstance(arg, expr.Const):
+            kind = kind_of(arg.value)
+            return frozenset({kind}), kind
+        found = self._arg_type(arg, ref_type)
+        if found is None:
+            return None, ""
+        return self.kinds(found), describe(found)
 
     def _arg_type(self, arg: expr.Expr, ref_type: RefType) -> TypeNode | None:
         if isinstance(arg, expr.Ref):

@@ -161,7 +161,8 @@ def _tail_here(
 ) -> None:
     """The cell's history read from the journal files (no server holds the world): only the
     journal, which a writer only appends to, so its checkpoints never stop it, and ``--follow``
-    goes on from the seq after the last record it read."""
+    goes on from the seq after the last record it read. Through the history index where it
+    serves (``CellHistory.indexed``: the cell's records, not the journal's), else every record."""
     from cli.journal import stored_air
     from world import JournalView, World, current_air, load_world_air
     from world.history import CellHistory, cell_key
@@ -175,7 +176,9 @@ def _tail_here(
     seq = 0
     try:
         while True:
-            for entry in history.read(reader, seq):
+            end = reader.seq_next
+            entries = history.indexed(directory, reader, seq, end) or history.read(reader, seq)
+            for entry in entries:
                 seq = entry.record.seq + 1
                 emit(_as_json(view, entry, raw))
             if not follow:

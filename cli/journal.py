@@ -5,7 +5,12 @@ pipe or a file (or with ``--json``, or ``world --quiet``) it writes plain buffer
 faster (400,000 records in a few seconds: ``tools/bench/bench_journal_tail.py``), each line
 put together by ``world.JournalView`` from the remembered texts of the values a
 journal repeats. ``-n N`` is the last N records (of those ``--subject`` and ``--from`` take),
-``--until SEQ`` stops after SEQ (also with ``--follow``). Imported cells (``cell.imported``)
+``--until SEQ`` stops after SEQ (also with ``--follow``). ``-n`` and ``--from`` read from
+where they start (the journal's segment index seeks there; ``-n`` with ``--subject`` finds its
+start back from the end, ``world.ops.last_start``), and the eras before it come from the
+checkpoint (``world._reading.applied_before``), so a tail of the last records of a long journal
+reads those records, not the journal. A ``gov.applied`` that ``--subject`` does not show is
+still taken in, so the records after it read in its era. Imported cells (``cell.imported``)
 show their key and state through the reducer's schemas, as other values.
 
 ``tail`` of a served world (``world serve``) goes through its socket, a page of rendered
@@ -50,7 +55,6 @@ from cli.common import (
 from cli.core import paging_handle
 
 if TYPE_CHECKING:
-    from world.journal import FileJournal
     from world.ops import Handle
 
 # The kernel and world modules are imported where used: `world --help` need not load them.
@@ -175,8 +179,9 @@ def tail(
     to a pipe or a file (or with --json), each line is written as it is, buffered."""
     from kernel.journal import check_read_args
     from kernel.subjects import SubjectPattern
-    from world import JournalView, World, load_world_air
+    from world import JournalView, World, applied_before, load_world_air
     from world.journal import FileJournal
+    from world.ops import last_start
 
     with (
         handle_errors(json_output),
@@ -202,9 +207,9 @@ def tail(
         seq = from_seq
         try:
             if last is not None:
-                seq = _skip_to_last(reader, subject or None, from_seq, stop, last)
-            if seq:  # the eras applied before the first record shown
-                view.learn(r for r in reader.read(0, "/world/gov/applied") if r.seq < seq)
+                seq = last_start(reader, subject or None, from_seq, stop, last)
+            if seq:  # the eras applied before the first record shown, not read from seq 0
+                view.learn(applied_before(directory, reader, seq))
             render, line = view.render_line, out.text
             with _gc_paused():
                 while True:
@@ -214,6 +219,8 @@ def tail(
                         seq = record.seq + 1
                         if pattern is None or pattern.matches(record.subject):
                             line(render(record, raw=raw))
+                        elif record.kind == "gov.applied":  # not shown, but later ones are
+                            view.learn((record,))  # read in its era (as a served tail does)
                     if not follow or seq >= stop:
                         return
                     out.flush()
@@ -223,24 +230,6 @@ def tail(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             reader.close()
-
-
-def _skip_to_last(
-    reader: FileJournal, subject: str | None, from_seq: int, stop: int, last: int
-) -> int:
-    """Where ``-n LAST`` starts: the seq of the LAST-th last record from ``from_seq`` below
-    ``stop`` that the pattern ``subject`` takes (without a pattern, counted back from the end)."""
-    end = min(reader.seq_next, stop)
-    if subject is None:
-        return max(from_seq, end - last)
-    if last == 0:
-        return end
-    kept: deque[int] = deque(maxlen=last)
-    for record in reader.read(from_seq, subject):
-        if record.seq >= end:
-            break
-        kept.append(record.seq)
-    return kept[0] if kept else end
 
 
 @contextmanager
@@ -325,12 +314,22 @@ def _tail_served(
 ) -> None:
     """``journal tail`` through a served world: page after page, each record as the server
     rendered it (the same rendering as above); ``--follow`` asks again every poll. ``-n``
-    without a pattern asks where the journal ends first; with one, it keeps the last N of a
-    pass; ``--until`` ends a pass early."""
+    without a pattern asks where the journal ends first; with one, the server finds where the
+    last N begin (``journal.tail``'s ``last``) and the pass starts there; with ``--until`` too,
+    it keeps the last N of a pass below it; ``--until`` ends a pass early."""
     seq = from_seq
     try:
         if last is not None and subject is None:
             seq = max(seq, min(_served_end(client, raw), stop) - last)
+        elif last is not None and stop == SEQ_MAX:  # the server seeks them
+            first = _ServedPass(client, seq, stop, subject, raw, last)
+            for shown in first:
+                out.line(shown)
+            seq = first.next
+            if not follow:
+                return
+            out.flush()
+            time.sleep(FOLLOW_POLL_S)
         elif last is not None:  # the last N of one pass, then on from its end
             first = _ServedPass(client, seq, stop, subject, raw)
             for shown in deque(first, maxlen=last):
@@ -364,15 +363,21 @@ class _ServedPass:
     ``next`` is where the next pass goes on."""
 
     def __init__(
-        self, client: Handle, from_seq: int, stop: int, subject: str | None, raw: bool
+        self,
+        client: Handle,
+        from_seq: int,
+        stop: int,
+        subject: str | None,
+        raw: bool,
+        last: int | None = None,
     ) -> None:
         self.client, self.stop, self.subject, self.raw = client, stop, subject, raw
-        self.next = from_seq
+        self.next, self.last = from_seq, last
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from world.ops import JournalTail
 
-        args = JournalTail(from_seq=self.next, subject=self.subject, raw=self.raw)
+        args = JournalTail(from_seq=self.next, subject=self.subject, raw=self.raw, last=self.last)
         for page in self.client.pages("journal.tail", args):
             for shown in page.records:  # type: ignore[attr-defined]
                 if shown["seq"] >= self.stop:

@@ -9,6 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+# What pyproject.toml's requires-python says, checked in one line before anything is installed
+# (of an existing .venv too: it may have been made by an older interpreter).
+for candidate in "$PY" .venv/bin/python; do
+  if [ "$candidate" = .venv/bin/python ] && [ ! -x .venv/bin/python ]; then continue; fi
+  "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11, 2))' 2>/dev/null || {
+    echo "tools/check.sh: needs Python 3.11.2 or newer; $candidate is $("$candidate" -V 2>&1) (set PYTHON=...)" >&2
+    exit 1
+  }
+done
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

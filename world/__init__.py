@@ -366,6 +366,7 @@ _FOR_THE_CLI: dict[str, str] = {
     "JournalView": "world._views",
     "Periodic": "world._watch",
     "RecordView": "world._views",
+    "applied_before": "world._reading",
     "archive_world": "world._archive",
     "check_world": "world._repair",
     "current_air": "world._airstore",

@@ -77,21 +77,20 @@ def stored_air_reader(world_dir: Path) -> Callable[[str], LoadedAir]:
 
 def current_air(world_dir: Path) -> LoadedAir:
     """The AIR the world at ``world_dir`` runs now, read without opening it: the genesis AIR,
-    or the last applied upgrade's (``world.gov``)."""
+    or the last applied upgrade's (``world.gov``; found as ``world._reading.applied_before``
+    finds them, not by reading the journal)."""
     from world._directory import load_world_air
+    from world._reading import applied_before
     from world.journal import FileJournal
 
     reader = FileJournal(world_dir / "journal", readonly=True)
     try:
-        last = None
-        for record in reader.read(0, "/world/gov/applied"):
-            if record.kind == "gov.applied":
-                last = record.body["air"]
+        applied = applied_before(world_dir, reader, reader.seq_next)
     finally:
         reader.close()
-    if last is None:
+    if not applied:
         return load_world_air(world_dir)
-    return stored_air_reader(world_dir)(cbor.raw_to_hash(last))
+    return stored_air_reader(world_dir)(cbor.raw_to_hash(applied[-1].body["air"]))
 
 
 def air_loader(cas: FileCas) -> Callable[[bytes], LoadedAir]:

@@ -33,7 +33,14 @@ from world._airfiles import WORLD_AIR_BYTES_MAX, read_world_sources
 from world._cas import FileCas
 from world._fsutil import WorldLock, atomic_write, lock_folder, lock_world
 from world.effects import ReceiptKey
-from world.errors import NotAWorld, StorageError, StoreDamaged, WorldLocked, storage_errors
+from world.errors import (
+    NotAWorld,
+    StorageError,
+    StoreDamaged,
+    WorldLocked,
+    storage_error,
+    storage_errors,
+)
 from world.journal import FileJournal
 
 __all__ = [
@@ -240,11 +247,22 @@ def recover_swap(path: Path) -> bool:
 
 def check_directory(path: Path) -> None:
     """Raise what keeps ``path`` from being read as a world: ``NotAWorld`` without
-    ``air/sources.json``; with it, a ``StorageError`` naming ``journal/`` when that is not a
+    ``air/sources.json``; ``StoreDamaged`` naming it when something else than a regular file is
+    there (a FIFO, a device such as a symlink to ``/dev/zero``, a folder: found by a ``stat``,
+    never opened); with it, a ``StorageError`` naming ``journal/`` when that is not a
     folder (``ENOTDIR``: a file in its place) or is missing (``ENOENT``)."""
     path = Path(path)
-    if not (path / "air" / "sources.json").is_file():
-        raise NotAWorld(str(path))
+    sources = path / "air" / "sources.json"
+    try:
+        fileio.check_regular(sources)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotAWorld(str(path)) from None
+    except StoreDamaged as exc:
+        raise StoreDamaged(
+            exc.path, f"{exc.reason}; it holds the world's AIR sources: put it back, from a backup"
+        ) from None
+    except OSError as exc:
+        raise storage_error(exc, "open", sources) from exc
     journal = path / "journal"
     if journal.is_dir():
         return

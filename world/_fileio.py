@@ -251,6 +251,16 @@ def _unfit(status: os.stat_result, bytes_max: int | None) -> str | None:
     return None
 
 
+def check_regular(path: StrPath, *, damaged: Damaged = StoreDamaged) -> None:
+    """Raise ``damaged(path, reason)`` if what is at ``path`` (a symlink followed) is not a
+    regular file: a ``stat``, nothing opened, so a FIFO there never blocks. A missing name
+    raises ``FileNotFoundError``, other OS failures ``OSError``, as ``os.stat`` does."""
+    where = os.fspath(path)
+    problem = _unfit(os.stat(where), None)
+    if problem is not None:
+        raise damaged(where, problem)
+
+
 def open_regular(
     path: StrPath,
     *,

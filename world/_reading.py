@@ -13,27 +13,49 @@ kernel fields all from the same one). ``cells`` is one ``read`` per cell: a long
 not hold one view (a writer collects what the old one used), so each cell comes with its state
 from one view, and after a reopen the iteration goes on from the cell after the last one it
 gave, in the new view (``_Cursor``), instead of starting again.
+
+Eras without reading the journal (``applied_before``): a reader that starts at a position
+(``journal tail -n``/``--from``, ``cells tail``, ``current_air``) needs the ``gov.applied``
+records before it, which a read from seq 0 finds at the cost of the whole journal. The
+checkpoint's kernel snapshot lists every era it had begun (``kernel._eras``: the seq of its
+``gov.applied`` and the AIR's address), so those records are read where they are, each checked
+to be the ``gov.applied`` the snapshot says, and only the records after the checkpoint are
+read for more. A checkpoint that is missing, damaged, ahead of the journal, names a snapshot
+object a writer has since collected, or disagrees with a record makes it read from seq 0, as
+before: the answer is the same records, only the cost differs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from air import LoadedAir, cbor
-from air.errors import KeyMismatch, UnknownName
+from air.errors import KeyMismatch, UnknownName, ValueMismatch, WorldError
 from air.types import Ref
 from air.values import normalise, to_sugar
 from kernel import Kernel
 from kernel.cells import CellEntry, CellStore, key_hash
+from kernel.journal import JournalRecord
 from world.effects import read_mode_file
 from world.errors import StoreDamaged
 from world.journal import FileJournal
 
-__all__ = ["CellView", "Source", "cell_count", "cells", "info", "key_cbor", "state"]
+__all__ = [
+    "APPLIED_SUBJECT",
+    "CellView",
+    "Source",
+    "applied_before",
+    "cell_count",
+    "cells",
+    "info",
+    "key_cbor",
+    "state",
+]
 
 T = TypeVar("T")
 
@@ -70,13 +92,86 @@ def _module(air: LoadedAir, reducer: str) -> Any:
     return module
 
 
+APPLIED_SUBJECT: Final = "/world/gov/applied"
+
+
+def applied_before(world_dir: Path, journal: FileJournal, seq: int) -> list[JournalRecord]:
+    """The ``gov.applied`` records of ``journal`` (the world at ``world_dir``'s, open or not)
+    below ``seq``, in journal order (see the module docstring for what is read)."""
+    known = _checkpoint_eras(world_dir, journal)
+    records: list[JournalRecord] = []
+    start = 0
+    if known is not None:
+        seq_next, eras = known
+        for since, address in eras:
+            if since >= seq:
+                break
+            record = next(iter(journal.read(since)), None)
+            if (
+                record is None
+                or record.seq != since
+                or record.kind != "gov.applied"
+                or record.body.get("air") != address
+            ):
+                records, seq_next = [], 0  # not this journal's: read it all
+                break
+            records.append(record)
+        start = seq_next
+    if start < seq:
+        for record in journal.read(start):
+            if record.seq >= seq:
+                break
+            if record.subject == APPLIED_SUBJECT and record.kind == "gov.applied":
+                records.append(record)
+    return records
+
+
+def _checkpoint_eras(
+    world_dir: Path, journal: FileJournal
+) -> tuple[int, list[tuple[int, bytes]]] | None:
+    """``(seq_next, [(since, AIR address)])`` of the checkpoint's kernel snapshot, or None when
+    it cannot be had or does not fit ``journal`` (ahead of it)."""
+    from world._cas import FileCas
+    from world.cellstore import FileCellStore
+
+    try:
+        meta = FileCellStore(world_dir, readonly=True).last_checkpoint()  # reads only that
+        address = cbor.loads(meta)["snapshot"] if meta else None
+        if type(address) is not bytes:
+            return None
+        snap = cbor.loads(FileCas(world_dir, readonly=True).get(cbor.raw_to_hash(address)))
+        seq_next = snap["seq_next"]
+        eras = [(since, air) for since, _manifest, air, _successors in snap.get("eras", [])]
+    except (WorldError, OSError, KeyError, TypeError, ValueError):
+        return None
+    if type(seq_next) is not int or not 0 <= seq_next <= journal.seq_next:
+        return None
+    if not all(type(since) is int and type(air) is bytes for since, air in eras):
+        return None
+    return seq_next, sorted(eras)
+
+
 def key_cbor(air: LoadedAir, reducer: str, key: Any) -> bytes:
-    """The canonical CBOR of ``key`` (either lens) for keyed ``reducer``."""
+    """The canonical CBOR of ``key`` (either lens) for keyed ``reducer``. Every read of one
+    cell by its key (``world state --key``, ``cells show``, ``cells tail``, ``why``) reads it
+    here. A key that is text given as another JSON scalar (``--key 5`` is the number 5) is
+    refused with how to write it as text (``'"5"'``)."""
     _module(air, reducer)
     key_type = air.key_types.get(reducer)
     if key_type is None:
         raise KeyMismatch(reducer, keyed=False)
-    return cbor.dumps(normalise(key_type, key, air.schemas))
+    try:
+        return cbor.dumps(normalise(key_type, key, air.schemas))
+    except ValueMismatch as exc:
+        if exc.pointer == "/" and exc.detail.startswith("expected text") and _scalar(key):
+            spelled = json.dumps(json.dumps(key))  # 5 -> "5": the same, as JSON text
+            hint = f"; the key is text: write '{spelled}'"
+            raise ValueMismatch(exc.pointer, exc.code, exc.detail + hint) from exc
+        raise
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
 
 
 def state(source: Source, reducer: str, key: Any = None) -> Any:

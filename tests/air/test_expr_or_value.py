@@ -339,6 +339,69 @@ def test_op_args_are_typed() -> None:
     ]
 
 
+URL_AT = f"{AT}/steps/0/params/record/url"
+
+
+@pytest.mark.parametrize(
+    ("url", "pointer", "says"),
+    [
+        (  # the run would fail with expr.type: concat's args are all text, all bytes or all lists
+            {"op": "concat", "args": ["https://example.com/", {"ref": "@plan.input.n"}]},
+            f"{URL_AT}/args/1",
+            "concat arg 1 must be bytes or list or text; this is nat",
+        ),
+        (
+            {"op": "concat", "args": [{"ref": "@plan.input.url"}, {"ref": "@plan.input.n"}]},
+            f"{URL_AT}/args/1",
+            "concat arg 1 must be bytes or list or text; this is nat",
+        ),
+        (
+            {
+                "op": "concat",
+                "args": ["https://example.com/", {"op": "utf8_encode", "args": ["x"]}],
+            },
+            f"{URL_AT}/args/1",
+            "concat arg 1 is bytes but arg 0 is text: concat's args must all be of one kind",
+        ),
+        ({"op": "concat", "args": [{"ref": "@plan.input.url"}, "/x"]}, None, None),
+    ],
+)
+def test_concat_args_are_typed_and_the_finding_names_the_plan_step_and_field(
+    url: Any, pointer: str | None, says: str | None
+) -> None:
+    SCHEMAS[FETCH] = {"record": {"url": {"text": {}}, "n": {"nat": {}}}}
+    try:
+        params = {"record": {**PARAMS, "headers": HEADERS_LIT, "url": url}}
+        if pointer is None:
+            _load(_plan(params=params))
+            return
+        found = _diags(_plan(params=params))
+    finally:
+        SCHEMAS[FETCH] = {"record": {"url": {"text": {}}}}
+    assert [(c, p) for c, p, _ in found] == [("air.plan.op.type_mismatch", pointer)]
+    message = found[0][2]
+    assert message.startswith(f"plan {PLAN}, step 'emit', field params: {says}")
+
+
+def test_concat_of_text_and_a_number_made_text_passes() -> None:
+    url = {
+        "op": "concat",
+        "args": ["https://example.com/", {"op": "int_to_text", "args": [{"ref": "@plan.input.n"}]}],
+    }
+    SCHEMAS[FETCH] = {"record": {"url": {"text": {}}, "n": {"nat": {}}}}
+    try:
+        _load(_plan(params={"record": {**PARAMS, "headers": HEADERS_LIT, "url": url}}))
+    finally:
+        SCHEMAS[FETCH] = {"record": {"url": {"text": {}}}}
+
+
+def test_a_comparison_of_text_with_a_number_is_found_before_the_run() -> None:
+    found = _diags(_plan(event={"op": "lt", "args": [{"ref": "@plan.input.url"}, 5]}))
+    assert ("air.plan.op.type_mismatch", f"{AT}/steps/2/event/args/1") in [
+        (c, p) for c, p, _ in found
+    ]
+
+
 def test_json_ops_name_known_schemas_and_json_encode_checks_its_value() -> None:
     body = {"op": "json_encode", "args": [{"record": {"url": 5}}, FETCH]}
     params = {"record": {**PARAMS, "headers": HEADERS_LIT, "url": body}}

@@ -247,6 +247,38 @@ def test_a_file_that_is_not_a_file_ends_each_command_at_once_naming_it(
             assert named, (command, result.stderr)  # the error or notice names the file
 
 
+SOURCES_SHOWN = {
+    "fifo": "a FIFO",
+    "symlink to /dev/zero": "a character device",
+    "symlink to /dev/null": "a character device",
+    "folder": "a folder",
+}
+READERS = {
+    "info": ["info", "{w}"],
+    "journal tail": ["journal", "tail", "{w}", "-n", "1"],
+    "state": ["state", "{w}", COUNTER, "--key", '"a"'],
+    "cells tail": ["cells", "tail", "{w}", COUNTER, '"a"'],
+    "run": ["run", "{w}"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_air_sources_that_are_not_a_file_are_named_as_such_not_as_no_world(
+    template: Path, tmp_path: Path, kind: str
+) -> None:
+    world = copy_of(template, tmp_path / "w")
+    target = world / "air" / "sources.json"
+    plant(target, kind)
+    for command, argv in READERS.items():
+        with no_hang(target):
+            result = runner.invoke(app, [str(world) if a == "{w}" else a for a in argv])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.strip().splitlines() == [
+            f"error: StoreDamaged: {target}: {SOURCES_SHOWN[kind]}, not a regular file; it holds "
+            "the world's AIR sources: put it back, from a backup"
+        ], command
+
+
 # --- through the Python API ---------------------------------------------------------------
 
 

@@ -33,18 +33,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import cbor2
 
 from air import LoadedAir, cbor
-from air.errors import KeyMismatch, UnknownName, WorldError
+from air.errors import WorldError
 from air.types import Ref
-from air.values import normalise, to_sugar
-from kernel import OWED_KINDS, abi
+from air.values import to_sugar
+from kernel import CELL_IMPORTED, OWED_KINDS, abi
 from kernel.cells import key_hash
 from kernel.journal import JournalRecord
 from kernel.subjects import cell_subject
+from world._reading import applied_before, key_cbor
 from world._world import World
 from world.errors import SeqPastEnd
 from world.history.index import CellRecords, cell_id, genesis_digest, read_cell
@@ -85,12 +86,7 @@ class CellKey:
 def cell_key(air: LoadedAir, reducer: str, key: Any) -> CellKey:
     """``key`` (sugar JSON) normalised through ``reducer``'s key schema; ``UnknownName`` for an
     unknown reducer, ``KeyMismatch`` for a reducer that is not keyed."""
-    if reducer not in air.modules:
-        raise UnknownName("reducer", reducer, sorted(air.modules))
-    key_type = air.key_types.get(reducer)
-    if key_type is None:
-        raise KeyMismatch(reducer, keyed=False)
-    return CellKey(reducer, cbor.dumps(normalise(key_type, key, air.schemas)))
+    return CellKey(reducer, key_cbor(air, reducer, key))
 
 
 @dataclass(frozen=True)
@@ -340,9 +336,88 @@ class CellHistory:
         self._inputs = _Inputs(air, where)
         self._waiting: dict[int, JournalRecord] = {}
         self._prefix = where.subject_prefix
+        self._cell = where.cell_id
 
     def read(self, journal: FileJournal, from_seq: int = 0) -> Iterator[HistoryEntry]:
-        for record in journal.read(from_seq):
+        """The entries from ``from_seq`` to the journal's end, every record read."""
+        return self._entries(journal, journal.read(from_seq))
+
+    def indexed(
+        self,
+        world: Path,
+        journal: FileJournal,
+        from_seq: int,
+        stop: int,
+        reads_max: int | None = None,
+        upgraded: bool | None = None,
+    ) -> Iterator[HistoryEntry] | None:
+        """The entries of ``[from_seq, stop)``, the same as ``read`` gives, read through the
+        history index (``world.history.index``) where it covers them; None where it cannot
+        serve (no index, or one of another journal; a world of several eras, whose routes may
+        have differed, a partition, a cell moved in), or would read more than ``reads_max``
+        records: then ``read`` it is. ``upgraded``: whether the world has begun an era after its
+        first (None: found out, ``world._reading.applied_before``; an open world's kernel knows).
+
+        What is read: the cell's own records the index lists; every record of the stretches
+        it does not cover; the inputs the cell's steps consumed (each step names its source,
+        ``src``); and every record after the last source consumed, where inputs still queued
+        are. A cell's mailbox is FIFO in journal order (``kernel._scheduler``), so every input
+        routed to it before its last consumed one was consumed by a step: nothing before that
+        needs reading. Those records, in journal order, go through the same tests as ``read``'s
+        (routed input, own record), so the entries are the same."""
+        found = self._candidates(world, journal, from_seq, stop, reads_max, upgraded)
+        return None if found is None else self._entries(journal, iter(found))
+
+    def _candidates(
+        self,
+        world: Path,
+        journal: FileJournal,
+        from_seq: int,
+        stop: int,
+        reads_max: int | None,
+        upgraded: bool | None,
+    ) -> list[JournalRecord] | None:
+        genesis = next(iter(journal.read(0)), None)
+        if genesis is None or not isinstance(genesis.body, dict) or "partition" in genesis.body:
+            return None
+        if upgraded if upgraded is not None else applied_before(world, journal, stop):
+            return None
+        cell = read_cell(
+            world, self._cell, stop, genesis_digest(genesis), journal.seq_next_committed
+        )
+        if cell is None:
+            return None
+        spans = [(max(a, from_seq), b) for a, b in cell.gaps if b > from_seq]
+        own = [seq for seq in cell.seqs if seq >= from_seq]
+        budget = len(own) + sum(b - a for a, b in spans)
+        if reads_max is not None and budget > reads_max:
+            return None
+        records: dict[int, JournalRecord] = {}
+        for a, b in spans:
+            records.update((r.seq, r) for r in _span(journal, a, b) if self._shown(r))
+        records.update((r.seq, r) for r in _at_seqs(journal, own))
+        sources, last = set(), from_seq - 1
+        for record in list(records.values()):
+            if record.kind == CELL_IMPORTED:
+                return None  # not stepped here since its start: its inputs are not its sources
+            src = record.body.get("src") if record.subject.startswith(self._prefix) else None
+            if isinstance(src, int):
+                last = max(last, src)
+                if src >= from_seq and src not in records:
+                    sources.add(src)
+        if reads_max is not None and budget + len(sources) + stop - last > reads_max:
+            return None
+        records.update((r.seq, r) for r in _at_seqs(journal, sorted(sources)))
+        records.update((r.seq, r) for r in _span(journal, last + 1, stop) if self._shown(r))
+        return [records[seq] for seq in sorted(records) if seq < stop]
+
+    def _shown(self, record: JournalRecord) -> bool:
+        return self._inputs.matches(record) or record.subject.startswith(self._prefix)
+
+    def _entries(
+        self, journal: FileJournal, records: Iterator[JournalRecord]
+    ) -> Iterator[HistoryEntry]:
+        for record in records:
             if self._inputs.matches(record):
                 self._waiting[record.seq] = record
                 yield HistoryEntry("input", record)
@@ -357,3 +432,35 @@ class CellHistory:
         if found is None:  # an event another step emitted, a receipt, a plan's event
             found = next(iter(journal.read(src)), None)
         return found
+
+
+_NEAR: Final = 16
+"""Records apart that ``_at_seqs`` reads on through rather than seek again."""
+
+
+def _span(journal: FileJournal, seq_from: int, seq_to: int) -> Iterator[JournalRecord]:
+    """The records of ``[seq_from, seq_to)``."""
+    if seq_from >= seq_to:
+        return
+    for record in journal.read(seq_from):
+        if record.seq >= seq_to:
+            return
+        yield record
+
+
+def _at_seqs(journal: FileJournal, seqs: list[int]) -> Iterator[JournalRecord]:
+    """The records at ``seqs`` (ascending): a seek for each (the segment index), or reading
+    on where the next is near."""
+    reading: Iterator[JournalRecord] | None = None
+    at = -1
+    for seq in seqs:
+        if reading is None or not at < seq <= at + _NEAR:
+            reading = iter(journal.read(seq))
+        for record in reading:
+            at = record.seq
+            if at >= seq:
+                break
+        else:
+            return
+        if at == seq:
+            yield record

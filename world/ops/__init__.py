@@ -51,6 +51,7 @@ from world.ops._journal import (
     SCAN_RECORDS_MAX,
     JournalPage,
     JournalTail,
+    last_start,
 )
 from world.ops._moves import Export, Exported, Import, Imported
 from world.ops._runs import RunCancelled, RunDetail, RunOf, RunsList, RunsOf
@@ -126,6 +127,7 @@ __all__ = [
     "Why",
     "WhyOf",
     "error_class",
+    "last_start",
     "lookup",
     "open",
     "revive",

@@ -4,7 +4,10 @@ now or right after a journal position), ``cells.tail`` (a page of one cell's his
 
 ``cells.show`` with ``at`` re-executes the cell's steps up to that position
 (``world.history.cell_at``): it runs off a served world's loop, on a read-only handle.
-``cells.tail`` is paged as ``journal.tail`` is (``world.ops._journal``)."""
+``cells.tail`` is paged as ``journal.tail`` is (``world.ops._journal``); where the history index
+serves the rest of the pass within ``SCAN_RECORDS_MAX`` record reads (``CellHistory.indexed``), a
+page reads those records instead of the next ``SCAN_RECORDS_MAX`` of the journal, and goes on to
+the pass's end."""
 
 from __future__ import annotations
 
@@ -134,12 +137,19 @@ def cells_tail(ctx: Context, args: CellTail) -> CellHistoryPage:
     history = CellHistory(world.air, cell_key(world.air, args.reducer, args.key))
     page = Page(args.limit)
     end = pass_end(ctx, args.until_seq)
-    window = Window(world.journal, min(end, args.from_seq + _journal.SCAN_RECORDS_MAX))
-    next_seq = max(args.from_seq, window.stop)
+    scan = _journal.SCAN_RECORDS_MAX
+    upgraded = len(world.kernel.eras.history) > 1
+    entries = history.indexed(world.path, world.journal, args.from_seq, end, scan, upgraded)
+    if entries is not None:  # through the history index: the rest of the pass at once
+        next_seq = max(args.from_seq, end)
+    else:
+        window = Window(world.journal, min(end, args.from_seq + scan))
+        next_seq = max(args.from_seq, window.stop)
+        # CellHistory reads only ``read`` (entries, and each step's source by its seq).
+        journal: FileJournal = window  # type: ignore[assignment]
+        entries = history.read(journal, args.from_seq)
     view = ctx.view
-    # CellHistory reads only ``read`` (entries, and each step's source by its seq).
-    journal: FileJournal = window  # type: ignore[assignment]
-    for entry in history.read(journal, args.from_seq):
+    for entry in entries:
         shown = {"role": entry.role, **view.render(entry.record, raw=args.raw)}
         if entry.role == "step":
             source = entry.source

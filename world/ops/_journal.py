@@ -13,6 +13,7 @@ same way.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from world.journal import FileJournal
 
 __all__ = [
+    "BACK_RECORDS",
     "PAGE_BYTES_MAX",
     "PAGE_ITEMS_MAX",
     "SCAN_RECORDS_MAX",
@@ -35,6 +37,7 @@ __all__ = [
     "Page",
     "Window",
     "journal_tail",
+    "last_start",
     "pass_end",
 ]
 
@@ -54,6 +57,12 @@ class JournalTail(Args):
     subject: str | None = Field(default=None, description="Only records whose subject matches")
     raw: bool = Field(default=False, description="Values and keys as canonical CBOR hex")
     limit: int | None = Field(default=None, ge=1, description="Records in the page at most")
+    last: int | None = Field(
+        default=None,
+        ge=0,
+        description="A new pass (no until_seq): only the last N records from from_seq (of "
+        "those subject takes); the pass starts at the first of them",
+    )
 
 
 class JournalPage(Result):
@@ -70,16 +79,52 @@ def journal_tail(ctx: Context, args: JournalTail) -> JournalPage:
     pattern = SubjectPattern.compile(args.subject) if args.subject else None
     page = Page(args.limit)
     end = pass_end(ctx, args.until_seq)
-    window = Window(ctx.world.journal, min(end, args.from_seq + SCAN_RECORDS_MAX))
-    next_seq = max(args.from_seq, window.stop)
+    from_seq = args.from_seq
+    if args.last is not None and args.until_seq is None:
+        from_seq = last_start(ctx.world.journal, args.subject, from_seq, end, args.last)
+    window = Window(ctx.world.journal, min(end, from_seq + SCAN_RECORDS_MAX))
+    next_seq = max(from_seq, window.stop)
     view = ctx.view  # the eras applied so far, from the kernel
-    for record in window.read(args.from_seq):
+    for record in window.read(from_seq):
         if pattern is None or pattern.matches(record.subject):
             page.add(view.render(record, raw=args.raw))
             if page.full():
                 next_seq = record.seq + 1
                 break
     return JournalPage(records=page.items, next=next_seq, end=end)
+
+
+BACK_RECORDS: Final = 16_384
+"""``last_start`` with a subject looks for its records this many at a time, back from the end."""
+
+
+def last_start(
+    journal: FileJournal, subject: str | None, from_seq: int, end: int, last: int
+) -> int:
+    """Where the last ``last`` records of ``[from_seq, end)`` that ``subject`` takes begin
+    (``end`` if none): without a subject, ``last`` back from ``end``; with one, found stretch
+    by stretch (``BACK_RECORDS``) back from ``end``, each stretch read forward from where the
+    segment index puts it, so a subject that matches often reads the last few stretches, not
+    the journal (``world journal tail -n``, direct or served)."""
+    end = min(end, journal.seq_next)
+    if subject is None:
+        return max(from_seq, end - last)
+    if last == 0:
+        return end
+    found: list[int] = []  # the matching seqs of the stretches read, ascending
+    high = end
+    while high > from_seq and len(found) < last:
+        low = max(from_seq, high - BACK_RECORDS)
+        stretch: deque[int] = deque(maxlen=last)
+        for record in journal.read(low, subject):
+            if record.seq >= high:
+                break
+            stretch.append(record.seq)
+        found = [*stretch, *found]
+        high = low
+    if len(found) >= last:
+        return found[-last]
+    return found[0] if found else end
 
 
 def pass_end(ctx: Context, until_seq: int | None) -> int:

@@ -18,7 +18,15 @@ ends up in logs and browser histories.
 Bounds, each answered before the operation runs: a body over ``REQUEST_BYTES_MAX`` (the
 socket's bound) is 413 without being read whole; more than ``HTTP_RATE_PER_S`` requests a
 second (a token bucket of ``HTTP_BURST``, over all callers) is 429 with ``Retry-After``; more
-than ``HTTP_CLIENTS_MAX`` requests at once is 503 (uvicorn's ``limit_concurrency``). An
+than ``HTTP_CLIENTS_MAX`` connections at once is 503 (uvicorn's ``limit_concurrency``, which
+counts open connections). A request must arrive whole (its head and body) within
+``HTTP_REQUEST_S`` of the connection's opening or of the previous response's end, else the
+connection is closed: uvicorn (0.55, h11) has no timer before a request's head is in (its
+``timeout_keep_alive`` starts after a response, and any byte stops it), so connections that
+send nothing, or a byte now and then, held every one of the ``HTTP_CLIENTS_MAX`` and every
+other client got 503 for as long as they liked; the socket's ``FRAME_S`` in HTTP's terms
+(``_DeadlineProtocol``). A connection between requests still closes after uvicorn's 5 s
+keep-alive; a request the world is answering has no deadline here. An
 operation that names files on the server's machine (``cells.export``, ``cells.import``:
 ``server_files``) is not offered, since an HTTP caller need not share that machine.
 
@@ -56,6 +64,7 @@ from typing import TYPE_CHECKING, Any, Final
 from air.errors import UsageError
 
 if TYPE_CHECKING:
+    import asyncio
     import socket
     from concurrent.futures import Future
 
@@ -84,6 +93,8 @@ HTTP_BURST: Final = 5000
 """Requests the rate's bucket holds: a burst this large is answered at once (``world serve``
 makes it one second's worth of ``--http-rate``)."""
 HTTP_CLIENTS_MAX: Final = 64
+HTTP_REQUEST_S: Final = 30.0
+"""A request must arrive whole within this long (see the module docstring)."""
 """Requests in flight at once; one more is 503 (as the socket's ``CLIENTS_MAX``)."""
 TOKEN_FILE: Final = "http.token"
 """In the world folder: the token generated when none was given."""
@@ -381,6 +392,7 @@ class HttpFront:
 
         config = uvicorn.Config(
             app,
+            http=_deadline_protocol(HTTP_REQUEST_S),
             log_level="warning",
             lifespan="off",
             limit_concurrency=HTTP_CLIENTS_MAX,
@@ -399,6 +411,42 @@ class HttpFront:
         self.server.should_exit = True
         self.thread.join(10.0)
         self.sock.close()
+
+
+def _deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request to arrive whole: from the
+    connection's opening and from each response's end, ``seconds``; a connection whose request
+    is not in by then (h11's ``their_state`` is not ``DONE``) is closed."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class _DeadlineProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(seconds, self._expire)
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is not h11.DONE and not self.transport.is_closing():
+                self.transport.close()
+
+    return _DeadlineProtocol
 
 
 def url_host(host: str) -> str:

@@ -40,7 +40,12 @@ second server out. ``hello`` (answered here, not by an op) names the world folde
 Connections are bounded. At most ``CLIENTS_MAX`` are served at once; one more is answered
 ``ServerBusy`` and closed (it is not reset: the client reads the reply). A connection that
 moved no byte either way for ``IDLE_S`` and waits for no deferred reply is closed, so idle or
-half-open connections cannot keep the others out for long.
+half-open connections cannot keep the others out for long. Nor can slow ones: a request frame
+must arrive whole within ``FRAME_S`` of its first byte (a deadline per frame, not an idle timer
+that each byte resets, which a client sending one byte every 25 s never reached), else the
+connection gets a ``ProtocolError`` (``too_slow``) and is closed. The socket is local, where a
+request of ``REQUEST_BYTES_MAX`` arrives in well under a second; a connection waiting for a
+deferred reply reads nothing meanwhile, so its clock does not run.
 
 A failing disk does not end the service. A request that meets ``ENOSPC``/``EIO`` (a ``send``
 whose commit failed: nothing of it is journaled) is answered with that error, as ``world run``
@@ -110,6 +115,7 @@ from world.serve._protocol import (
 
 __all__ = [
     "CLIENTS_MAX",
+    "FRAME_S",
     "IDLE_S",
     "JOBS_MAX",
     "JOB_WAIT_S",
@@ -132,6 +138,9 @@ CLIENTS_MAX: Final = 64
 IDLE_S: Final = 60.0
 """A connection that moved no byte for this long (and waits for no deferred reply) is closed.
 Far above what a live client leaves between requests (``--follow`` polls every 0.2 s)."""
+FRAME_S: Final = 30.0
+"""A request frame must arrive whole within this long of its first byte (see the module
+docstring), however often its bytes come."""
 RECV_BYTES: Final = 1 << 16
 FLUSH_WAIT_S: Final = 5.0
 """At stop, how long the last replies may take to be written."""
@@ -167,6 +176,7 @@ class _Conn:
         self.waiting = False  # a deferred request runs: read nothing more until it is answered
         self.events = selectors.EVENT_READ  # what the selector watches (0: not registered)
         self.active_at = _now()  # when a byte last moved either way
+        self.frame_at: float | None = None  # when the first byte of a partial request came
 
     def closed(self) -> bool:
         return self.sock.fileno() < 0
@@ -367,11 +377,26 @@ class _Server:
         sock.close()
 
     def _close_idle(self) -> None:
-        """Close the connections that moved no byte for ``IDLE_S`` and wait for no job."""
-        expired = _now() - IDLE_S
+        """Close the connections that moved no byte for ``IDLE_S``, or whose partial request
+        began more than ``FRAME_S`` ago (told so first), and wait for no job."""
+        now = _now()
         for conn in list(self.conns.values()):
-            if conn.active_at < expired and not conn.waiting and conn is not self.stopper:
+            if conn.waiting or conn is self.stopper:
+                continue
+            if conn.frame_at is not None and conn.frame_at < now - FRAME_S:
+                self._too_slow(conn)
+            elif conn.active_at < now - IDLE_S:
                 self._drop(conn)
+
+    def _too_slow(self, conn: _Conn) -> None:
+        """Tell ``conn`` its request took too long to arrive (if its socket takes the few
+        bytes now: the loop does not wait for a slow reader either), and close it."""
+        slow = ProtocolError(
+            "too_slow", f"a request frame did not arrive whole within {FRAME_S:g} s of its start"
+        )
+        with contextlib.suppress(OSError):
+            conn.sock.send(encode(error_reply(slow)))
+        self._drop(conn)
 
     def _drop(self, conn: _Conn) -> None:
         self.conns.pop(conn.sock.fileno(), None)
@@ -390,6 +415,8 @@ class _Server:
             self._drop(conn)
             return
         conn.active_at = _now()
+        if not conn.inbuf:
+            conn.frame_at = conn.active_at  # a request begins
         conn.inbuf += data
         self._answer_buffered(conn)
 
@@ -409,6 +436,7 @@ class _Server:
                 break
             body = bytes(conn.inbuf[4 : 4 + length])
             del conn.inbuf[: 4 + length]
+            conn.frame_at = _now() if conn.inbuf else None  # the next one began with this read
             self.report.requests += 1
             reply = self._answer(conn, body)
             if reply is not None:
@@ -576,6 +604,8 @@ class _Server:
             if job.answered_elsewhere() or job.conn is None:
                 continue
             job.conn.waiting = False
+            if job.conn.frame_at is not None:  # its clock did not run while it waited
+                job.conn.frame_at = _now()
             if job.conn.closed():
                 continue
             self._queue(job.conn, job.reply or error_reply(WorldError("ended without an answer")))

@@ -306,6 +306,45 @@ def test_a_connection_that_talks_is_not_idle(small_server: tuple[Served, Clock])
             assert client.call("events.send", schema=EVENT, values=[add("k", n)])["seqs"]
 
 
+def test_slow_requests_are_closed_frame_s_after_their_first_byte_however_often_bytes_come(
+    small_server: tuple[Served, Clock],
+) -> None:
+    """Two connections that send a request a byte at a time, one byte every FRAME_S / 2 (so
+    never idle), hold two of the three slots; the third, a normal client, is answered
+    meanwhile; FRAME_S after their first byte they are told and closed, and new clients get
+    their slots."""
+    server, clock = small_server
+    kept = server.client()
+    slow = _idle(server.path, 2)
+    frame = struct.pack(">I", 40) + b"\x80" * 40  # a whole request would be 44 bytes
+    try:
+        for sock in slow:
+            sock.sendall(frame[:1])
+        for step in range(1, 3):
+            kept.call("world.info")  # twice: the loop has read what was sent before
+            assert kept.call("world.info")["journal_seq_next"] == 1  # answered while held
+            clock.now += _server.FRAME_S / 2 - 1
+            for sock in slow:
+                sock.sendall(frame[step : step + 1])  # a byte: never IDLE_S without one
+        with pytest.raises(ServedError) as busy, server.client() as client:
+            client.call("world.info")  # full: the kept one and the two slow ones
+        assert busy.value.error_class == "ServerBusy"
+        kept.call("world.info")
+        kept.call("world.info")
+        clock.now += 3  # past FRAME_S from their first byte (two bytes later)
+        for sock in slow:
+            reply = _read_reply(sock)
+            assert (reply["ok"], reply["error"]["class"]) == (False, "ProtocolError")
+            assert reply["error"]["code"] == "too_slow"
+            assert sock.recv(1) == b""  # then closed
+        result = runner.invoke(app, [*_send_argv(server.path), "--json"])
+        assert (result.exit_code, json.loads(result.stdout)["seqs"]) == (0, [1])
+    finally:
+        kept.close()
+        for sock in slow:
+            sock.close()
+
+
 # --- (c) a failing disk costs the request, not the server -----------------------------------
 
 

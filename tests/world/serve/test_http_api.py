@@ -310,3 +310,35 @@ def test_world_serve_http_from_the_command_line(world_dir: Path, tmp_path: Path)
     )
     assert refused.returncode != 0
     assert "--http-allow-remote" in refused.stdout + refused.stderr
+
+
+def test_slow_connections_are_closed_and_every_slot_is_free_again(
+    world_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections that send nothing, or half a request head, hold uvicorn's slots (it has no
+    timer before a head is in): each is closed ``HTTP_REQUEST_S`` after it opened, and a
+    normal client, answered 503 while they held every slot, is answered again."""
+    from world.serve import _http
+
+    monkeypatch.setattr(_http, "HTTP_CLIENTS_MAX", 3)
+    monkeypatch.setattr(_http, "HTTP_REQUEST_S", 5.0)  # far above what the 503 below takes
+    server = Served(world_dir)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    slow = []
+    try:
+        for sent in (b"", b"GET /v1/hel", b"POST /v1/ops/world.info HTTP/1.1\r\nHost: x\r\n"):
+            sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
+            sock.sendall(sent)
+            slow.append(sock)
+        with _client(server.url) as client:
+            assert client.get("/v1/hello").status_code == 503  # answered, while they are held
+        for sock in slow:
+            assert sock.recv(1) == b""  # closed by the server (recv waits for it, bounded)
+        with _client(server.url) as client:
+            assert client.get("/v1/hello").status_code == 200
+            for _ in range(3):  # one connection, request after request: each its own deadline
+                assert client.post("/v1/ops/world.info", json={}).status_code == 200
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()

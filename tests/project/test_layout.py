@@ -39,7 +39,7 @@ UNNAMED: dict[str, str] = {
     "world/cluster/ray": "_actors _up",
     "world/effects": "_blob _http _pump _timer _workers",
     "world/gov": "_cells _proposals _shadow_report",
-    "world/history": "_fork index",
+    "world/history": "_fork",
     "world/journal": "_batch _commit _frames _repair _seals _segments _verified",
     "world/moves": "_cellfiles _signing",
     "world/operate": "_deadletters",

@@ -389,3 +389,24 @@ def test_the_background_archive_beside_a_live_writer_archives_what_it_sealed(
     archived = sorted(p.name for p in (tmp_path / "a" / "journal").glob("*.log"))
     assert archived == [p.name for p in _segments(w)[:-1]]
     assert len(archived) >= 3
+
+
+@pytest.mark.parametrize("offset", [3, 16 + 12 + 2, -5], ids=["header", "genesis", "last"])
+def test_a_flipped_byte_in_the_genesis_segment_is_restored_from_the_archive(
+    tmp_path: Path, offset: int
+) -> None:
+    w = _world(tmp_path / "w")
+    archive_world(w, tmp_path / "a")
+    records, states = _records(w), _states(w)
+    genesis = _segments(w)[0]
+    _flip(genesis, offset)
+    assert check_world(w).needs_repair
+
+    fixed = repair_world(w, tmp_path / "backup", tmp_path / "a")
+
+    assert [restored.segment for restored in fixed.restored] == [genesis.name]
+    assert fixed.journal is None, "nothing was cut"
+    assert _records(w) == records
+    assert _states(w) == states
+    assert check_world(w).clean
+    assert verify_world(w).ok

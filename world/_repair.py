@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -63,17 +64,20 @@ from world import journal as file_journal
 from world._archive import archived_segment
 from world._cas import FileCas
 from world._directory import check_directory, discard_store
-from world._fsutil import lock_world
+from world._fileio import fsync_dir
+from world._fsutil import atomic_write, lock_world
 from world._object_check import ObjectProblem, check_objects
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
-from world.errors import NotAWorld, StorageError, StoreDamaged
+from world.errors import JournalDamaged, NotAWorld, StorageError, StoreDamaged
 from world.journal import (
     FileJournal,
     RepairReport,
     RestoredSegment,
     VerifyReport,
     load_verified,
+    mend_segment,
+    read_seal_info,
     restore_segment,
     save_verified,
     stamp_sealed,
@@ -81,17 +85,25 @@ from world.journal import (
 )
 
 __all__ = [
+    "DAMAGE_MARK",
     "VERIFIED_CACHE",
     "WorldCheck",
     "WorldRepair",
     "check_world",
     "checkpoint_seq_next",
+    "clear_damage",
+    "refuse_if_damaged",
     "repair_world",
 ]
 
 
 VERIFIED_CACHE: Final = Path("cache") / "verified.json"
 """In the world folder: the sealed segments ``journal verify`` checked (``world.journal._verified``)."""
+
+DAMAGE_MARK: Final = Path("journal-damaged.json")
+"""In the world folder while a check has found the journal damaged and no repair has run since:
+``{"format": 1, "finding": text}``. A served world takes no write while it is there
+(``refuse_if_damaged``)."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +208,8 @@ class WorldCheck:
 @dataclass(frozen=True)
 class WorldRepair:
     """What ``repair_world`` did: the segments it ``restored`` from ``archive`` (and why it
-    could not restore others: ``archive_misses``), then the cut (``journal``: None if nothing
-    was cut), and whether it discarded the checkpoint."""
+    could not restore others: ``archive_misses``) and those it ``mended`` by their seal, then
+    the cut (``journal``: None if nothing was cut), and whether it discarded the checkpoint."""
 
     before: WorldCheck
     journal: RepairReport | None
@@ -205,14 +217,22 @@ class WorldRepair:
     restored: tuple[RestoredSegment, ...] = ()
     archive: str | None = None
     archive_misses: tuple[str, ...] = ()
+    mended: tuple[RestoredSegment, ...] = ()
 
     def describe(self) -> str:
-        parts = [restored.describe() for restored in self.restored]
+        parts = [put_back.describe() for put_back in (*self.restored, *self.mended)]
         parts += [f"not restored: {miss}" for miss in self.archive_misses]
-        if self.restored and self.journal is None:
+        if (self.restored or self.mended) and self.journal is None:
             parts.append("nothing was cut")
         if self.journal is not None:
             parts.append(self.journal.describe())
+            lost = self.journal.before.problem
+            if lost is not None and lost.seq is not None:
+                parts.append(
+                    f"lost: seq {lost.seq} ({lost.segment} at offset {lost.offset}, "
+                    f"{lost.reason}) could not be read or put back; the world keeps seq 0.."
+                    f"{lost.seq - 1} and goes on from seq {lost.seq}"
+                )
         if self.checkpoint_discarded:
             parts.append("checkpoint discarded; the next open rebuilds state from the journal")
         return "; ".join(parts) or "nothing to repair: the world opens as it is"
@@ -224,6 +244,7 @@ class WorldRepair:
             "checkpoint_discarded": self.checkpoint_discarded,
             "archive": self.archive,
             "restored": [restored.as_json() for restored in self.restored],
+            "mended": [mended.as_json() for mended in self.mended],
             "archive_misses": list(self.archive_misses),
         }
 
@@ -262,12 +283,45 @@ def _check(path: Path, *, cache: bool = False, full: bool = False) -> WorldCheck
         check = WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed, *objects)
     except WorldError as exc:  # e.g. a checkpoint.cbor that is not a checkpoint at all
         check = WorldCheck(report, None, str(exc), *signed, *objects)
+    if context is not None:
+        _mark_damage(path, report)
     if context is not None and report.ok and check.signatures_ok:
         verified = set(report.segments[:-1]) - set(report.stale_seals)
         kept = {name: entry for name, entry in stamps.items() if name in verified}
         with contextlib.suppress(StorageError, OSError):  # a read-only world: it only saves time
             save_verified(path / VERIFIED_CACHE, context, kept)
     return check
+
+
+def _mark_damage(path: Path, report: VerifyReport) -> None:
+    """Leave ``DAMAGE_MARK`` if ``report`` found corruption (a torn tail is not damage: beside
+    a live writer it is the commit in flight). Never on a read-only file system: the mark only
+    stops writers, and a world there has none."""
+    if report.problem is None or (path / DAMAGE_MARK).exists():
+        return
+    doc = {"format": 1, "finding": report.describe()}
+    with contextlib.suppress(StorageError, OSError):
+        atomic_write(path / DAMAGE_MARK, json.dumps(doc).encode())
+
+
+def clear_damage(path: Path) -> None:
+    """Remove ``DAMAGE_MARK`` (a repair has run): the world takes writes again."""
+    with contextlib.suppress(FileNotFoundError):
+        (path / DAMAGE_MARK).unlink()
+        fsync_dir(path)
+
+
+def refuse_if_damaged(path: Path) -> None:
+    """``JournalDamaged`` if a check left ``DAMAGE_MARK`` in the world at ``path``: what a served
+    world asks before each write (one ``stat`` while there is none)."""
+    mark = path / DAMAGE_MARK
+    if not mark.exists():
+        return
+    try:
+        finding = str(json.loads(mark.read_bytes())["finding"])
+    except (OSError, ValueError, KeyError, TypeError):
+        finding = f"see {mark}"
+    raise JournalDamaged(str(path), finding)
 
 
 def _cache_context(path: Path) -> str | None:
@@ -348,19 +402,18 @@ def check_world(path: Path, *, cache: bool = False, full: bool = False) -> World
 
 
 def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> WorldRepair:
-    """Restore each damaged sealed segment that ``archive`` holds a good copy of (its blake3
-    the seal's; the damaged file backed up in ``backup_dir/restored``), then cut the journal
-    after its last good record if it still needs it (backup in ``backup_dir``) and discard a
-    checkpoint that reaches past it or cannot be read. Takes the exclusive lock. A journal
-    left without its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a
-    copy of it can help."""
+    """Put back each damaged sealed segment, from ``archive``'s good copy (its blake3 the
+    seal's) or else mended by its seal (one changed byte that gives the seal's blake3); the
+    damaged files are backed up in ``backup_dir/restored``. Then cut the journal after its
+    last good record if it still needs it (backup in ``backup_dir``) and discard a checkpoint
+    that reaches past it or cannot be read. Takes the exclusive lock. A journal left without
+    its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a copy of it can
+    help."""
     check_directory(path)
     with lock_world(path, "exclusive"):
-        before = check = _check(path)
-        restored: list[RestoredSegment] = []
-        misses: list[str] = []
-        if archive is not None:
-            check = _restore(path, archive, backup_dir / "restored", check, restored, misses)
+        before = _check(path)
+        put_back = _PutBack(path, archive, backup_dir / "restored")
+        check = put_back.run(before)
         cut = None
         if not check.journal.clean:
             cut = file_journal.repair(path / "journal", backup_dir)
@@ -371,8 +424,17 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
         discard = after.checkpoint_ahead or after.checkpoint_damage is not None
         if discard:
             discard_store(path)
+        clear_damage(path)
         shown = None if archive is None else str(archive)
-        return WorldRepair(before, cut, discard, tuple(restored), shown, tuple(misses))
+        return WorldRepair(
+            before,
+            cut,
+            discard,
+            tuple(put_back.restored),
+            shown,
+            tuple(put_back.misses),
+            tuple(put_back.mended),
+        )
 
 
 def _restorable(report: VerifyReport) -> list[str]:
@@ -383,30 +445,54 @@ def _restorable(report: VerifyReport) -> list[str]:
     return [name for name in dict.fromkeys([*found, *report.stale_seals]) if name in sealed]
 
 
-def _restore(
-    path: Path,
-    archive: Path,
-    backup_dir: Path,
-    check: WorldCheck,
-    restored: list[RestoredSegment],
-    misses: list[str],
-) -> WorldCheck:
-    """Restore from ``archive`` each segment ``_restorable`` names, verify again, and go on
-    while that finds more (each segment is tried once); return the last check."""
-    tried: set[str] = set()
-    while names := [name for name in _restorable(check.journal) if name not in tried]:
-        for name in names:
-            tried.add(name)
-            found = archived_segment(path, archive, name)
-            if isinstance(found, str):
-                misses.append(found)
-                continue
-            info, data, seal = found
-            source = str(archive / "journal" / name)
-            restored.append(
+@dataclass
+class _PutBack:
+    """Putting back the damaged sealed segments of the world at ``path`` before any cut: from
+    ``archive`` when it holds a good copy (``restored``; why not: ``misses``), else by the
+    seal (``mended``); the damaged files go to ``backup_dir``."""
+
+    path: Path
+    archive: Path | None
+    backup_dir: Path
+    restored: list[RestoredSegment] = dataclasses.field(default_factory=list)
+    mended: list[RestoredSegment] = dataclasses.field(default_factory=list)
+    misses: list[str] = dataclasses.field(default_factory=list)
+
+    def run(self, check: WorldCheck) -> WorldCheck:
+        """Put back each segment ``_restorable`` names, verify again, and go on while that
+        finds more (each segment is tried once); return the last check."""
+        tried: set[str] = set()
+        while names := [name for name in _restorable(check.journal) if name not in tried]:
+            for name in names:
+                tried.add(name)
+                problem = check.journal.problem
+                offset = problem.offset if problem is not None and problem.segment == name else None
+                self._put_back(name, offset)
+            check = _check(self.path)
+        return check
+
+    def _put_back(self, name: str, offset: int | None) -> None:
+        journal_dir = self.path / "journal"
+        if self.archive is not None:
+            found = archived_segment(self.path, self.archive, name)
+            if not isinstance(found, str):
+                info, data, seal = found
+                source = str(self.archive / "journal" / name)
+                self.restored.append(
+                    restore_segment(
+                        journal_dir, info, data, seal, source=source, backup_dir=self.backup_dir
+                    )
+                )
+                return
+            self.misses.append(found)
+        info = read_seal_info(journal_dir, name)
+        if info is None or offset is None:
+            return
+        mended = mend_segment(journal_dir, info, offset)
+        if mended is not None:
+            source = f"its seal (one byte at offset {offset} changed back)"
+            self.mended.append(
                 restore_segment(
-                    path / "journal", info, data, seal, source=source, backup_dir=backup_dir
+                    journal_dir, info, mended, None, source=source, backup_dir=self.backup_dir
                 )
             )
-        check = _check(path)
-    return check

@@ -22,7 +22,8 @@ Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``veri
 pure), ``_segments`` (the segment files: listing, opening, reading with every check, temp files,
 syncs), ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo;
 preparing the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair``
-(the reports, the cut, ``salvage``, restoring a sealed segment from a copy), ``_verified`` (the
+(the reports, the cut, ``salvage``, restoring a sealed segment from a copy or mending it by its
+seal), ``_verified`` (the
 verify cache: sealed segments verified before and unchanged since). Each module's docstring gives
 its formats and rules in full.
 """
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
         segment_name,
         verify,
     )
-    from world.journal._repair import RestoredSegment, restore_segment
+    from world.journal._repair import RestoredSegment, mend_segment, restore_segment
     from world.journal._seals import SealInfo, digest_bytes, read_seal_info
     from world.journal._segments import list_segments, read_genesis
     from world.journal._verified import (
@@ -81,6 +82,7 @@ __all__ = [
     "digest_bytes",
     "list_segments",
     "load_verified",
+    "mend_segment",
     "read_genesis",
     "read_seal_info",
     "repair",
@@ -118,7 +120,7 @@ _WHERE: dict[str, str] = {
                 "TORN_REASONS",
             ),
         ),
-        ("world.journal._repair", ("RestoredSegment", "restore_segment")),
+        ("world.journal._repair", ("RestoredSegment", "mend_segment", "restore_segment")),
         ("world.journal._seals", ("SealInfo", "digest_bytes", "read_seal_info")),
         ("world.journal._segments", ("list_segments", "read_genesis")),
         (

@@ -21,6 +21,16 @@ replaced by a copy (from an archive: ``world._archive``) whose bytes have the bl
 holds, so the copy is the segment as it was sealed, byte for byte. The damaged file is backed
 up first, like a cut segment; the copy goes in through a synced temp file and a rename. Where
 no such copy exists the journal is cut as above.
+
+Mending (``mend_segment``) is restoring without a copy, for the damage a flipped byte or a bad
+sector byte leaves: the seal's blake3 says what the whole file was, so a sealed segment whose
+damaged stretch (one frame, found between the damaged offset and the next frame whose CRCs
+hold, at most ``MEND_FRAME_BYTES_MAX``) becomes, with one byte changed, a frame whose CRCs
+hold *and* a file with the seal's blake3, is the segment as it was sealed: nothing is guessed,
+the digest proves it. A damaged segment header is rebuilt from the file's name the same way.
+Every one-byte change of the stretch is tried (the frame's CRCs first, the digest only for a
+change they accept). Damage of more than one byte, or in the unsealed last segment (nothing
+vouches for a candidate there), is not mended.
 """
 
 from __future__ import annotations
@@ -39,7 +49,13 @@ from kernel.journal import JournalRecord, decode_record_fast
 from world import _fileio as fileio
 from world._fsutil import mkdir_durable
 from world.errors import storage_errors
-from world.journal._frames import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES, TornTail, seal_name
+from world.journal._frames import (
+    FRAME_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
+    TornTail,
+    seal_name,
+    segment_header,
+)
 from world.journal._seals import SealInfo, digest_bytes
 from world.journal._segments import (
     fsync_dir,
@@ -372,6 +388,96 @@ def _drop_stale_seals(path: Path, backup_path: Path, before: VerifyReport) -> Re
         before,
         backup_dir=str(backup_path),
     )
+
+
+# --- mending from the seal ------------------------------------------------------------------
+
+MEND_FRAME_BYTES_MAX: Final = 4096 + FRAME_HEADER_BYTES
+"""The longest damaged stretch ``mend_segment`` tries every one-byte change of (~255 CRCs of
+it per byte: under a second at this size)."""
+
+
+def mend_segment(directory: str | os.PathLike[str], info: SealInfo, offset: int) -> bytes | None:
+    """The bytes of the sealed segment ``info`` describes with the damage at ``offset`` (a
+    frame's start, or the segment header) undone by one changed byte, proven by the seal's
+    blake3; None if no one-byte change gives it (see the module docstring)."""
+    data = read_file(Path(directory) / info.name)
+    if len(data) != info.size_bytes:
+        return None
+    if offset < SEGMENT_HEADER_BYTES:
+        candidates: Iterator[bytes] = iter((segment_header(info.first_seq),))
+        end = SEGMENT_HEADER_BYTES
+    else:
+        found = _next_frame(data, offset)
+        if found is None:
+            return None
+        end = found
+        candidates = _one_byte_changes(data[offset:end])
+    for stretch in candidates:
+        mended = data[:offset] + stretch + data[end:]
+        if digest_bytes(mended) == info.blake3:
+            return mended
+    return None
+
+
+def _frame_end(data: bytes, start: int) -> int | None:
+    """Where the frame at ``start`` ends, if both its CRCs hold; else None."""
+    if len(data) - start < FRAME_HEADER_BYTES:
+        return None
+    length, crc, head_crc = _FRAME_HEAD.unpack_from(data, start)
+    end = start + FRAME_HEADER_BYTES + length
+    if zlib.crc32(data[start : start + 8]) != head_crc or end > len(data):
+        return None
+    return end if zlib.crc32(data[start + FRAME_HEADER_BYTES : end]) == crc else None
+
+
+def _next_frame(data: bytes, offset: int) -> int | None:
+    """The end of the damaged stretch from ``offset``: where the next frame whose CRCs hold
+    starts (the damaged frame's own length first, if its header holds), or the end of the
+    file; None if that is more than ``MEND_FRAME_BYTES_MAX`` away."""
+    length, _crc, head_crc = _FRAME_HEAD.unpack_from(data, offset)
+    if zlib.crc32(data[offset : offset + 8]) == head_crc:
+        end = offset + FRAME_HEADER_BYTES + length
+        if end == len(data) or (end < len(data) and _frame_end(data, end) is not None):
+            return end if end - offset <= MEND_FRAME_BYTES_MAX else None
+    last = min(len(data), offset + MEND_FRAME_BYTES_MAX)
+    for start in range(offset + FRAME_HEADER_BYTES + 1, last - FRAME_HEADER_BYTES + 1):
+        if _frame_end(data, start) is not None:
+            return start
+    return len(data) if len(data) - offset <= MEND_FRAME_BYTES_MAX else None
+
+
+def _one_byte_changes(frame: bytes) -> Iterator[bytes]:
+    """Each way of changing one byte of ``frame`` that makes it a frame whose CRCs hold."""
+    if len(frame) < FRAME_HEADER_BYTES:
+        return
+    length, crc, head_crc = _FRAME_HEAD.unpack_from(frame)
+    head, payload = frame[:FRAME_HEADER_BYTES], frame[FRAME_HEADER_BYTES:]
+    if zlib.crc32(head[:8]) == head_crc:  # the header holds: the changed byte is the payload's
+        if length == len(payload):
+            yield from (head + changed for changed in _payload_changes(payload, crc))
+        return
+    for position in range(FRAME_HEADER_BYTES):
+        for value in range(256):
+            if value == head[position]:
+                continue
+            changed = head[:position] + bytes((value,)) + head[position + 1 :]
+            length, crc, head_crc = _FRAME_HEAD.unpack(changed)
+            whole = zlib.crc32(changed[:8]) == head_crc and length == len(payload)
+            if whole and zlib.crc32(payload) == crc:
+                yield changed + payload
+
+
+def _payload_changes(payload: bytes, crc: int) -> Iterator[bytes]:
+    """Each one-byte change of ``payload`` whose CRC is ``crc`` (the CRC of the bytes before
+    the changed one carried along, so each try costs the CRC of the bytes after it)."""
+    before = 0
+    for position, old in enumerate(payload):
+        after = payload[position + 1 :]
+        for value in range(256):
+            if value != old and zlib.crc32(after, zlib.crc32(bytes((value,)), before)) == crc:
+                yield payload[:position] + bytes((value,)) + after
+        before = zlib.crc32(payload[position : position + 1], before)
 
 
 # --- restoring -------------------------------------------------------------------------------

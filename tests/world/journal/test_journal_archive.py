@@ -100,14 +100,46 @@ def test_a_flipped_byte_in_an_archived_sealed_segment_is_restored_and_nothing_is
     assert damaged.read_bytes() != _segments(w)[1].read_bytes()
 
 
-def test_without_an_archive_the_damage_is_cut_as_before_and_the_count_is_what_was_cut(
+def _smash(path: Path, offset: int = -5) -> None:
+    """Damage two bytes of one frame: more than a mend by the seal undoes."""
+    _flip(path, offset)
+    _flip(path, offset - 2)
+
+
+@pytest.mark.parametrize(
+    "offset", [-5, -40, 16 + 2, 16 + 6, 3], ids=["payload", "mid", "length", "crc", "header"]
+)
+def test_without_an_archive_a_flipped_byte_in_a_sealed_segment_is_mended_by_its_seal(
+    tmp_path: Path, offset: int
+) -> None:
+    w = _world(tmp_path / "w")
+    records, states = _records(w), _states(w)
+    damaged = _segments(w)[1]
+    _flip(damaged, offset)
+    assert check_world(w).needs_repair
+
+    fixed = repair_world(w, tmp_path / "backup")
+
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [damaged.name]
+    assert "its seal" in fixed.describe()
+    assert _records(w) == records
+    assert _states(w) == states
+    assert check_world(w).clean
+    assert verify_world(w).ok
+    assert Path(fixed.mended[0].backup_files[0]).read_bytes() != damaged.read_bytes()
+
+
+def test_without_an_archive_damage_a_seal_cannot_undo_is_cut_and_named(
     tmp_path: Path,
 ) -> None:
     w = _world(tmp_path / "w")
     total = len(_records(w))
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     fixed = repair_world(w, tmp_path / "backup")
     assert fixed.restored == ()
+    assert fixed.mended == ()
+    assert "lost: seq" in fixed.describe()
     assert fixed.journal is not None
     assert fixed.journal.records_cut == total - len(_records(w))
     assert fixed.journal.records_cut > 0
@@ -120,7 +152,7 @@ def test_an_archive_whose_copy_is_also_damaged_is_not_used_and_the_journal_is_cu
     archive_world(w, tmp_path / "a")
     name = _segments(w)[1].name
     _flip(tmp_path / "a" / "journal" / name, 20)
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     fixed = repair_world(w, tmp_path / "backup", tmp_path / "a")
     assert fixed.restored == ()
     assert fixed.archive_misses
@@ -367,7 +399,7 @@ def test_a_remembered_archive_that_is_gone_falls_back_to_the_cut(tmp_path: Path)
     w = _world(tmp_path / "w")
     archive_world(w, tmp_path / "a")
     shutil.rmtree(tmp_path / "a")
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     code, out, _ = cli("journal", "verify", w, "--repair", "--json")
     assert code == 0, out
     repaired = json.loads(out)

@@ -67,6 +67,7 @@ from world._directory import check_directory, discard_store
 from world._fileio import fsync_dir
 from world._fsutil import atomic_write, lock_world
 from world._object_check import ObjectProblem, check_objects
+from world._rederive import rederive
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
 from world.errors import JournalDamaged, NotAWorld, StorageError, StoreDamaged
@@ -74,10 +75,13 @@ from world.journal import (
     FileJournal,
     RepairReport,
     RestoredSegment,
+    SealInfo,
     VerifyReport,
+    damaged_stretch,
     load_verified,
     mend_segment,
     read_seal_info,
+    reframe,
     restore_segment,
     save_verified,
     stamp_sealed,
@@ -466,33 +470,49 @@ class _PutBack:
             for name in names:
                 tried.add(name)
                 problem = check.journal.problem
-                offset = problem.offset if problem is not None and problem.segment == name else None
-                self._put_back(name, offset)
+                here = problem if problem is not None and problem.segment == name else None
+                self._put_back(name, here)
             check = _check(self.path)
         return check
 
-    def _put_back(self, name: str, offset: int | None) -> None:
-        journal_dir = self.path / "journal"
+    def _put_back(self, name: str, problem: JournalProblem | None) -> None:
         if self.archive is not None:
             found = archived_segment(self.path, self.archive, name)
             if not isinstance(found, str):
                 info, data, seal = found
                 source = str(self.archive / "journal" / name)
-                self.restored.append(
-                    restore_segment(
-                        journal_dir, info, data, seal, source=source, backup_dir=self.backup_dir
-                    )
-                )
+                self.restored.append(self._replace(info, data, seal, source))
                 return
             self.misses.append(found)
-        info = read_seal_info(journal_dir, name)
-        if info is None or offset is None:
+        info = read_seal_info(self.path / "journal", name)
+        if info is None or problem is None:
             return
-        mended = mend_segment(journal_dir, info, offset)
+        mended = mend_segment(self.path / "journal", info, problem.offset)
         if mended is not None:
-            source = f"its seal (one byte at offset {offset} changed back)"
-            self.mended.append(
-                restore_segment(
-                    journal_dir, info, mended, None, source=source, backup_dir=self.backup_dir
-                )
-            )
+            offset = problem.offset
+            source = f"its seal (one byte at offset {offset} undone)"
+            self.mended.append(self._replace(info, mended, None, source))
+        elif problem.seq is not None:
+            self._rederive(info, problem.offset, problem.seq)
+
+    def _rederive(self, info: SealInfo, offset: int, seq: int) -> None:
+        """Put back the records of the damaged stretch at ``offset`` by re-executing the
+        journal before them (``world._rederive``), if the seal's blake3 proves them."""
+        stretch = damaged_stretch(self.path / "journal", info, offset, seq)
+        if stretch is None:
+            return
+        payloads = rederive(self.path, stretch.seq_first, stretch.seq_end - stretch.seq_first)
+        if payloads is None:
+            return
+        data = reframe(self.path / "journal", info, stretch, payloads)
+        if data is not None:
+            last = stretch.seq_end - 1
+            source = f"re-execution of seq 0..{seq - 1} (seq {seq}..{last} re-derived)"
+            self.mended.append(self._replace(info, data, None, source))
+
+    def _replace(
+        self, info: SealInfo, data: bytes, seal: bytes | None, source: str
+    ) -> RestoredSegment:
+        return restore_segment(
+            self.path / "journal", info, data, seal, source=source, backup_dir=self.backup_dir
+        )

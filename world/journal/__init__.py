@@ -51,7 +51,15 @@ if TYPE_CHECKING:
         segment_name,
         verify,
     )
-    from world.journal._repair import RestoredSegment, mend_segment, restore_segment
+    from world.journal._repair import (
+        DamagedStretch,
+        RestoredSegment,
+        damaged_stretch,
+        mend_segment,
+        records_before,
+        reframe,
+        restore_segment,
+    )
     from world.journal._seals import SealInfo, digest_bytes, read_seal_info
     from world.journal._segments import list_segments, read_genesis
     from world.journal._verified import (
@@ -71,6 +79,7 @@ __all__ = [
     "SEGMENT_MAGIC",
     "SEGMENT_VERSION",
     "TORN_REASONS",
+    "DamagedStretch",
     "FileJournal",
     "FileStamp",
     "RepairReport",
@@ -79,12 +88,15 @@ __all__ = [
     "TornTail",
     "VerifiedEntry",
     "VerifyReport",
+    "damaged_stretch",
     "digest_bytes",
     "list_segments",
     "load_verified",
     "mend_segment",
     "read_genesis",
     "read_seal_info",
+    "records_before",
+    "reframe",
     "repair",
     "restore_segment",
     "salvage",
@@ -120,7 +132,18 @@ _WHERE: dict[str, str] = {
                 "TORN_REASONS",
             ),
         ),
-        ("world.journal._repair", ("RestoredSegment", "mend_segment", "restore_segment")),
+        (
+            "world.journal._repair",
+            (
+                "DamagedStretch",
+                "RestoredSegment",
+                "damaged_stretch",
+                "mend_segment",
+                "records_before",
+                "reframe",
+                "restore_segment",
+            ),
+        ),
         ("world.journal._seals", ("SealInfo", "digest_bytes", "read_seal_info")),
         ("world.journal._segments", ("list_segments", "read_genesis")),
         (

@@ -53,6 +53,7 @@ from world.journal._frames import (
     FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     TornTail,
+    frame_batch,
     seal_name,
     segment_header,
 )
@@ -408,7 +409,7 @@ def mend_segment(directory: str | os.PathLike[str], info: SealInfo, offset: int)
         candidates: Iterator[bytes] = iter((segment_header(info.first_seq),))
         end = SEGMENT_HEADER_BYTES
     else:
-        found = _next_frame(data, offset)
+        found = _next_frame(data, offset, MEND_FRAME_BYTES_MAX)
         if found is None:
             return None
         end = found
@@ -418,6 +419,74 @@ def mend_segment(directory: str | os.PathLike[str], info: SealInfo, offset: int)
         if digest_bytes(mended) == info.blake3:
             return mended
     return None
+
+
+RESYNC_BYTES_MAX: Final = 1024 * 1024
+"""How far past a damaged frame ``damaged_stretch`` looks for the next frame whose CRCs hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedStretch:
+    """The bytes ``offset .. end`` of sealed segment ``segment`` that held seqs ``seq_first ..
+    seq_end - 1`` and do not read: the frames before and after them do."""
+
+    segment: str
+    offset: int
+    end: int
+    seq_first: int
+    seq_end: int
+
+
+def damaged_stretch(
+    directory: str | os.PathLike[str], info: SealInfo, offset: int, seq: int
+) -> DamagedStretch | None:
+    """The damaged stretch of sealed segment ``info`` that starts with the frame of ``seq`` at
+    ``offset``: up to the next frame whose CRCs hold and whose record decodes (its seq says
+    how many were lost), or to the end of the file (the seal's record count says); None if
+    that is not found within ``RESYNC_BYTES_MAX`` or the file is not the seal's size."""
+    data = read_file(Path(directory) / info.name)
+    if len(data) != info.size_bytes or offset < SEGMENT_HEADER_BYTES:
+        return None
+    end = _next_frame(data, offset, RESYNC_BYTES_MAX)
+    if end is None:
+        return None
+    if end == len(data):
+        seq_end = info.first_seq + info.record_count
+    else:
+        length = _FRAME_HEAD.unpack_from(data, end)[0]
+        try:
+            start = end + FRAME_HEADER_BYTES
+            seq_end = decode_record_fast(data[start : start + length]).seq
+        except CborError:
+            return None
+    if seq_end <= seq:
+        return None
+    return DamagedStretch(info.name, offset, end, seq, seq_end)
+
+
+def reframe(
+    directory: str | os.PathLike[str],
+    info: SealInfo,
+    stretch: DamagedStretch,
+    payloads: list[bytes],
+) -> bytes | None:
+    """The sealed segment's bytes with ``stretch`` replaced by the frames of ``payloads`` (the
+    records it held, re-derived), if that gives the file the seal's blake3; else None."""
+    data = read_file(Path(directory) / info.name)
+    frames, _offsets = frame_batch(payloads)
+    if len(frames) != stretch.end - stretch.offset:
+        return None
+    mended = data[: stretch.offset] + frames + data[stretch.end :]
+    return mended if digest_bytes(mended) == info.blake3 else None
+
+
+def records_before(directory: str | os.PathLike[str], seq_end: int) -> Iterator[JournalRecord]:
+    """The records ``0 .. seq_end - 1`` of the journal in ``directory``, which ``verify``
+    found good (the first problem is at ``seq_end``); stops early at any that does not read."""
+    for expected, record in enumerate(salvage(directory)):
+        if record.seq != expected or expected >= seq_end:
+            return
+        yield record
 
 
 def _frame_end(data: bytes, start: int) -> int | None:
@@ -431,20 +500,20 @@ def _frame_end(data: bytes, start: int) -> int | None:
     return end if zlib.crc32(data[start + FRAME_HEADER_BYTES : end]) == crc else None
 
 
-def _next_frame(data: bytes, offset: int) -> int | None:
+def _next_frame(data: bytes, offset: int, bytes_max: int) -> int | None:
     """The end of the damaged stretch from ``offset``: where the next frame whose CRCs hold
     starts (the damaged frame's own length first, if its header holds), or the end of the
-    file; None if that is more than ``MEND_FRAME_BYTES_MAX`` away."""
+    file; None if that is more than ``bytes_max`` away."""
     length, _crc, head_crc = _FRAME_HEAD.unpack_from(data, offset)
     if zlib.crc32(data[offset : offset + 8]) == head_crc:
         end = offset + FRAME_HEADER_BYTES + length
         if end == len(data) or (end < len(data) and _frame_end(data, end) is not None):
-            return end if end - offset <= MEND_FRAME_BYTES_MAX else None
-    last = min(len(data), offset + MEND_FRAME_BYTES_MAX)
+            return end if end - offset <= bytes_max else None
+    last = min(len(data), offset + bytes_max)
     for start in range(offset + FRAME_HEADER_BYTES + 1, last - FRAME_HEADER_BYTES + 1):
         if _frame_end(data, start) is not None:
             return start
-    return len(data) if len(data) - offset <= MEND_FRAME_BYTES_MAX else None
+    return len(data) if len(data) - offset <= bytes_max else None
 
 
 def _one_byte_changes(frame: bytes) -> Iterator[bytes]:

@@ -60,17 +60,17 @@ from typing import Any, Final
 from air import cbor
 from air.errors import CborError, HashMismatch, WorldError
 from kernel.errors import JournalCorrupt, JournalProblem, ObjectMissing
+from world import _fileio as fileio
 from world import journal as file_journal
 from world._archive import archived_segment
 from world._cas import FileCas
 from world._directory import check_directory, discard_store
-from world._fileio import fsync_dir
 from world._fsutil import atomic_write, lock_world
 from world._object_check import ObjectProblem, check_objects
 from world._rederive import rederive
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
-from world.errors import JournalDamaged, NotAWorld, StorageError, StoreDamaged
+from world.errors import JournalDamaged, NotAWorld, StorageError, StoreDamaged, storage_errors
 from world.journal import (
     FileJournal,
     RepairReport,
@@ -310,9 +310,12 @@ def _mark_damage(path: Path, report: VerifyReport) -> None:
 
 def clear_damage(path: Path) -> None:
     """Remove ``DAMAGE_MARK`` (a repair has run): the world takes writes again."""
-    with contextlib.suppress(FileNotFoundError):
-        (path / DAMAGE_MARK).unlink()
-        fsync_dir(path)
+    mark = path / DAMAGE_MARK
+    if mark.exists():
+        with storage_errors("unlink", mark):
+            fileio.unlink(mark, missing_ok=True)
+        with storage_errors("fsync_dir", path):
+            fileio.fsync_dir(path)
 
 
 def refuse_if_damaged(path: Path) -> None:

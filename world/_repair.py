@@ -34,18 +34,54 @@ takes those whose digest and stamp are unchanged from their seal without reading
 does not check their receipts again (the cache is void under another receipt key). ``full``
 reads them all. The cache is written only after a check whose journal and signatures were good.
 
-Restoring (``repair_world(..., archive)``): before it cuts anything, repair puts back each
-damaged sealed segment (the one holding the first problem, or one whose seal's digest
-disagrees) from the archive (``world._archive.archived_segment``: a copy whose blake3 is the
-seal's, so it is the segment as sealed), backing up the damaged file, verifies again, and
-repeats while that finds another. Only what no good copy mends is cut.
+Putting back (``repair_world``): before it cuts anything, repair puts back each damaged
+sealed segment (the one holding the first problem, or one whose seal's digest disagrees), the
+genesis segment included, the first of these ways that works, backing up the damaged file,
+verifying again, and repeating while that finds another:
+
+1. from the archive (``world._archive.archived_segment``: a copy whose blake3 is the seal's,
+   so it is the segment as sealed; the world's own seal vouches for it, so a damaged genesis
+   record, which names the world, does not stop it);
+2. by the seal (``world.journal.mend_segment``): the one-byte change that makes the damaged
+   frame's CRCs hold and gives the file the seal's blake3 (a flipped byte, a bad sector byte),
+   or the segment header rebuilt from the file's name;
+3. by re-execution (``world._rederive``): the records of the damaged stretch (from the
+   damaged frame to the next frame whose CRCs hold, found by the damaged frame's own length or
+   a scan for the next frame whose CRCs hold) computed again by a kernel that re-executes
+   every record before them, kept only if the segment then has the seal's blake3.
+
+Each of these is proven by the seal's blake3, so what is put back is byte for byte what was
+sealed; records keep their seqs, the seal and the segment agree again, and ``journal verify``
+passes. What they cannot give back is an input: re-execution writes what the kernel derives
+(``step``, ``step.failed``, ``plan.*``, ``effect.queued``, ``policy.decision``), never an
+``event.in`` from outside, a ``receipt``, an ``effect.approval``, a ``gov.*`` record,
+``world.created`` or an operator's act (a cell move, a cancel, a dead letter retried or
+discarded). Damage in the unsealed last segment (nothing vouches for a candidate there) is
+not put back either.
+
+Where a record is truly lost, repair stops there: it cuts the journal from that record on. The
+records after it are intact, but they may depend on it (a later step consumed the lost event,
+so its state would not match re-execution, and replay would diverge), and the journal holds no
+gaps, so keeping them would keep a history no replay reproduces. They are cut whole into the
+backup, where ``world.journal.salvage`` reads them (their ``event.in`` records can be sent
+again); ``WorldRepair.describe`` names the lost seq, its segment and offset. The world keeps
+seq ``0 .. lost - 1``, opens, and goes on from the lost seq.
 
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
 last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
-derived state from the journal, so a repaired world always opens. Repair never guesses: the
-records it cuts are the ones verify named, and they stay readable in the backup
-(``world.journal._file.salvage``).
+derived state from the journal (checkpoint, cell store, indexes), so a repaired world always
+opens. Repair never guesses: what it puts back the seal proves, the records it cuts are the
+ones verify named, and they stay readable in the backup.
+
+The damage mark (``DAMAGE_MARK``). A check with the verify cache (``journal verify``, and the
+background check of ``serve --verify-every``) that finds corruption leaves
+``<world>/journal-damaged.json`` naming it, on a best effort (not on a read-only file system,
+where there is no writer to stop). A served world asks for it before each write
+(``refuse_if_damaged``, in ``world.serve._dispatch``) and answers ``JournalDamaged`` while it
+is there: a record acknowledged then could be cut by the repair. Reads go on. A repair removes
+it (the server must be stopped for it: repair takes the world exclusively), and the
+restarted server takes writes again.
 """
 
 from __future__ import annotations
@@ -354,7 +390,9 @@ def _with_genesis(report: VerifyReport) -> VerifyReport:
         if report.segments
         else "no segment at all: the world's history is gone"
     )
-    problem = JournalProblem(where, 0, 0, "segment_gap", f"{detail}; put it back, from a backup")
+    problem = JournalProblem(
+        where, 0, 0, "segment_gap", f"{detail}; put it back from a backup or an archive"
+    )
     return dataclasses.replace(report, problem=problem)
 
 

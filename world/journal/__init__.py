@@ -11,7 +11,9 @@ Invariants:
   none.
 - A torn tail (an incomplete last write) is dropped on open; any other damage is reported with
   its segment, offset and seq (``JournalCorrupt``), never guessed around. ``repair`` cuts only
-  after the last good record, backing up what it cuts.
+  after the last good record, backing up what it cuts; a damaged sealed segment can first be
+  put back whole (``restore_segment``: a copy, a mend, re-derived records), only when the
+  seal's blake3 proves the bytes.
 - Opening trusts a full segment's seal only if it agrees with the file; every read checks both
   CRCs and the seq of every frame again.
 - A reader (``readonly=True``) writes nothing and sees what a live writer committed

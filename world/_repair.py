@@ -258,6 +258,9 @@ class WorldRepair:
     archive: str | None = None
     archive_misses: tuple[str, ...] = ()
     mended: tuple[RestoredSegment, ...] = ()
+    events_cut: int = 0
+    """Of the records cut after the lost one, the ``event.in`` ones (readable in the backup:
+    ``world.journal.salvage``)."""
 
     def describe(self) -> str:
         parts = [put_back.describe() for put_back in (*self.restored, *self.mended)]
@@ -268,10 +271,18 @@ class WorldRepair:
             parts.append(self.journal.describe())
             lost = self.journal.before.problem
             if lost is not None and lost.seq is not None:
+                last = lost.segment == self.journal.before.segments[-1]
+                why = (
+                    "in the unsealed last segment, where nothing vouches for a candidate"
+                    if last
+                    else "kind unknown: not a record re-execution gives, so an input"
+                )
                 parts.append(
                     f"lost: seq {lost.seq} ({lost.segment} at offset {lost.offset}, "
-                    f"{lost.reason}) could not be read or put back; the world keeps seq 0.."
-                    f"{lost.seq - 1} and goes on from seq {lost.seq}"
+                    f"{lost.reason}) could not be read or put back ({why}); the world keeps "
+                    f"seq 0..{lost.seq - 1} and goes on from seq {lost.seq}; the records after "
+                    f"it are cut as they may depend on it, {self.events_cut} outside event(s) "
+                    f"among them, intact in the backup (sent again, they are new inputs)"
                 )
         if self.checkpoint_discarded:
             parts.append("checkpoint discarded; the next open rebuilds state from the journal")
@@ -286,6 +297,7 @@ class WorldRepair:
             "restored": [restored.as_json() for restored in self.restored],
             "mended": [mended.as_json() for mended in self.mended],
             "archive_misses": list(self.archive_misses),
+            "events_cut": self.events_cut,
         }
 
 
@@ -479,7 +491,17 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
             shown,
             tuple(put_back.misses),
             tuple(put_back.mended),
+            _events_cut(cut),
         )
+
+
+def _events_cut(cut: RepairReport | None) -> int:
+    """The ``event.in`` records a cut kept in its backup after the first record it cut."""
+    if cut is None or cut.backup_dir is None or cut.seq_cut_first is None:
+        return 0
+    first = cut.seq_cut_first
+    records = file_journal.salvage(cut.backup_dir)
+    return sum(record.kind == "event.in" and record.seq > first for record in records)
 
 
 def _restorable(report: VerifyReport) -> list[str]:
@@ -525,16 +547,16 @@ class _PutBack:
                 self.restored.append(self._replace(info, data, seal, source))
                 return
             self.misses.append(found)
-        info = read_seal_info(self.path / "journal", name)
-        if info is None or problem is None:
+        sealed = read_seal_info(self.path / "journal", name)
+        if sealed is None or problem is None:
             return
-        mended = mend_segment(self.path / "journal", info, problem.offset)
+        mended = mend_segment(self.path / "journal", sealed, problem.offset)
         if mended is not None:
             offset = problem.offset
             source = f"its seal (one byte at offset {offset} undone)"
-            self.mended.append(self._replace(info, mended, None, source))
+            self.mended.append(self._replace(sealed, mended, None, source))
         elif problem.seq is not None:
-            self._rederive(info, problem.offset, problem.seq)
+            self._rederive(sealed, problem.offset, problem.seq)
 
     def _rederive(self, info: SealInfo, offset: int, seq: int) -> None:
         """Put back the records of the damaged stretch at ``offset`` by re-executing the

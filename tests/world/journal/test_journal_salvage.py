@@ -112,6 +112,7 @@ def test_a_damaged_input_is_lost_and_named_and_the_records_after_it_stay_in_the_
     assert fixed.journal.seq_cut_first == seq
     assert fixed.journal.seq_next == seq
     assert f"lost: seq {seq} ({segment.name} at offset {offset}" in fixed.describe()
+    assert fixed.events_cut == sum(r["kind"] == "event.in" for r in records[seq + 1 :])
     assert _records(w) == records[:seq]
     kept = {record.seq: record.as_map() for record in salvage(w.parent / "backup")}
     assert seq not in kept

@@ -460,8 +460,9 @@ def check_world(path: Path, *, cache: bool = False, full: bool = False) -> World
 
 def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> WorldRepair:
     """Put back each damaged sealed segment, from ``archive``'s good copy (its blake3 the
-    seal's) or else mended by its seal (one changed byte that gives the seal's blake3); the
-    damaged files are backed up in ``backup_dir/restored``. Then cut the journal after its
+    seal's), else by its seal (one changed byte that gives the seal's blake3), else by
+    re-executing the journal before the damage (records the seal's blake3 then proves): see
+    the module docstring; the damaged files are backed up in ``backup_dir/restored``. Then cut the journal after its
     last good record if it still needs it (backup in ``backup_dir``) and discard a checkpoint
     that reaches past it or cannot be read. Takes the exclusive lock. A journal left without
     its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a copy of it can
@@ -527,16 +528,26 @@ class _PutBack:
 
     def run(self, check: WorldCheck) -> WorldCheck:
         """Put back each segment ``_restorable`` names, verify again, and go on while that
-        finds more (each segment is tried once); return the last check."""
-        tried: set[str] = set()
-        while names := [name for name in _restorable(check.journal) if name not in tried]:
-            for name in names:
-                tried.add(name)
-                problem = check.journal.problem
-                here = problem if problem is not None and problem.segment == name else None
+        finds more; return the last check. Each segment is tried once for each place its
+        damage is found at, so a second damaged frame of a segment mended once is tried too."""
+        tried: set[tuple[str, int | None]] = set()
+        while True:
+            problem = check.journal.problem
+            places = [
+                (name, problem if problem is not None and problem.segment == name else None)
+                for name in _restorable(check.journal)
+            ]
+            untried = [
+                (name, here)
+                for name, here in places
+                if (name, None if here is None else here.offset) not in tried
+            ]
+            if not untried:
+                return check
+            for name, here in untried:
+                tried.add((name, None if here is None else here.offset))
                 self._put_back(name, here)
             check = _check(self.path)
-        return check
 
     def _put_back(self, name: str, problem: JournalProblem | None) -> None:
         if self.archive is not None:
@@ -546,14 +557,14 @@ class _PutBack:
                 source = str(self.archive / "journal" / name)
                 self.restored.append(self._replace(info, data, seal, source))
                 return
-            self.misses.append(found)
+            if found not in self.misses:
+                self.misses.append(found)
         sealed = read_seal_info(self.path / "journal", name)
         if sealed is None or problem is None:
             return
-        mended = mend_segment(self.path / "journal", sealed, problem.offset)
+        mended = mend_segment(self.path / "journal", sealed)
         if mended is not None:
-            offset = problem.offset
-            source = f"its seal (one byte at offset {offset} undone)"
+            source = "its seal (a flipped byte of each damaged frame undone)"
             self.mended.append(self._replace(sealed, mended, None, source))
         elif problem.seq is not None:
             self._rederive(sealed, problem.offset, problem.seq)

@@ -22,19 +22,21 @@ holds, so the copy is the segment as it was sealed, byte for byte. The damaged f
 up first, like a cut segment; the copy goes in through a synced temp file and a rename. Where
 no such copy exists the journal is cut as above.
 
-Mending (``mend_segment``) is restoring without a copy, for the damage a flipped byte or a bad
-sector byte leaves: the seal's blake3 says what the whole file was, so a sealed segment whose
-damaged stretch (one frame, found between the damaged offset and the next frame whose CRCs
-hold, at most ``MEND_FRAME_BYTES_MAX``) becomes, with one byte changed, a frame whose CRCs
-hold *and* a file with the seal's blake3, is the segment as it was sealed: nothing is guessed,
-the digest proves it. A damaged segment header is rebuilt from the file's name the same way.
-Every one-byte change of the stretch is tried (the frame's CRCs first, the digest only for a
-change they accept). Damage of more than one byte, or in the unsealed last segment (nothing
-vouches for a candidate there), is not mended.
+Mending (``mend_segment``) is restoring without a copy, for the damage flipped bytes or bad
+sector bytes leave: the seal's blake3 says what the whole file was, so a sealed segment whose
+damaged stretches (each a frame whose CRCs fail, up to the next frame whose CRCs hold, at most
+``MEND_FRAME_BYTES_MAX``) become, each with one byte changed, frames whose CRCs hold *and* a
+file with the seal's blake3, is the segment as it was sealed: nothing is guessed, the digest
+proves it. A damaged segment header is rebuilt from the file's name the same way. Every
+one-byte change of a stretch is tried (the frame's CRCs first, the digest only for the
+changes they accept, all stretches at once, as the digest is of the whole file). A stretch
+with more than one damaged byte, or damage in the unsealed last segment (nothing vouches for
+a candidate there), is not mended (``world._rederive`` may re-derive it).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import zlib
@@ -398,27 +400,56 @@ MEND_FRAME_BYTES_MAX: Final = 4096 + FRAME_HEADER_BYTES
 it per byte: under a second at this size)."""
 
 
-def mend_segment(directory: str | os.PathLike[str], info: SealInfo, offset: int) -> bytes | None:
-    """The bytes of the sealed segment ``info`` describes with the damage at ``offset`` (a
-    frame's start, or the segment header) undone by one changed byte, proven by the seal's
-    blake3; None if no one-byte change gives it (see the module docstring)."""
+MEND_STRETCHES_MAX: Final = 16
+"""The most damaged stretches in one segment that ``mend_segment`` tries to mend together."""
+
+
+def mend_segment(directory: str | os.PathLike[str], info: SealInfo) -> bytes | None:
+    """The bytes of the sealed segment ``info`` describes with each damaged stretch (a frame
+    whose CRCs fail, up to the next frame whose CRCs hold; a damaged segment header) undone by
+    one changed byte, proven by the seal's blake3; None if no such changes give it (see the
+    module docstring). Every stretch must be mended at once: the digest is of the whole file."""
     data = read_file(Path(directory) / info.name)
     if len(data) != info.size_bytes:
         return None
-    if offset < SEGMENT_HEADER_BYTES:
-        candidates: Iterator[bytes] = iter((segment_header(info.first_seq),))
-        end = SEGMENT_HEADER_BYTES
-    else:
-        found = _next_frame(data, offset, MEND_FRAME_BYTES_MAX)
-        if found is None:
-            return None
-        end = found
-        candidates = _one_byte_changes(data[offset:end])
-    for stretch in candidates:
-        mended = data[:offset] + stretch + data[end:]
+    pieces = _damaged_pieces(data, info.first_seq)
+    if pieces is None or not pieces:
+        return None
+    choices = itertools.product(*(candidates for _start, _end, candidates in pieces))
+    for choice in itertools.islice(choices, 256):
+        parts: list[bytes] = []
+        position = 0
+        for (start, end, _candidates), stretch in zip(pieces, choice, strict=True):
+            parts += (data[position:start], stretch)
+            position = end
+        mended = b"".join([*parts, data[position:]])
         if digest_bytes(mended) == info.blake3:
             return mended
     return None
+
+
+def _damaged_pieces(data: bytes, first_seq: int) -> list[tuple[int, int, list[bytes]]] | None:
+    """``(start, end, one-byte changes that make it whole)`` of each damaged stretch of a
+    segment's bytes, in order; None if one has no such change or there are too many."""
+    pieces: list[tuple[int, int, list[bytes]]] = []
+    header = segment_header(first_seq)
+    if data[:SEGMENT_HEADER_BYTES] != header:
+        pieces.append((0, SEGMENT_HEADER_BYTES, [header]))
+    position = SEGMENT_HEADER_BYTES
+    while position < len(data):
+        end = _frame_end(data, position)
+        if end is not None:
+            position = end
+            continue
+        found = _next_frame(data, position, MEND_FRAME_BYTES_MAX)
+        if found is None or len(pieces) >= MEND_STRETCHES_MAX:
+            return None
+        candidates = list(itertools.islice(_one_byte_changes(data[position:found]), 4))
+        if not candidates:
+            return None
+        pieces.append((position, found, candidates))
+        position = found
+    return pieces
 
 
 RESYNC_BYTES_MAX: Final = 1024 * 1024

@@ -130,6 +130,21 @@ def test_without_an_archive_a_flipped_byte_in_a_sealed_segment_is_mended_by_its_
     assert Path(fixed.mended[0].backup_files[0]).read_bytes() != damaged.read_bytes()
 
 
+def test_two_flipped_bytes_in_two_frames_of_one_sealed_segment_are_both_mended(
+    tmp_path: Path,
+) -> None:
+    w = _world(tmp_path / "w")
+    records = _records(w)
+    damaged = _segments(w)[1]
+    _flip(damaged, 16 + 14)  # the first frame's payload
+    _flip(damaged, -5)  # the last frame's
+    fixed = repair_world(w, tmp_path / "backup")
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [damaged.name]  # both at once
+    assert _records(w) == records
+    assert check_world(w).clean
+
+
 def test_without_an_archive_damage_a_seal_cannot_undo_is_cut_and_named(
     tmp_path: Path,
 ) -> None:

@@ -457,3 +457,17 @@ def test_a_flipped_byte_in_the_genesis_segment_is_restored_from_the_archive(
     assert _states(w) == states
     assert check_world(w).clean
     assert verify_world(w).ok
+
+
+def test_without_an_archive_a_flipped_byte_in_the_genesis_record_is_mended_by_its_seal(
+    tmp_path: Path,
+) -> None:
+    w = _world(tmp_path / "w")
+    records = _records(w)
+    genesis = _segments(w)[0]
+    _flip(genesis, 16 + 12 + 2)
+    fixed = repair_world(w, tmp_path / "backup")
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [genesis.name]
+    assert _records(w) == records
+    assert check_world(w).clean

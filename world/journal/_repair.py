@@ -410,10 +410,16 @@ def mend_segment(directory: str | os.PathLike[str], info: SealInfo) -> bytes | N
     one changed byte, proven by the seal's blake3; None if no such changes give it (see the
     module docstring). Every stretch must be mended at once: the digest is of the whole file."""
     data = read_file(Path(directory) / info.name)
-    if len(data) != info.size_bytes:
+    if len(data) != info.size_bytes or not _damaged_pieces(data, info.first_seq):
         return None
+    return _mended(data, info)
+
+
+def _mended(data: bytes, info: SealInfo) -> bytes | None:
+    """``data`` with each damaged stretch undone by one changed byte (none: as it is), if
+    that gives the seal's blake3; else None."""
     pieces = _damaged_pieces(data, info.first_seq)
-    if pieces is None or not pieces:
+    if pieces is None:
         return None
     choices = itertools.product(*(candidates for _start, _end, candidates in pieces))
     for choice in itertools.islice(choices, 256):
@@ -502,13 +508,13 @@ def reframe(
     payloads: list[bytes],
 ) -> bytes | None:
     """The sealed segment's bytes with ``stretch`` replaced by the frames of ``payloads`` (the
-    records it held, re-derived), if that gives the file the seal's blake3; else None."""
+    records it held, re-derived) and any other damaged stretch mended (``mend_segment``), if
+    that gives the file the seal's blake3; else None."""
     data = read_file(Path(directory) / info.name)
     frames, _offsets = frame_batch(payloads)
     if len(frames) != stretch.end - stretch.offset:
         return None
-    mended = data[: stretch.offset] + frames + data[stretch.end :]
-    return mended if digest_bytes(mended) == info.blake3 else None
+    return _mended(data[: stretch.offset] + frames + data[stretch.end :], info)
 
 
 def records_before(directory: str | os.PathLike[str], seq_end: int) -> Iterator[JournalRecord]:

@@ -122,3 +122,21 @@ def test_a_damaged_input_is_lost_and_named_and_the_records_after_it_stay_in_the_
         world.send(EVENT, add("k0", 1))
         world.run_until_idle()
     assert verify_world(w).ok
+
+
+def test_a_re_derived_step_and_a_flipped_byte_later_in_its_segment_are_put_back_together(
+    w: Path,
+) -> None:
+    records = _records(w)
+    segment, offset, length, _seq = _frame_of(w, "step")
+    _smash(segment, offset + 12 + length // 2, 8)
+    data = bytearray(segment.read_bytes())
+    data[-5] ^= 0x01  # the segment's last frame: mended by the seal, in the same file
+    segment.write_bytes(bytes(data))
+
+    fixed = repair_world(w, w.parent / "backup")
+
+    assert fixed.journal is None, "nothing was cut"
+    assert len(fixed.mended) == 1
+    assert _records(w) == records
+    assert check_world(w).clean

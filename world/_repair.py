@@ -95,6 +95,7 @@ from typing import Any, Final
 
 from air import cbor
 from air.errors import CborError, HashMismatch, WorldError
+from kernel import OWED_KINDS, TICK_KINDS
 from kernel.errors import JournalCorrupt, JournalProblem, ObjectMissing
 from world import _fileio as fileio
 from world import journal as file_journal
@@ -113,6 +114,7 @@ from world.journal import (
     RestoredSegment,
     SealInfo,
     VerifyReport,
+    damaged_kind,
     damaged_stretch,
     load_verified,
     mend_segment,
@@ -261,6 +263,8 @@ class WorldRepair:
     events_cut: int = 0
     """Of the records cut after the lost one, the ``event.in`` ones (readable in the backup:
     ``world.journal.salvage``)."""
+    lost_kind: str | None = None
+    """The lost record's kind, if its damaged bytes still show it (``damaged_kind``)."""
 
     def describe(self) -> str:
         parts = [put_back.describe() for put_back in (*self.restored, *self.mended)]
@@ -272,11 +276,7 @@ class WorldRepair:
             lost = self.journal.before.problem
             if lost is not None and lost.seq is not None:
                 last = lost.segment == self.journal.before.segments[-1]
-                why = (
-                    "in the unsealed last segment, where nothing vouches for a candidate"
-                    if last
-                    else "kind unknown: not a record re-execution gives, so an input"
-                )
+                why = _why_lost(self.lost_kind, last=last)
                 parts.append(
                     f"lost: seq {lost.seq} ({lost.segment} at offset {lost.offset}, "
                     f"{lost.reason}) could not be read or put back ({why}); the world keeps "
@@ -298,7 +298,18 @@ class WorldRepair:
             "mended": [mended.as_json() for mended in self.mended],
             "archive_misses": list(self.archive_misses),
             "events_cut": self.events_cut,
+            "lost_kind": self.lost_kind,
         }
+
+
+def _why_lost(kind: str | None, *, last: bool) -> str:
+    """Why a record of ``kind`` (None: unknown) was not put back."""
+    shown = "kind unknown" if kind is None else f"kind {kind}"
+    if last:
+        return f"{shown}, in the unsealed last segment, where nothing vouches for a candidate"
+    if kind in TICK_KINDS | OWED_KINDS:
+        return f"{shown}: re-execution did not give the bytes its seal holds"
+    return f"{shown}: not a record re-execution gives, so an input"
 
 
 def checkpoint_seq_next(path: Path) -> int | None:
@@ -472,7 +483,10 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
         before = _check(path)
         put_back = _PutBack(path, archive, backup_dir / "restored")
         check = put_back.run(before)
-        cut = None
+        cut, lost = None, check.journal.problem
+        lost_kind = (
+            None if lost is None else damaged_kind(path / "journal", lost.segment, lost.offset)
+        )
         if not check.journal.clean:
             cut = file_journal.repair(path / "journal", backup_dir)
         after = _check(path)
@@ -493,6 +507,7 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
             tuple(put_back.misses),
             tuple(put_back.mended),
             _events_cut(cut),
+            lost_kind,
         )
 
 

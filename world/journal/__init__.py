@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from world.journal._repair import (
         DamagedStretch,
         RestoredSegment,
+        damaged_kind,
         damaged_stretch,
         mend_segment,
         records_before,
@@ -90,6 +91,7 @@ __all__ = [
     "TornTail",
     "VerifiedEntry",
     "VerifyReport",
+    "damaged_kind",
     "damaged_stretch",
     "digest_bytes",
     "list_segments",
@@ -139,6 +141,7 @@ _WHERE: dict[str, str] = {
             (
                 "DamagedStretch",
                 "RestoredSegment",
+                "damaged_kind",
                 "damaged_stretch",
                 "mend_segment",
                 "records_before",

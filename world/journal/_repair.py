@@ -48,6 +48,7 @@ from typing import Any, Final
 from air.errors import CborError, UsageError
 from kernel.errors import JournalProblem
 from kernel.journal import JournalRecord, decode_record_fast
+from kernel.subjects import is_kind
 from world import _fileio as fileio
 from world._fsutil import mkdir_durable
 from world.errors import storage_errors
@@ -517,6 +518,38 @@ def reframe(
     return _mended(data[: stretch.offset] + frames + data[stretch.end :], info)
 
 
+_KIND_KEY: Final = b"\x64kind"  # the CBOR text "kind", a record map's key
+
+
+def damaged_kind(directory: str | os.PathLike[str], segment: str, offset: int) -> str | None:
+    """The kind the damaged frame at ``offset`` still shows, if its ``kind`` key and text
+    survived the damage (a record's payload is ``{seq, body, kind, subject}`` in canonical
+    CBOR); None if they did not. A hint for naming what was lost, never a record."""
+    path = Path(directory) / segment
+    if not path.is_file():
+        return None
+    data = read_file(path)
+    if offset < SEGMENT_HEADER_BYTES or offset >= len(data):
+        return None
+    end = _next_frame(data, offset, RESYNC_BYTES_MAX) or len(data)
+    found = data.find(_KIND_KEY, offset, end)
+    start = found + len(_KIND_KEY)
+    if found < 0 or start >= end:
+        return None
+    head = data[start]
+    if 0x60 <= head <= 0x77:  # a text of up to 23 bytes: its length is in its head
+        length, start = head - 0x60, start + 1
+    elif head == 0x78 and start + 1 < end:
+        length, start = data[start + 1], start + 2
+    else:
+        return None
+    try:
+        kind = data[start : start + length].decode()
+    except UnicodeDecodeError:
+        return None
+    return kind if is_kind(kind) else None
+
+
 def records_before(directory: str | os.PathLike[str], seq_end: int) -> Iterator[JournalRecord]:
     """The records ``0 .. seq_end - 1`` of the journal in ``directory``, which ``verify``
     found good (the first problem is at ``seq_end``); stops early at any that does not read."""
@@ -541,6 +574,8 @@ def _next_frame(data: bytes, offset: int, bytes_max: int) -> int | None:
     """The end of the damaged stretch from ``offset``: where the next frame whose CRCs hold
     starts (the damaged frame's own length first, if its header holds), or the end of the
     file; None if that is more than ``bytes_max`` away."""
+    if len(data) - offset < FRAME_HEADER_BYTES:
+        return len(data) if len(data) - offset <= bytes_max else None
     length, _crc, head_crc = _FRAME_HEAD.unpack_from(data, offset)
     if zlib.crc32(data[offset : offset + 8]) == head_crc:
         end = offset + FRAME_HEADER_BYTES + length

@@ -55,6 +55,7 @@ to the classes (every class is drawn, under its real base, in its real module).
     │   ├── WorldLocked(path, mode)                   a lock that conflicts is held
     │   │   └── WorldServed(path)                     held by `world serve`, not asked through it
     │   ├── JournalReplaced(path, how)                a writer's locked directory was swapped
+    │   ├── JournalDamaged(path, finding)             a check found damage: no write until repair
     │   ├── WorldStale(reason)                        this handle stopped after an error; reopen
     │   └── GenesisMismatch(expected, actual)         the journal was started by another manifest
     ├── ServeError                                    world.errors: a served world

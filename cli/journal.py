@@ -22,9 +22,12 @@ last record it printed, each record once.
 
 ``verify --repair`` prints what the repair did (``WorldRepair.describe``): each sealed segment
 it restored from the archive (``--archive``, or the one the world remembers: ``world
-archive``), then the records it cut, counted from the files before they are cut
-(``world.journal`` ``RepairReport``), so the count and the seqs it prints are those that were
-cut. ``verify`` keeps a cache of the sealed segments it verified (``world.journal._verified``),
+archive``) or put back without one (a byte undone by its seal, records re-derived by
+re-executing the journal: ``world._repair``), then the records it cut, counted from the files
+before they are cut (``world.journal`` ``RepairReport``), so the count and the seqs it prints
+are those that were cut, and the seq that was lost. A ``verify`` that finds the journal
+damaged leaves the damage mark (``world._repair.DAMAGE_MARK``), under which a served world
+takes no write; ``--repair`` removes it. ``verify`` keeps a cache of the sealed segments it verified (``world.journal._verified``),
 so a routine verify reads the new segments only; ``--full`` reads them all."""
 
 from __future__ import annotations
@@ -76,9 +79,10 @@ def verify(
         bool,
         typer.Option(
             "--repair",
-            help="Restore a damaged sealed segment from the archive when it holds a good copy; "
-            "else cut after the last good record (kept in a backup) and discard a checkpoint "
-            "that reaches past it",
+            help="Put back a damaged sealed segment: from the archive when it holds a good "
+            "copy, else by its seal (a flipped byte undone, records the kernel wrote "
+            "re-derived); cut only at a record none of these gives back (the rest kept in a "
+            "backup) and discard a checkpoint that reaches past it",
         ),
     ] = False,
     archive: Annotated[
@@ -104,7 +108,8 @@ def verify(
     open) and every receipt's signature holds, or after a repair; exit 1 when it needs
     --repair, or a receipt's signature fails (the journal was edited), or the world's key file
     is missing or damaged (signatures cannot be checked). Writes nothing without --repair but
-    its cache."""
+    its cache and, when the journal is damaged, the mark that stops a served world's writes
+    until --repair."""
     from world import check_world, remembered_archive, repair_world
 
     with handle_errors(json_output):
@@ -114,7 +119,7 @@ def verify(
                 emit_json(check.as_json())
             elif check.ok:
                 console.print(check.describe(), markup=False, highlight=False, soft_wrap=True)
-            elif check.needs_repair and check.journal.records:
+            elif check.needs_repair and (check.journal.records or len(check.journal.segments) > 1):
                 fail(f"{check.describe()}; run `world journal verify {directory} --repair`")
             else:  # a receipt's signature, the key, no genesis: cutting cannot fix that
                 fail(check.describe())

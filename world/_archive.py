@@ -380,18 +380,20 @@ def archived_segment(
     """A copy in ``archive`` of the world's sealed segment ``name`` that can replace it:
     ``(what its seal says, its bytes, the archive's seal to put back or None)``; or why there
     is none. The copy's blake3 must be the world's seal's, or, if the world's seal is missing
-    or damaged, the archive's seal's (the archive being this world's)."""
+    or damaged, the archive's seal's (the archive being this world's).
+
+    The world's own seal vouches for a copy by itself: whatever archive holds bytes of that
+    blake3 holds the segment as it was sealed. So the archive's identity is asked only when
+    the archive's seal must be trusted instead; this is what lets the genesis segment be
+    restored, whose damage leaves the world's identity (its record 0) unreadable."""
     world_journal, archive_journal = Path(world) / "journal", Path(archive) / "journal"
     if not archive_journal.is_dir():
         return f"no archive at {archive}"
-    try:
-        reason = _foreign(Path(archive), _identity(Path(world)))
-    except (WorldError, JournalCorrupt) as exc:
-        reason = f"the world's identity cannot be read: {exc}"
-    if reason is not None:
-        return f"the archive {archive} cannot be used: {reason}"
     info, seal = read_seal_info(world_journal, name), None
     if info is None:
+        reason = _not_mine(Path(world), Path(archive))
+        if reason is not None:
+            return reason
         info = read_seal_info(archive_journal, name)
         seal = _read(archive_journal / seal_name(name))
         if info is None or seal is None:
@@ -402,3 +404,12 @@ def archived_segment(
     if len(data) != info.size_bytes or digest_bytes(data) != info.blake3:
         return f"the archive's copy of {name} does not have its seal's blake3"
     return info, data, seal
+
+
+def _not_mine(world: Path, archive: Path) -> str | None:
+    """Why ``archive`` cannot vouch for a copy of this world's segments (None: it can)."""
+    try:
+        reason = _foreign(archive, _identity(world))
+    except (WorldError, JournalCorrupt) as exc:
+        reason = f"the world's identity cannot be read: {exc}"
+    return None if reason is None else f"the archive {archive} cannot be used: {reason}"

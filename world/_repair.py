@@ -34,46 +34,92 @@ takes those whose digest and stamp are unchanged from their seal without reading
 does not check their receipts again (the cache is void under another receipt key). ``full``
 reads them all. The cache is written only after a check whose journal and signatures were good.
 
-Restoring (``repair_world(..., archive)``): before it cuts anything, repair puts back each
-damaged sealed segment (the one holding the first problem, or one whose seal's digest
-disagrees) from the archive (``world._archive.archived_segment``: a copy whose blake3 is the
-seal's, so it is the segment as sealed), backing up the damaged file, verifies again, and
-repeats while that finds another. Only what no good copy mends is cut.
+Putting back (``repair_world``): before it cuts anything, repair puts back each damaged
+sealed segment (the one holding the first problem, or one whose seal's digest disagrees), the
+genesis segment included, the first of these ways that works, backing up the damaged file,
+verifying again, and repeating while that finds another:
+
+1. from the archive (``world._archive.archived_segment``: a copy whose blake3 is the seal's,
+   so it is the segment as sealed; the world's own seal vouches for it, so a damaged genesis
+   record, which names the world, does not stop it);
+2. by the seal (``world.journal.mend_segment``): the one-byte change that makes the damaged
+   frame's CRCs hold and gives the file the seal's blake3 (a flipped byte, a bad sector byte),
+   or the segment header rebuilt from the file's name;
+3. by re-execution (``world._rederive``): the records of the damaged stretch (from the
+   damaged frame to the next frame whose CRCs hold, found by the damaged frame's own length or
+   a scan for the next frame whose CRCs hold) computed again by a kernel that re-executes
+   every record before them, kept only if the segment then has the seal's blake3.
+
+Each of these is proven by the seal's blake3, so what is put back is byte for byte what was
+sealed; records keep their seqs, the seal and the segment agree again, and ``journal verify``
+passes. What they cannot give back is an input: re-execution writes what the kernel derives
+(``step``, ``step.failed``, ``plan.*``, ``effect.queued``, ``policy.decision``), never an
+``event.in`` from outside, a ``receipt``, an ``effect.approval``, a ``gov.*`` record,
+``world.created`` or an operator's act (a cell move, a cancel, a dead letter retried or
+discarded). Damage in the unsealed last segment (nothing vouches for a candidate there) is
+not put back either.
+
+Where a record is truly lost, repair stops there: it cuts the journal from that record on. The
+records after it are intact, but they may depend on it (a later step consumed the lost event,
+so its state would not match re-execution, and replay would diverge), and the journal holds no
+gaps, so keeping them would keep a history no replay reproduces. They are cut whole into the
+backup, where ``world.journal.salvage`` reads them (their ``event.in`` records can be sent
+again); ``WorldRepair.describe`` names the lost seq, its segment and offset. The world keeps
+seq ``0 .. lost - 1``, opens, and goes on from the lost seq.
 
 ``repair_world`` (exclusive lock: no reader or writer may be inside) cuts the journal after its
 last good record, keeping what it cuts in a backup (``world.journal._file.repair``), and then
 discards a checkpoint that reaches past the journal or cannot be read. Opening rebuilds the
-derived state from the journal, so a repaired world always opens. Repair never guesses: the
-records it cuts are the ones verify named, and they stay readable in the backup
-(``world.journal._file.salvage``).
+derived state from the journal (checkpoint, cell store, indexes), so a repaired world always
+opens. Repair never guesses: what it puts back the seal proves, the records it cuts are the
+ones verify named, and they stay readable in the backup.
+
+The damage mark (``DAMAGE_MARK``). A check with the verify cache (``journal verify``, and the
+background check of ``serve --verify-every``) that finds corruption leaves
+``<world>/journal-damaged.json`` naming it, on a best effort (not on a read-only file system,
+where there is no writer to stop). A served world asks for it before each write
+(``refuse_if_damaged``, in ``world.serve._dispatch``) and answers ``JournalDamaged`` while it
+is there: a record acknowledged then could be cut by the repair. Reads go on. A repair removes
+it (the server must be stopped for it: repair takes the world exclusively), and the
+restarted server takes writes again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from air import cbor
 from air.errors import CborError, HashMismatch, WorldError
+from kernel import OWED_KINDS, TICK_KINDS
 from kernel.errors import JournalCorrupt, JournalProblem, ObjectMissing
+from world import _fileio as fileio
 from world import journal as file_journal
 from world._archive import archived_segment
 from world._cas import FileCas
 from world._directory import check_directory, discard_store
-from world._fsutil import lock_world
+from world._fsutil import atomic_write, lock_world
 from world._object_check import ObjectProblem, check_objects
+from world._rederive import rederive
 from world.cellstore import FileCellStore
 from world.effects import BadReceipt, JournalSignatures, KeyProblem, ReceiptKey
-from world.errors import NotAWorld, StorageError, StoreDamaged
+from world.errors import JournalDamaged, NotAWorld, StorageError, StoreDamaged, storage_errors
 from world.journal import (
     FileJournal,
     RepairReport,
     RestoredSegment,
+    SealInfo,
     VerifyReport,
+    damaged_kind,
+    damaged_stretch,
     load_verified,
+    mend_segment,
+    read_seal_info,
+    reframe,
     restore_segment,
     save_verified,
     stamp_sealed,
@@ -81,17 +127,25 @@ from world.journal import (
 )
 
 __all__ = [
+    "DAMAGE_MARK",
     "VERIFIED_CACHE",
     "WorldCheck",
     "WorldRepair",
     "check_world",
     "checkpoint_seq_next",
+    "clear_damage",
+    "refuse_if_damaged",
     "repair_world",
 ]
 
 
 VERIFIED_CACHE: Final = Path("cache") / "verified.json"
 """In the world folder: the sealed segments ``journal verify`` checked (``world.journal._verified``)."""
+
+DAMAGE_MARK: Final = Path("journal-damaged.json")
+"""In the world folder while a check has found the journal damaged and no repair has run since:
+``{"format": 1, "finding": text}``. A served world takes no write while it is there
+(``refuse_if_damaged``)."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +250,8 @@ class WorldCheck:
 @dataclass(frozen=True)
 class WorldRepair:
     """What ``repair_world`` did: the segments it ``restored`` from ``archive`` (and why it
-    could not restore others: ``archive_misses``), then the cut (``journal``: None if nothing
-    was cut), and whether it discarded the checkpoint."""
+    could not restore others: ``archive_misses``) and those it ``mended`` by their seal, then
+    the cut (``journal``: None if nothing was cut), and whether it discarded the checkpoint."""
 
     before: WorldCheck
     journal: RepairReport | None
@@ -205,14 +259,31 @@ class WorldRepair:
     restored: tuple[RestoredSegment, ...] = ()
     archive: str | None = None
     archive_misses: tuple[str, ...] = ()
+    mended: tuple[RestoredSegment, ...] = ()
+    events_cut: int = 0
+    """Of the records cut after the lost one, the ``event.in`` ones (readable in the backup:
+    ``world.journal.salvage``)."""
+    lost_kind: str | None = None
+    """The lost record's kind, if its damaged bytes still show it (``damaged_kind``)."""
 
     def describe(self) -> str:
-        parts = [restored.describe() for restored in self.restored]
+        parts = [put_back.describe() for put_back in (*self.restored, *self.mended)]
         parts += [f"not restored: {miss}" for miss in self.archive_misses]
-        if self.restored and self.journal is None:
+        if (self.restored or self.mended) and self.journal is None:
             parts.append("nothing was cut")
         if self.journal is not None:
             parts.append(self.journal.describe())
+            lost = self.journal.before.problem
+            if lost is not None and lost.seq is not None:
+                last = lost.segment == self.journal.before.segments[-1]
+                why = _why_lost(self.lost_kind, last=last)
+                parts.append(
+                    f"lost: seq {lost.seq} ({lost.segment} at offset {lost.offset}, "
+                    f"{lost.reason}) could not be read or put back ({why}); the world keeps "
+                    f"seq 0..{lost.seq - 1} and goes on from seq {lost.seq}; the records after "
+                    f"it are cut as they may depend on it, {self.events_cut} outside event(s) "
+                    f"among them, intact in the backup (sent again, they are new inputs)"
+                )
         if self.checkpoint_discarded:
             parts.append("checkpoint discarded; the next open rebuilds state from the journal")
         return "; ".join(parts) or "nothing to repair: the world opens as it is"
@@ -224,8 +295,21 @@ class WorldRepair:
             "checkpoint_discarded": self.checkpoint_discarded,
             "archive": self.archive,
             "restored": [restored.as_json() for restored in self.restored],
+            "mended": [mended.as_json() for mended in self.mended],
             "archive_misses": list(self.archive_misses),
+            "events_cut": self.events_cut,
+            "lost_kind": self.lost_kind,
         }
+
+
+def _why_lost(kind: str | None, *, last: bool) -> str:
+    """Why a record of ``kind`` (None: unknown) was not put back."""
+    shown = "kind unknown" if kind is None else f"kind {kind}"
+    if last:
+        return f"{shown}, in the unsealed last segment, where nothing vouches for a candidate"
+    if kind in TICK_KINDS | OWED_KINDS:
+        return f"{shown}: re-execution did not give the bytes its seal holds"
+    return f"{shown}: not a record re-execution gives, so an input"
 
 
 def checkpoint_seq_next(path: Path) -> int | None:
@@ -262,12 +346,48 @@ def _check(path: Path, *, cache: bool = False, full: bool = False) -> WorldCheck
         check = WorldCheck(report, None, f"{damage.path}: {damage.reason}", *signed, *objects)
     except WorldError as exc:  # e.g. a checkpoint.cbor that is not a checkpoint at all
         check = WorldCheck(report, None, str(exc), *signed, *objects)
+    if context is not None:
+        _mark_damage(path, report)
     if context is not None and report.ok and check.signatures_ok:
         verified = set(report.segments[:-1]) - set(report.stale_seals)
         kept = {name: entry for name, entry in stamps.items() if name in verified}
         with contextlib.suppress(StorageError, OSError):  # a read-only world: it only saves time
             save_verified(path / VERIFIED_CACHE, context, kept)
     return check
+
+
+def _mark_damage(path: Path, report: VerifyReport) -> None:
+    """Leave ``DAMAGE_MARK`` if ``report`` found corruption (a torn tail is not damage: beside
+    a live writer it is the commit in flight). Never on a read-only file system: the mark only
+    stops writers, and a world there has none."""
+    if report.problem is None or (path / DAMAGE_MARK).exists():
+        return
+    doc = {"format": 1, "finding": report.describe()}
+    with contextlib.suppress(StorageError, OSError):
+        atomic_write(path / DAMAGE_MARK, json.dumps(doc).encode())
+
+
+def clear_damage(path: Path) -> None:
+    """Remove ``DAMAGE_MARK`` (a repair has run): the world takes writes again."""
+    mark = path / DAMAGE_MARK
+    if mark.exists():
+        with storage_errors("unlink", mark):
+            fileio.unlink(mark, missing_ok=True)
+        with storage_errors("fsync_dir", path):
+            fileio.fsync_dir(path)
+
+
+def refuse_if_damaged(path: Path) -> None:
+    """``JournalDamaged`` if a check left ``DAMAGE_MARK`` in the world at ``path``: what a served
+    world asks before each write (one ``stat`` while there is none)."""
+    mark = path / DAMAGE_MARK
+    if not mark.exists():
+        return
+    try:
+        finding = str(json.loads(mark.read_bytes())["finding"])
+    except (OSError, ValueError, KeyError, TypeError):
+        finding = f"see {mark}"
+    raise JournalDamaged(str(path), finding)
 
 
 def _cache_context(path: Path) -> str | None:
@@ -293,7 +413,9 @@ def _with_genesis(report: VerifyReport) -> VerifyReport:
         if report.segments
         else "no segment at all: the world's history is gone"
     )
-    problem = JournalProblem(where, 0, 0, "segment_gap", f"{detail}; put it back, from a backup")
+    problem = JournalProblem(
+        where, 0, 0, "segment_gap", f"{detail}; put it back from a backup or an archive"
+    )
     return dataclasses.replace(report, problem=problem)
 
 
@@ -348,20 +470,23 @@ def check_world(path: Path, *, cache: bool = False, full: bool = False) -> World
 
 
 def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> WorldRepair:
-    """Restore each damaged sealed segment that ``archive`` holds a good copy of (its blake3
-    the seal's; the damaged file backed up in ``backup_dir/restored``), then cut the journal
-    after its last good record if it still needs it (backup in ``backup_dir``) and discard a
-    checkpoint that reaches past it or cannot be read. Takes the exclusive lock. A journal
-    left without its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a
-    copy of it can help."""
+    """Put back each damaged sealed segment, from ``archive``'s good copy (its blake3 the
+    seal's), else by its seal (one changed byte that gives the seal's blake3), else by
+    re-executing the journal before the damage (records the seal's blake3 then proves): see
+    the module docstring; the damaged files are backed up in ``backup_dir/restored``. Then cut the journal after its
+    last good record if it still needs it (backup in ``backup_dir``) and discard a checkpoint
+    that reaches past it or cannot be read. Takes the exclusive lock. A journal left without
+    its genesis record (nothing to cut back to) is ``JournalCorrupt``: only a copy of it can
+    help."""
     check_directory(path)
     with lock_world(path, "exclusive"):
-        before = check = _check(path)
-        restored: list[RestoredSegment] = []
-        misses: list[str] = []
-        if archive is not None:
-            check = _restore(path, archive, backup_dir / "restored", check, restored, misses)
-        cut = None
+        before = _check(path)
+        put_back = _PutBack(path, archive, backup_dir / "restored")
+        check = put_back.run(before)
+        cut, lost = None, check.journal.problem
+        lost_kind = (
+            None if lost is None else damaged_kind(path / "journal", lost.segment, lost.offset)
+        )
         if not check.journal.clean:
             cut = file_journal.repair(path / "journal", backup_dir)
         after = _check(path)
@@ -371,8 +496,28 @@ def repair_world(path: Path, backup_dir: Path, archive: Path | None = None) -> W
         discard = after.checkpoint_ahead or after.checkpoint_damage is not None
         if discard:
             discard_store(path)
+        clear_damage(path)
         shown = None if archive is None else str(archive)
-        return WorldRepair(before, cut, discard, tuple(restored), shown, tuple(misses))
+        return WorldRepair(
+            before,
+            cut,
+            discard,
+            tuple(put_back.restored),
+            shown,
+            tuple(put_back.misses),
+            tuple(put_back.mended),
+            _events_cut(cut),
+            lost_kind,
+        )
+
+
+def _events_cut(cut: RepairReport | None) -> int:
+    """The ``event.in`` records a cut kept in its backup after the first record it cut."""
+    if cut is None or cut.backup_dir is None or cut.seq_cut_first is None:
+        return 0
+    first = cut.seq_cut_first
+    records = file_journal.salvage(cut.backup_dir)
+    return sum(record.kind == "event.in" and record.seq > first for record in records)
 
 
 def _restorable(report: VerifyReport) -> list[str]:
@@ -383,30 +528,80 @@ def _restorable(report: VerifyReport) -> list[str]:
     return [name for name in dict.fromkeys([*found, *report.stale_seals]) if name in sealed]
 
 
-def _restore(
-    path: Path,
-    archive: Path,
-    backup_dir: Path,
-    check: WorldCheck,
-    restored: list[RestoredSegment],
-    misses: list[str],
-) -> WorldCheck:
-    """Restore from ``archive`` each segment ``_restorable`` names, verify again, and go on
-    while that finds more (each segment is tried once); return the last check."""
-    tried: set[str] = set()
-    while names := [name for name in _restorable(check.journal) if name not in tried]:
-        for name in names:
-            tried.add(name)
-            found = archived_segment(path, archive, name)
-            if isinstance(found, str):
-                misses.append(found)
-                continue
-            info, data, seal = found
-            source = str(archive / "journal" / name)
-            restored.append(
-                restore_segment(
-                    path / "journal", info, data, seal, source=source, backup_dir=backup_dir
-                )
-            )
-        check = _check(path)
-    return check
+@dataclass
+class _PutBack:
+    """Putting back the damaged sealed segments of the world at ``path`` before any cut: from
+    ``archive`` when it holds a good copy (``restored``; why not: ``misses``), else by the
+    seal (``mended``); the damaged files go to ``backup_dir``."""
+
+    path: Path
+    archive: Path | None
+    backup_dir: Path
+    restored: list[RestoredSegment] = dataclasses.field(default_factory=list)
+    mended: list[RestoredSegment] = dataclasses.field(default_factory=list)
+    misses: list[str] = dataclasses.field(default_factory=list)
+
+    def run(self, check: WorldCheck) -> WorldCheck:
+        """Put back each segment ``_restorable`` names, verify again, and go on while that
+        finds more; return the last check. Each segment is tried once for each place its
+        damage is found at, so a second damaged frame of a segment mended once is tried too."""
+        tried: set[tuple[str, int | None]] = set()
+        while True:
+            problem = check.journal.problem
+            places = [
+                (name, problem if problem is not None and problem.segment == name else None)
+                for name in _restorable(check.journal)
+            ]
+            untried = [
+                (name, here)
+                for name, here in places
+                if (name, None if here is None else here.offset) not in tried
+            ]
+            if not untried:
+                return check
+            for name, here in untried:
+                tried.add((name, None if here is None else here.offset))
+                self._put_back(name, here)
+            check = _check(self.path)
+
+    def _put_back(self, name: str, problem: JournalProblem | None) -> None:
+        if self.archive is not None:
+            found = archived_segment(self.path, self.archive, name)
+            if not isinstance(found, str):
+                info, data, seal = found
+                source = str(self.archive / "journal" / name)
+                self.restored.append(self._replace(info, data, seal, source))
+                return
+            if found not in self.misses:
+                self.misses.append(found)
+        sealed = read_seal_info(self.path / "journal", name)
+        if sealed is None or problem is None:
+            return
+        mended = mend_segment(self.path / "journal", sealed)
+        if mended is not None:
+            source = "its seal (a flipped byte of each damaged frame undone)"
+            self.mended.append(self._replace(sealed, mended, None, source))
+        elif problem.seq is not None:
+            self._rederive(sealed, problem.offset, problem.seq)
+
+    def _rederive(self, info: SealInfo, offset: int, seq: int) -> None:
+        """Put back the records of the damaged stretch at ``offset`` by re-executing the
+        journal before them (``world._rederive``), if the seal's blake3 proves them."""
+        stretch = damaged_stretch(self.path / "journal", info, offset, seq)
+        if stretch is None:
+            return
+        payloads = rederive(self.path, stretch.seq_first, stretch.seq_end - stretch.seq_first)
+        if payloads is None:
+            return
+        data = reframe(self.path / "journal", info, stretch, payloads)
+        if data is not None:
+            last = stretch.seq_end - 1
+            source = f"re-execution of seq 0..{seq - 1} (seq {seq}..{last} re-derived)"
+            self.mended.append(self._replace(info, data, None, source))
+
+    def _replace(
+        self, info: SealInfo, data: bytes, seal: bytes | None, source: str
+    ) -> RestoredSegment:
+        return restore_segment(
+            self.path / "journal", info, data, seal, source=source, backup_dir=self.backup_dir
+        )

@@ -35,6 +35,7 @@ __all__ = [
     "EventRejected",
     "GenesisMismatch",
     "Interrupted",
+    "JournalDamaged",
     "JournalReplaced",
     "JournalWriteFailed",
     "MigrationRefused",
@@ -315,6 +316,22 @@ class WorldLocked(WorldUnavailable):
         self.mode = mode
         holder = "a repair or rewrite" if mode == "read" else "another process"
         super().__init__(f"world is in use by {holder}; cannot open it for {mode}: {path}")
+
+
+class JournalDamaged(WorldUnavailable):
+    """A check of the world at ``path`` found its journal damaged (``finding``: the segment,
+    offset, seq and reason, as ``journal verify`` says), and the world takes no write until
+    ``repair`` (the command) has run: a record acknowledged now could be cut by that repair.
+    Reads go on."""
+
+    def __init__(self, path: str, finding: str) -> None:
+        self.path = path
+        self.finding = finding
+        self.repair = f"world journal verify {path} --repair"
+        super().__init__(
+            f"the journal is damaged ({finding}): this world takes no write until it is "
+            f"repaired; stop the server, run `{self.repair}`, and start it again"
+        )
 
 
 class WorldServed(WorldLocked):

@@ -48,10 +48,11 @@ from world_fault_child import NO_FLUSH, no_flush
 
 from air.errors import WorldError
 from kernel.errors import JournalCorrupt
+from kernel.journal import decode_record_fast
 from world import World
 from world import _fileio as fileio
 from world._archive import archive_world
-from world._repair import check_world, repair_world
+from world._repair import DAMAGE_MARK, check_world, repair_world
 from world.cellstore import FileCellStore
 from world.gov import apply, proposal_air, proposals, propose, upgrade_cells
 from world.history import fork_world, verify_world
@@ -348,6 +349,45 @@ def sealed_world(root: Path, acked: Acked) -> None:
         _ack(acked, "w", world)
 
 
+def damaged_sealed_world(root: Path, acked: Acked) -> None:
+    """A world of stepped events in ~600-byte segments, with one flipped byte in a sealed
+    segment (mended by its seal) and eight zeroed bytes in a step of another (re-derived)."""
+    with World.create(root / "w", COUNTER_AIR) as world:
+        world.journal.close()
+        world.journal = FileJournal(root / "w" / "journal", segment_bytes_max=600)
+        world.kernel.journal = world.kernel.recorder.journal = world.journal
+        for i in range(16):
+            world.send(EVENT, add(f"k{i % 3}", i + 1))
+            world.step(1)
+    acked.facts["records"] = _records(root / "w")
+    sealed = sorted((root / "w" / "journal").glob("*.log"))[:-1]
+    _damage(sealed[1])
+    step = next(found for found in map(_step_frame, sealed[2:]) if found is not None)
+    data = bytearray(step[0].read_bytes())
+    data[step[1] + 20 : step[1] + 28] = bytes(8)
+    step[0].write_bytes(bytes(data))
+
+
+def _step_frame(segment: Path) -> tuple[Path, int] | None:
+    """A step record's frame in ``segment``: its offset (None: it holds none)."""
+    data, offset = segment.read_bytes(), 16
+    while offset + 12 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "little")
+        if decode_record_fast(data[offset + 12 : offset + 12 + length]).kind == "step":
+            return segment, offset
+        offset += 12 + length
+    return None
+
+
+def salvage(root: Path, acked: Acked) -> None:
+    """What ``--verify-every`` and ``journal verify --repair`` write: the damage mark, then the
+    segments put back in place."""
+    check_world(root / "w", cache=True)
+    fixed = repair_world(root / "w", root / "backup")
+    assert [put_back.source.split(" ")[0] for put_back in fixed.mended] == ["its", "re-execution"]
+    acked.facts["repaired"] = True
+
+
 def archive(root: Path, acked: Acked) -> None:
     archive_world(root / "w", root / "arch")
     acked.facts["archived"] = True
@@ -505,6 +545,16 @@ def check_archive(image: Path, acked: Acked) -> None:
     assert _records(image / "w") == records
 
 
+def check_salvage(image: Path, acked: Acked) -> None:
+    """A repair cut anywhere loses nothing that was intact: the next one puts back the rest,
+    and the world holds every record it had before the damage, the mark gone."""
+    fixed = repair_world(image / "w", image / "backup-again")
+    assert fixed.journal is None, "nothing was cut"
+    assert _records(image / "w") == acked.facts["records"]
+    assert check_world(image / "w").clean
+    assert not (image / "w" / DAMAGE_MARK).exists()
+
+
 def check_fork(image: Path, acked: Acked) -> None:
     check_worlds(image, acked)
     through = acked.facts.get("forked_through")
@@ -522,6 +572,7 @@ SCENARIOS: dict[str, Scenario] = {
     "batch_of_1": batch(1),
     "migration": Scenario(v1_world, migration, check_migration),
     "repair": Scenario(damaged_world, repair, check_repair),
+    "salvage": Scenario(damaged_sealed_world, salvage, check_salvage),
     "fork": Scenario(counter_world(4), fork, check_fork),
     "archive": Scenario(sealed_world, archive, check_archive),
     "proposal": Scenario(air_v2, proposal, check_proposal),

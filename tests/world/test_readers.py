@@ -334,6 +334,7 @@ def test_repair_reports_exactly_the_records_it_cut_across_segments(
     offset = frame_offsets(damaged)[1]
     data = bytearray(damaged.read_bytes())
     data[offset + byte] ^= 0x01
+    data[offset + byte + 1] ^= 0x01  # two bytes: more than the seal mends (and an input)
     damaged.write_bytes(bytes(data))
     kept = int(damaged.name.removesuffix(".log")) + 1  # the damaged frame is the second
     result = runner.invoke(app, ["journal", "verify", str(w), "--repair"])

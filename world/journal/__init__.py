@@ -11,7 +11,9 @@ Invariants:
   none.
 - A torn tail (an incomplete last write) is dropped on open; any other damage is reported with
   its segment, offset and seq (``JournalCorrupt``), never guessed around. ``repair`` cuts only
-  after the last good record, backing up what it cuts.
+  after the last good record, backing up what it cuts; a damaged sealed segment can first be
+  put back whole (``restore_segment``: a copy, a mend, re-derived records), only when the
+  seal's blake3 proves the bytes.
 - Opening trusts a full segment's seal only if it agrees with the file; every read checks both
   CRCs and the seq of every frame again.
 - A reader (``readonly=True``) writes nothing and sees what a live writer committed
@@ -22,7 +24,8 @@ Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``veri
 pure), ``_segments`` (the segment files: listing, opening, reading with every check, temp files,
 syncs), ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo;
 preparing the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair``
-(the reports, the cut, ``salvage``, restoring a sealed segment from a copy), ``_verified`` (the
+(the reports, the cut, ``salvage``, restoring a sealed segment from a copy or mending it by its
+seal), ``_verified`` (the
 verify cache: sealed segments verified before and unchanged since). Each module's docstring gives
 its formats and rules in full.
 """
@@ -50,7 +53,16 @@ if TYPE_CHECKING:
         segment_name,
         verify,
     )
-    from world.journal._repair import RestoredSegment, restore_segment
+    from world.journal._repair import (
+        DamagedStretch,
+        RestoredSegment,
+        damaged_kind,
+        damaged_stretch,
+        mend_segment,
+        records_before,
+        reframe,
+        restore_segment,
+    )
     from world.journal._seals import SealInfo, digest_bytes, read_seal_info
     from world.journal._segments import list_segments, read_genesis
     from world.journal._verified import (
@@ -70,6 +82,7 @@ __all__ = [
     "SEGMENT_MAGIC",
     "SEGMENT_VERSION",
     "TORN_REASONS",
+    "DamagedStretch",
     "FileJournal",
     "FileStamp",
     "RepairReport",
@@ -78,11 +91,16 @@ __all__ = [
     "TornTail",
     "VerifiedEntry",
     "VerifyReport",
+    "damaged_kind",
+    "damaged_stretch",
     "digest_bytes",
     "list_segments",
     "load_verified",
+    "mend_segment",
     "read_genesis",
     "read_seal_info",
+    "records_before",
+    "reframe",
     "repair",
     "restore_segment",
     "salvage",
@@ -118,7 +136,19 @@ _WHERE: dict[str, str] = {
                 "TORN_REASONS",
             ),
         ),
-        ("world.journal._repair", ("RestoredSegment", "restore_segment")),
+        (
+            "world.journal._repair",
+            (
+                "DamagedStretch",
+                "RestoredSegment",
+                "damaged_kind",
+                "damaged_stretch",
+                "mend_segment",
+                "records_before",
+                "reframe",
+                "restore_segment",
+            ),
+        ),
         ("world.journal._seals", ("SealInfo", "digest_bytes", "read_seal_info")),
         ("world.journal._segments", ("list_segments", "read_genesis")),
         (

@@ -26,7 +26,8 @@ It read the whole journal at every open: at 1,000,000 events (~400 MB in 6 seale
 digests alone took 0.31 s, against issue 9's 0.4 s for a whole ``send``, and they grow with the
 journal. Damage in a segment no command reads is found by ``world journal verify`` and by the
 first replay or time-travel read that reaches it; ``--repair`` then puts back the archive's
-copy whose blake3 is the seal's (``world._archive``), and cuts only where there is none.
+copy whose blake3 is the seal's (``world._archive``), or without one the bytes the seal's blake3
+proves (a byte undone, records re-derived: ``world._repair``), and cuts only where neither does.
 
 Private to ``world.journal._file``; it builds on ``world.journal._frames`` (the segment record, the
 frame and header checks) and ``world.journal._segments`` (the files).

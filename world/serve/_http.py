@@ -40,7 +40,7 @@ there, so ``events.send`` replies only once its batch is journaled and committed
 over the socket; the HTTP thread never touches the world.
 
 Status codes follow the error's class: ``InvalidArgument``/``UsageError``/``ProtocolError``
-400, ``UnknownName`` 404, ``WrongMode`` (a read-only world asked to write) 409, ``LimitExceeded`` 413, ``ServerBusy``/``StorageError`` 503, any other
+400, ``UnknownName`` 404, ``WrongMode`` (a read-only world asked to write) 409, ``LimitExceeded`` 413, ``ServerBusy``/``StorageError``/``JournalDamaged`` (a damaged journal takes no write until repaired) 503, any other
 refusal of the world (a wrong mode, a refused event, an upgrade refused) 409, a failure of the
 server itself 500. The body names the class, so a client (``world.serve.HttpHandle``) raises
 the same error a local handle would.
@@ -210,7 +210,7 @@ class _Bucket:
 
 def _status(error: dict[str, Any]) -> int:
     from air.errors import LimitExceeded, UnknownName, WrongMode
-    from world.errors import ProtocolError, ServerBusy, StorageError
+    from world.errors import JournalDamaged, ProtocolError, ServerBusy, StorageError
     from world.ops import error_class
 
     cls = error_class(str(error.get("class")))
@@ -224,7 +224,7 @@ def _status(error: dict[str, Any]) -> int:
         return 413
     if issubclass(cls, UsageError | ProtocolError):
         return 400
-    if issubclass(cls, ServerBusy | StorageError):
+    if issubclass(cls, ServerBusy | StorageError | JournalDamaged):
         return 503
     return 409
 

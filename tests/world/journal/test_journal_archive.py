@@ -100,14 +100,61 @@ def test_a_flipped_byte_in_an_archived_sealed_segment_is_restored_and_nothing_is
     assert damaged.read_bytes() != _segments(w)[1].read_bytes()
 
 
-def test_without_an_archive_the_damage_is_cut_as_before_and_the_count_is_what_was_cut(
+def _smash(path: Path, offset: int = -5) -> None:
+    """Damage two bytes of one frame: more than a mend by the seal undoes."""
+    _flip(path, offset)
+    _flip(path, offset - 2)
+
+
+@pytest.mark.parametrize(
+    "offset", [-5, -40, 16 + 2, 16 + 6, 3], ids=["payload", "mid", "length", "crc", "header"]
+)
+def test_without_an_archive_a_flipped_byte_in_a_sealed_segment_is_mended_by_its_seal(
+    tmp_path: Path, offset: int
+) -> None:
+    w = _world(tmp_path / "w")
+    records, states = _records(w), _states(w)
+    damaged = _segments(w)[1]
+    _flip(damaged, offset)
+    assert check_world(w).needs_repair
+
+    fixed = repair_world(w, tmp_path / "backup")
+
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [damaged.name]
+    assert "its seal" in fixed.describe()
+    assert _records(w) == records
+    assert _states(w) == states
+    assert check_world(w).clean
+    assert verify_world(w).ok
+    assert Path(fixed.mended[0].backup_files[0]).read_bytes() != damaged.read_bytes()
+
+
+def test_two_flipped_bytes_in_two_frames_of_one_sealed_segment_are_both_mended(
+    tmp_path: Path,
+) -> None:
+    w = _world(tmp_path / "w")
+    records = _records(w)
+    damaged = _segments(w)[1]
+    _flip(damaged, 16 + 14)  # the first frame's payload
+    _flip(damaged, -5)  # the last frame's
+    fixed = repair_world(w, tmp_path / "backup")
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [damaged.name]  # both at once
+    assert _records(w) == records
+    assert check_world(w).clean
+
+
+def test_without_an_archive_damage_a_seal_cannot_undo_is_cut_and_named(
     tmp_path: Path,
 ) -> None:
     w = _world(tmp_path / "w")
     total = len(_records(w))
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     fixed = repair_world(w, tmp_path / "backup")
     assert fixed.restored == ()
+    assert fixed.mended == ()
+    assert "lost: seq" in fixed.describe()
     assert fixed.journal is not None
     assert fixed.journal.records_cut == total - len(_records(w))
     assert fixed.journal.records_cut > 0
@@ -120,7 +167,7 @@ def test_an_archive_whose_copy_is_also_damaged_is_not_used_and_the_journal_is_cu
     archive_world(w, tmp_path / "a")
     name = _segments(w)[1].name
     _flip(tmp_path / "a" / "journal" / name, 20)
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     fixed = repair_world(w, tmp_path / "backup", tmp_path / "a")
     assert fixed.restored == ()
     assert fixed.archive_misses
@@ -367,7 +414,7 @@ def test_a_remembered_archive_that_is_gone_falls_back_to_the_cut(tmp_path: Path)
     w = _world(tmp_path / "w")
     archive_world(w, tmp_path / "a")
     shutil.rmtree(tmp_path / "a")
-    _flip(_segments(w)[1])
+    _smash(_segments(w)[1])
     code, out, _ = cli("journal", "verify", w, "--repair", "--json")
     assert code == 0, out
     repaired = json.loads(out)
@@ -389,3 +436,38 @@ def test_the_background_archive_beside_a_live_writer_archives_what_it_sealed(
     archived = sorted(p.name for p in (tmp_path / "a" / "journal").glob("*.log"))
     assert archived == [p.name for p in _segments(w)[:-1]]
     assert len(archived) >= 3
+
+
+@pytest.mark.parametrize("offset", [3, 16 + 12 + 2, -5], ids=["header", "genesis", "last"])
+def test_a_flipped_byte_in_the_genesis_segment_is_restored_from_the_archive(
+    tmp_path: Path, offset: int
+) -> None:
+    w = _world(tmp_path / "w")
+    archive_world(w, tmp_path / "a")
+    records, states = _records(w), _states(w)
+    genesis = _segments(w)[0]
+    _flip(genesis, offset)
+    assert check_world(w).needs_repair
+
+    fixed = repair_world(w, tmp_path / "backup", tmp_path / "a")
+
+    assert [restored.segment for restored in fixed.restored] == [genesis.name]
+    assert fixed.journal is None, "nothing was cut"
+    assert _records(w) == records
+    assert _states(w) == states
+    assert check_world(w).clean
+    assert verify_world(w).ok
+
+
+def test_without_an_archive_a_flipped_byte_in_the_genesis_record_is_mended_by_its_seal(
+    tmp_path: Path,
+) -> None:
+    w = _world(tmp_path / "w")
+    records = _records(w)
+    genesis = _segments(w)[0]
+    _flip(genesis, 16 + 12 + 2)
+    fixed = repair_world(w, tmp_path / "backup")
+    assert fixed.journal is None, "nothing was cut"
+    assert [mended.segment for mended in fixed.mended] == [genesis.name]
+    assert _records(w) == records
+    assert check_world(w).clean

@@ -595,7 +595,9 @@ class World:
                 raise EventRejected(index, exc) from exc
         named = [event[3] for event in encoded if event[3] is not None]
         known = self._event_ids.known(named) if named else {}
-        seqs, fresh, taken = [], {}, []
+        seqs: list[int] = []
+        fresh: dict[str, int] = {}
+        taken = []
         seq = self.journal.seq_next
         for event in encoded:
             event_id = event[3]

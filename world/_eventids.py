@@ -203,6 +203,8 @@ class EventIds:
         if not 0 <= seq_to <= self._journal.seq_next_committed:
             raise _Wrong(f"{FILE}: covers seq {seq_to}, past the journal's end")
         last = db.execute("SELECT id, seq FROM ids ORDER BY seq DESC LIMIT 1").fetchall()
+        if any(type(event_id) is not str or type(seq) is not int for event_id, seq in last):
+            raise _Wrong(f"{FILE}: a row that is not an id and a seq")
         self._check(dict(last))  # the newest row is what the journal holds there
         return seq_to
 

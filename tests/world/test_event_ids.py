@@ -45,7 +45,7 @@ def _journaled_ids(w: Path) -> Counter[str]:
         )
 
 
-def _send(w: Path, values: list[Any], ids: list[str | None]) -> Any:
+def _send(w: Path, values: list[Any], ids: list[str | None] | None) -> Any:
     with worlds.open(w) as handle:
         return handle.send_many(EVENT, values, ids=ids), handle.notices
 
@@ -140,6 +140,11 @@ def _wrong_rows(index: Path) -> None:
         db.execute("INSERT INTO ids VALUES ('fresh-0', 5)")
 
 
+def _not_a_seq(index: Path) -> None:
+    with sqlite3.connect(index) as db:
+        db.execute("INSERT INTO ids VALUES ('odd', 'not a seq')")
+
+
 def _ahead(index: Path) -> None:
     with sqlite3.connect(index) as db:
         db.execute("UPDATE meta SET seq_to = 1000000")
@@ -158,6 +163,7 @@ DAMAGE = {
     "missing": _missing,
     "rows the journal does not hold": _wrong_rows,
     "ahead of the journal": _ahead,
+    "a row that is not a seq": _not_a_seq,
     "another format": _another_format,
 }
 
@@ -284,3 +290,34 @@ def test_a_snapshot_of_the_kernel_that_kept_ids_still_opens(tmp_path: Path) -> N
     assert (again.seqs, again.duplicates) == ([1], 1)
     with World.open(w, readonly=True) as world:
         assert world.state(COUNTER, "a")["count"] == 1
+
+
+def test_ids_answered_far_apart_are_read_back_in_runs(tmp_path: Path) -> None:
+    """Seqs more than ``CHECK_GAP`` apart are read back as separate runs of the journal."""
+    w = tmp_path / "w"
+    World.create(w, COUNTER_AIR).close()
+    _send(w, [add("a", 1)], ["far-0"])
+    _send(w, [add("a", 1)] * (3 * eventids.CHECK_GAP), None)
+    last, _ = _send(w, [add("a", 1)], ["far-1"])
+    again, notices = _send(w, [add("a", 1)] * 2, ["far-1", "far-0"])
+    assert (again.seqs, again.duplicates, notices) == ([last.seqs[0], 1], 2, [])
+
+
+def test_a_batch_past_staged_events_max_is_refused_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The largest batch a send takes (``STAGED_EVENTS_MAX``, 10,000,000): one more is refused
+    before anything is journaled; the index has no bound of its own below it."""
+    from air.errors import LimitExceeded
+    from world.ops import _events
+
+    monkeypatch.setattr(_events, "STAGED_EVENTS_MAX", 5)
+    w = tmp_path / "w"
+    World.create(w, COUNTER_AIR).close()
+    values, ids = _batch(6)
+    with pytest.raises(LimitExceeded) as refused:
+        _send(w, values, ids)
+    assert refused.value.limit == "STAGED_EVENTS_MAX"
+    sent, _ = _send(w, values[:5], ids[:5])
+    assert sent.journaled == [1, 5]
+    assert _journaled_ids(w) == Counter(ids[:5])

@@ -275,17 +275,64 @@ def send(
         shown = _progress.bar("sending", json_output=json_output) if big else nullcontext()
         with shown as progress, asking(directory, gate=gate) as handle:
             sent = _sent(handle, schema, lines, ids, file, progress)
-    seqs = sent.seqs
     if json_output:
         placed = {} if sent.partitions is None else {"partitions": sent.partitions}
-        emit_json({"ok": True, "seqs": seqs, "duplicates": sent.duplicates, **placed})
+        emit_json(
+            {
+                "ok": True,
+                "seqs": sent.seqs,
+                "duplicates": sent.duplicates,
+                "journaled": sent.journaled,
+                **placed,
+            }
+        )
         return
-    again = f" ({sent.duplicates} already journaled under their ids)" if sent.duplicates else ""
-    if sent.partitions is None:
-        console.print(f"sent {len(seqs)} event(s), journal seq {min(seqs)}..{max(seqs)}{again}")
-    else:  # a partitioned world: each partition's seqs are its own journal's
+    console.print(sent_text(sent))
+
+
+def sent_text(sent: Sent) -> str:
+    """What ``send`` says of a batch: how many events, how many of them this send journaled and
+    at which seqs (consecutive), and how many were not, being journaled already under their
+    ids, with the seqs they have."""
+    total, duplicates = len(sent.seqs), sent.duplicates
+    head = f"sent {total} event(s)"
+    if sent.partitions is not None:  # a partitioned world: each partition's seqs are its own
         used = ", ".join(f"p{p}" for p in sorted(set(sent.partitions)))
-        console.print(f"sent {len(seqs)} event(s) to partitions {used}{again}")
+        head += f" to partitions {used}"
+        if not duplicates:
+            return head
+        return f"{head}: {total - duplicates} new; {_already(duplicates)} in their partitions"
+    journaled = sent.journaled
+    where = "" if not journaled else f"journal seq {_span(journaled[0], journaled[1])}"
+    if not duplicates:
+        return f"{head}, {where}"
+    new = f"{total - duplicates} new, {where}" if journaled else "none new"
+    return f"{head}: {new}; {_already(duplicates)} ({_seqs_of_duplicates(sent)})"
+
+
+def _already(duplicates: int) -> str:
+    their = "its id" if duplicates == 1 else "their ids"
+    return f"{duplicates} already journaled under {their}"
+
+
+def _span(low: int, high: int) -> str:
+    return f"{low}" if low == high else f"{low}..{high}"
+
+
+def _seqs_of_duplicates(sent: Sent) -> str:
+    """The seqs the duplicates of ``sent`` have: ``seq 12``, ``seq 0..99999`` (every seq of a
+    run) or ``12 seqs from 3 to 790``."""
+    first_new = sent.journaled[0] if sent.journaled else None
+    seen: set[int] = set()
+    held: set[int] = set()
+    for seq in sent.seqs:
+        if first_new is None or seq < first_new or seq in seen:
+            held.add(seq)
+        seen.add(seq)
+    low, high = min(held), max(held)
+    if high - low + 1 == len(held):
+        return f"seq {_span(low, high)}"
+    return f"{len(held)} seqs from {low} to {high}"
 
 
 ID_FIELD = "$id"

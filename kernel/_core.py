@@ -11,8 +11,10 @@ and ``tick`` (one step of one ready entity), and is written as journal records:
                   /world/reducer/<reducer>/step               state_hash, events?, effects?}
     step.failed   (same subjects, leaf step.failed)         {reducer, key, src, idx, reason}
 
-``id`` is the sender's idempotency key, when it gave one (``ingest_many``: an id journaled
-among the last ``event_ids_kept`` is not journaled again). ``src, idx`` is the delivery's identity (the seq of the record that produced it and its
+``id`` is the sender's idempotency key, when it gave one: the kernel journals it and routes the
+event, and holds no memory of ids; which events of a batch are new is the world's to say before
+it asks the kernel to journal them (``world._eventids``: an index of every id ever journaled,
+derived from the journal, too big for a kernel's snapshot). ``src, idx`` is the delivery's identity (the seq of the record that produced it and its
 position there); ``events``/``effects`` are present only when the step emitted some. ``out_hash`` is blake3 of the
 reducer's raw output bytes, so replay can say exactly where behaviour first differed.
 
@@ -106,7 +108,6 @@ from kernel.subjects import make_subject
 
 __all__ = [
     "EVENTS_PER_STEP_MAX",
-    "EVENT_IDS_KEPT",
     "GOV_KINDS",
     "OWED_KINDS",
     "TICK_KINDS",
@@ -121,9 +122,6 @@ __all__ = [
 EVENTS_PER_STEP_MAX: Final = 64
 STEPS_PER_RUN_MAX: Final = 1_000_000
 DEAD_LETTERS_KEPT: Final = 10_000
-EVENT_IDS_KEPT: Final = 100_000
-"""How many of the latest outside events' ids the kernel remembers: an event sent again with an
-id among them is not journaled again (a client's retry after a crash is exactly once)."""
 _ENTITIES_CACHED_MAX: Final = 65_536  # per reducer
 
 
@@ -134,7 +132,6 @@ class KernelLimits:
     events_per_step_max: int = EVENTS_PER_STEP_MAX
     steps_per_run_max: int = STEPS_PER_RUN_MAX
     dead_letters_kept: int = DEAD_LETTERS_KEPT
-    event_ids_kept: int = EVENT_IDS_KEPT
 
 
 @dataclass(frozen=True)
@@ -196,7 +193,6 @@ class Kernel:
         self.plans.place = self._place_raised
         self.steps_total = 0
         self._event_subjects: dict[str, str] = {}
-        self._event_ids: dict[str, int] = {}  # id -> seq of the outside events, oldest first
         self._entities: dict[str, dict[bytes | None, Entity]] = {}
         self.partition: Partition | None = None
         """Set by the genesis record of a partitioned world (``kernel._partition``)."""
@@ -291,49 +287,26 @@ class Kernel:
 
     def ingest_many(self, events: Sequence[Outside]) -> list[int]:
         """Journal outside events ``(schema, value_cbor, value, id)`` and route them; their
-        seqs. Every record is encoded before any is appended, so one that cannot be (too
-        large) leaves nothing pending. An event whose ``id`` is among the last
-        ``event_ids_kept`` journaled (or earlier in this batch) is not journaled again: its
-        seq is the first one's."""
+        seqs, consecutive. Every record is encoded before any is appended, so one that cannot
+        be (too large) leaves nothing pending. Each is journaled, ``id`` and all: dropping an
+        event already journaled under its id is the caller's (``world._eventids``)."""
         records: list[Record] = []
-        taken: list[Outside] = []
-        seqs: list[int] = []
-        first = self.journal.seq_next
-        fresh: dict[str, int] = {}
-        for event in events:
-            schema, value_cbor, _value, event_id = event
-            if event_id is not None:
-                known = self._event_ids.get(event_id, fresh.get(event_id))
-                if known is not None:
-                    seqs.append(known)
-                    continue
-                fresh[event_id] = first + len(records)
+        for schema, value_cbor, _value, event_id in events:
             body: dict[str, Any] = {"schema": schema, "value": value_cbor}
             if event_id is not None:
                 body["id"] = event_id
             records.append(("event.in", self._event_subject(schema), body))
-            taken.append(event)
-            seqs.append(first + len(records) - 1)
         with self._journaling():
             appended = self.journal.append_many(records)
-            for seq, (schema, value_cbor, value, event_id) in zip(appended, taken, strict=True):
-                if event_id is not None:
-                    self._remember_id(event_id, seq)
+            for seq, (schema, value_cbor, value, _id) in zip(appended, events, strict=True):
                 self._route(seq, 0, schema, value_cbor, value)
-        return seqs
+        return list(appended)
 
     def _event_subject(self, schema: str) -> str:
         subject = self._event_subjects.get(schema)
         if subject is None:
             subject = self._event_subjects[schema] = make_subject("world", "event", schema)
         return subject
-
-    def _remember_id(self, event_id: str, seq: int) -> None:
-        """Keep ``event_id``'s seq among the latest ``event_ids_kept`` (the oldest go first)."""
-        ids = self._event_ids
-        ids[event_id] = seq
-        while len(ids) > self.limits.event_ids_kept:
-            del ids[next(iter(ids))]
 
     def _route(
         self,
@@ -772,8 +745,6 @@ class Kernel:
             return
         if record.kind == "event.in":
             body = record.body
-            if "id" in body:
-                self._remember_id(body["id"], record.seq)
             if "origin" in body:
                 self._route_forwarded(record.seq, body)
             else:
@@ -922,8 +893,6 @@ class Kernel:
         failures = self.plans.failures_obj()
         if failures is not None:  # absent before the first failed run: older snapshots' shape
             obj["run_failures"] = failures
-        if self._event_ids:  # absent when no event carried an id: older snapshots' shape
-            obj["event_ids"] = [[event_id, seq] for event_id, seq in self._event_ids.items()]
         eras = self.eras.to_obj()
         if eras:  # absent before the first upgrade: older snapshots' shape
             obj["eras"] = eras
@@ -943,7 +912,8 @@ class Kernel:
         self.plans.restore_failures(obj.get("run_failures"))
         self.effects.restore(obj.get("effects"))
         self.effects.keep_runs(set(self.plans.runs))  # an older snapshot held every receipt
-        self._event_ids = dict(obj.get("event_ids", []))
+        # An older snapshot's "event_ids" (the last ids, when the kernel kept them) is not read:
+        # the world's index of every id (``world._eventids``) is derived from the journal.
         part = obj.get("partition")
         self.partition = None if part is None else Partition.from_obj(part)
 

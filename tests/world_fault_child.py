@@ -1,7 +1,9 @@
 """The fault-injection script, and a child process that crashes itself at durable operation K.
 
 ``SCRIPT`` is a small workload on the counter world: create; ``send_many`` batches of different
-sizes; ``step``; ``run_until_idle``; ``snapshot``; close; reopen; more sends and runs; close.
+sizes, each event with an id; ``step``; ``run_until_idle``; ``snapshot``; a retry of an earlier
+batch (its ids: nothing new is journaled); close; reopen; another retry; more sends and runs;
+close.
 ``run_script`` plays it and calls ``on_ack(index, world)`` after each action that returned
 normally. It stops at the first action that raises and returns that action's index and exception
 (after closing the handle it was using, as a ``with`` block would). The Add values are distinct
@@ -50,9 +52,11 @@ SCRIPT: Final[tuple[tuple[str, Any], ...]] = (
     ("send", (("a", 5), ("b", 6), ("a", 7), ("b", 8))),
     ("run", None),
     ("snapshot", None),
+    ("retry", 1),
     ("send", (("a", 9),)),
     ("close", None),
     ("open", None),
+    ("retry", 4),
     ("send", (("b", 10), ("a", 11))),
     ("step", 1),
     ("run", None),
@@ -65,7 +69,8 @@ def add(key: str, n: int) -> dict[str, Any]:
 
 
 def sent_by(index: int) -> Batch:
-    """The (key, n) pairs action ``index`` sends (empty for other actions)."""
+    """The (key, n) pairs action ``index`` journals (empty for other actions, and for a retry:
+    its batch is journaled already)."""
     action, arg = SCRIPT[index]
     return tuple(arg) if action == "send" else ()
 
@@ -86,8 +91,10 @@ def run_script(
                 world = used = World.open(world_dir)
             elif world is None:
                 raise AssertionError(f"{action} without a world")
-            elif action == "send":
-                world.send_many([(EVENT, add(key, n)) for key, n in arg])
+            elif action in ("send", "retry"):
+                pairs = arg if action == "send" else SCRIPT[arg][1]
+                events = [(EVENT, add(key, n)) for key, n in pairs]
+                world.send_many(events, ids=[f"n{n}" for _key, n in pairs])
             elif action == "step":
                 world.step(arg)
             elif action == "run":

@@ -96,6 +96,7 @@ from world._directory import (
     remove_tree,
     swapped_in,
 )
+from world._eventids import EventIds
 from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
@@ -182,6 +183,7 @@ class World:
         self.kernel = self._recovery.kernel(self.store)
         self._checkpoint_seq = 0
         self._history = None if readonly else HistoryWriter(path, self.journal)
+        self._event_ids = EventIds(path, self.journal, self.notices.append)
 
     @property
     def air(self) -> LoadedAir:
@@ -358,6 +360,7 @@ class World:
                     self._flush_history()
         finally:
             self._closed = True
+            self._event_ids.close()
             self.journal.close()
             self._lock.release()
 
@@ -578,10 +581,12 @@ class World:
         encoded before any is journaled (``EventRejected`` names the first bad one), and the
         commit is atomic (``FileJournal.commit(atomic=True)``: a crash or a power cut inside it
         leaves none of the batch, never a prefix). ``ids[i]``, when not None, is event ``i``'s
-        idempotency key: one journaled under it before (among the kernel's last
-        ``event_ids_kept``) is not journaled again, and its seq is returned."""
+        idempotency key: an event whose id the journal already holds (``world._eventids``: any
+        ever journaled), or that an earlier event of the batch has, is not journaled again, and
+        its seq is that one's. The seqs of the events journaled are consecutive and after every
+        other seq returned."""
         self._writable()
-        encoded = []
+        encoded: list[tuple[str, bytes, Any, str | None]] = []
         for index, (schema, value) in enumerate(events):
             try:
                 event_id = None if ids is None else ids[index]
@@ -590,7 +595,27 @@ class World:
                 encoded.append((schema, *self.kernel.normalise_event(schema, value), event_id))
             except WorldError as exc:
                 raise EventRejected(index, exc) from exc
-        return self._inputs(lambda: self.kernel.ingest_many(encoded))
+        named = [event[3] for event in encoded if event[3] is not None]
+        known = self._event_ids.known(named) if named else {}
+        seqs: list[int] = []
+        fresh: dict[str, int] = {}
+        taken = []
+        seq = self.journal.seq_next
+        for event in encoded:
+            event_id = event[3]
+            if event_id is not None:
+                first = known.get(event_id, fresh.get(event_id))
+                if first is not None:
+                    seqs.append(first)
+                    continue
+                fresh[event_id] = seq
+            seqs.append(seq)
+            taken.append(event)
+            seq += 1
+        if taken:
+            self._inputs(lambda: self.kernel.ingest_many(taken))
+        self._event_ids.add(fresh)
+        return seqs
 
     def _inputs(self, ingest: Callable[[], T]) -> T:
         """Journal a batch of inputs by ``ingest()`` and commit it atomically; a failure after
@@ -691,6 +716,7 @@ class World:
             fileio.mkdir(self.path / "snapshots", exist_ok=True)
             atomic_write(self.path / "snapshots" / "latest", address.encode())
         self._flush_history()
+        self._event_ids.flush()
         return address
 
 

@@ -221,7 +221,7 @@ def test_send_file_dash_reads_stdin(tmp_path: Path) -> None:
     world("init", path, "--air", COUNTER_AIR)
     events = json.dumps(add("x", 2)) + "\n\n" + json.dumps(add("y", 5)) + "\n"
     sent = json.loads(world("send", path, EVENT, "--file", "-", "--json", stdin=events).stdout)
-    assert sent == {"ok": True, "seqs": [1, 2], "duplicates": 0}
+    assert sent == {"ok": True, "seqs": [1, 2], "duplicates": 0, "journaled": [1, 2]}
     bad = world("send", path, EVENT, "--file", "-", stdin='{"key": "z"\n', code=1)
     assert "-:1:" in bad.stderr  # the line named, as for a file
 

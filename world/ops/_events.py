@@ -2,8 +2,12 @@
 
 A batch is all or nothing (``World.send_many``): every value is normalised before any is
 journaled, and a bad one rejects the batch by its index (``EventRejected``). Each event may
-carry an idempotency id: one journaled under it before is not journaled again, and its seq is
-answered (``duplicates`` counts them), so a client that lost an acknowledgement sends again.
+carry an idempotency id: an event whose id the journal already holds (any ever journaled:
+``world._eventids``), or an earlier event of the same batch has, is not journaled again, and that
+one's seq is answered for it, so a client that lost an acknowledgement sends again, whatever the
+size of the batch and however often. The answer says exactly what happened: ``seqs`` (each
+event's), ``duplicates`` (how many were not journaled) and ``journaled`` (the first and last seq
+of those that were, consecutive; empty when none was).
 
 A batch too big for one request of a transport is sent in parts: each part but the last says
 ``more`` and gets a ``batch`` token the next part names; the parts are only staged (at most
@@ -43,7 +47,14 @@ class Send(Args):
 
 class Sent(Result):
     seqs: list[int] = Field(description="The journal seq of each event (a duplicate's: the first)")
-    duplicates: int = Field(default=0, description="Events already journaled under their id")
+    duplicates: int = Field(
+        default=0, description="Events not journaled: one under their id was already"
+    )
+    journaled: list[int] = Field(
+        default_factory=list,
+        description="The first and last seq of the events this batch journaled (consecutive); "
+        "empty when none was new, or in a partitioned world (each partition's own)",
+    )
     batch: int | None = Field(default=None, description="With more: the batch's token")
     staged: int = Field(default=0, description="With more: the events staged so far")
     partitions: list[int] | None = Field(
@@ -79,8 +90,9 @@ def send(ctx: Context, args: Send) -> Sent:
     events = [(args.schema_, v) for v in values]
     taken = events if ctx.progress is None else _counted(events, ctx.progress)
     seqs = world.send_many(taken, ids=ids)
-    fresh = len({s for s in seqs if s >= seq_before})
-    return Sent(seqs=seqs, duplicates=len(seqs) - fresh)
+    seq_after = world.journal.seq_next
+    journaled = [seq_before, seq_after - 1] if seq_after > seq_before else []
+    return Sent(seqs=seqs, duplicates=len(seqs) - (seq_after - seq_before), journaled=journaled)
 
 
 def _counted(items: list[Any], progress: Callable[[int, int], None]) -> Iterator[Any]:

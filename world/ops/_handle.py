@@ -340,7 +340,7 @@ class RemoteHandle(Handle):
         from world.errors import ProtocolError
 
         batch, start, size = None, 0, len(values)
-        duplicates, retries = 0, 0
+        retries = 0
         while True:
             part = values[start : start + size]
             more = start + len(part) < len(values)
@@ -369,7 +369,7 @@ class RemoteHandle(Handle):
             if self.progress is not None:
                 self.progress(start, len(values))
             if not more:
-                return sent.model_copy(update={"duplicates": sent.duplicates + duplicates})
+                return sent
             batch = sent.batch
 
 

@@ -6,8 +6,9 @@ The journal side: ``FileJournal.commit(atomic=True)`` writes a marker first
 drops the batch whole (a torn tail, reason ``partial_batch``). A crash inside the batch's write
 is made here by cutting the segment file inside the batch (what a kill -9 or a power cut
 leaves: a prefix); ``tests/world/test_power_loss.py`` cuts the power inside such writes too.
-The world side: ``send_many`` encodes every record before it journals any; ids are remembered
-(``KernelLimits.event_ids_kept``) across reopen and checkpoints.
+The world side: ``send_many`` encodes every record before it journals any; every id journaled
+is known across reopen and checkpoints (``world._eventids``; its own tests are
+``tests/world/test_event_ids.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typer.testing import CliRunner
 from air import cbor
 from air.errors import InvalidArgument, LimitExceeded
 from cli.main import app
-from kernel import KernelLimits
 from world import World
 from world.history import verify_world
 from world.journal import FileJournal
@@ -191,16 +191,6 @@ def test_an_id_sent_again_is_acknowledged_with_its_first_seq_and_not_journaled_t
         assert world.send(EVENT, add("a", 1), event_id="order-1") == first
         assert sum(1 for r in world.journal.read(0) if r.kind == "event.in") == 2
     assert verify_world(w).ok  # replay from genesis agrees, ids and all
-
-
-def test_only_the_last_event_ids_kept_ids_are_remembered(tmp_path: Path) -> None:
-    with World.create(tmp_path / "w", COUNTER_AIR, KernelLimits(event_ids_kept=2)) as world:
-        first = world.send(EVENT, add("a", 1), event_id="x")
-        world.send(EVENT, add("a", 1), event_id="y")
-        assert world.send(EVENT, add("a", 1), event_id="x") == first  # still among the last 2
-        world.send(EVENT, add("a", 1), event_id="z")  # "x" is now the oldest of three: gone
-        again = world.send(EVENT, add("a", 1), event_id="x")
-        assert again != first
 
 
 def test_an_id_that_is_not_text_is_refused_before_anything_is_journaled(tmp_path: Path) -> None:

@@ -124,11 +124,16 @@ def _counter(folder: Path, partitioned: bool = False) -> Path:
 
 def _unplaced(found: Any) -> Any:
     """``found`` without what only a partitioned world says: the ``partition`` of a listing's
-    rows, and ``partitions`` (where each event of a send went, each partition's figures)."""
+    rows, ``partitions`` (where each event of a send went, each partition's figures) and a
+    send's ``journaled`` span (one journal's: a partitioned world's seqs are each partition's)."""
     if isinstance(found, list):
         return [_unplaced(x) for x in found]
     if isinstance(found, dict):
-        return {k: _unplaced(v) for k, v in found.items() if k not in ("partition", "partitions")}
+        return {
+            k: _unplaced(v)
+            for k, v in found.items()
+            if k not in ("partition", "partitions", "journaled")
+        }
     return found
 
 
@@ -219,7 +224,8 @@ def test_every_handle_answers_the_counter_script_alike(
             assert got == want, number
     # what the script checks, so that two equally wrong handles cannot pass
     sent, batch, again, bad, empty, unknown = expected[:6]
-    assert (sent["seqs"], again) == ([1], {**sent, "duplicates": 1})
+    assert (sent["seqs"], sent["journaled"]) == ([1], [1, 1])
+    assert again == {**sent, "duplicates": 1, "journaled": []}
     assert batch["seqs"] == [3, 4]  # after the first event's step (seq 2)
     assert bad[:2] == ["error", "EventRejected"]
     assert bad[2]["index"] == 1

@@ -165,7 +165,7 @@ def test_a_world_named_through_a_symlinked_folder_is_still_its_own(
     result = runner.invoke(app, [*_send_argv(link), "--json"])
     assert (result.exit_code, json.loads(result.stdout)) == (
         0,
-        {"ok": True, "seqs": [1], "duplicates": 0},
+        {"ok": True, "seqs": [1], "duplicates": 0, "journaled": [1, 1]},
     )
 
 
@@ -290,7 +290,7 @@ def test_idle_connections_are_closed_after_idle_s_and_the_next_client_is_served(
         result = runner.invoke(app, [*_send_argv(server.path), "--json"])
         assert (result.exit_code, json.loads(result.stdout)) == (
             0,
-            {"ok": True, "seqs": [1], "duplicates": 0},
+            {"ok": True, "seqs": [1], "duplicates": 0, "journaled": [1, 1]},
         )
     finally:
         kept.close()
@@ -428,7 +428,14 @@ def test_a_request_right_behind_a_failed_one_is_answered_by_the_reopened_world(
     assert (failed["ok"], failed["error"]["class"]) == (False, "JournalWriteFailed")
     assert (answered["ok"], answered["result"]) == (
         True,
-        {"seqs": [1], "duplicates": 0, "batch": None, "staged": 0, "partitions": None},
+        {
+            "seqs": [1],
+            "duplicates": 0,
+            "journaled": [1, 1],
+            "batch": None,
+            "staged": 0,
+            "partitions": None,
+        },
     )
     served_world.stop()
     assert events_in(served_world.path) == 1

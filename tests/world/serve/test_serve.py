@@ -200,7 +200,7 @@ def test_the_cli_talks_to_a_served_world_through_its_socket(server: Served) -> N
     result = runner.invoke(app, ["send", w, EVENT, json.dumps(add("k", 4)), "--json"])
     assert (result.exit_code, json.loads(result.stdout)) == (
         0,
-        {"ok": True, "seqs": [1], "duplicates": 0},
+        {"ok": True, "seqs": [1], "duplicates": 0, "journaled": [1, 1]},
     )
     lines = server.path.parent / "events.jsonl"
     lines.write_text(json.dumps(add("k", 1)) + "\n" + json.dumps({"key": "k"}) + "\n")

@@ -13,7 +13,7 @@ and ``tick`` (one step of one ready entity), and is written as journal records:
 
 ``id`` is the sender's idempotency key, when it gave one: the kernel journals it and routes the
 event, and holds no memory of ids; which events of a batch are new is the world's to say before
-it asks the kernel to journal them (``world._eventids``: an index of every id ever journaled,
+it asks the kernel to journal them (``world._event_ids``: an index of every id ever journaled,
 derived from the journal, too big for a kernel's snapshot). ``src, idx`` is the delivery's identity (the seq of the record that produced it and its
 position there); ``events``/``effects`` are present only when the step emitted some. ``out_hash`` is blake3 of the
 reducer's raw output bytes, so replay can say exactly where behaviour first differed.
@@ -289,7 +289,7 @@ class Kernel:
         """Journal outside events ``(schema, value_cbor, value, id)`` and route them; their
         seqs, consecutive. Every record is encoded before any is appended, so one that cannot
         be (too large) leaves nothing pending. Each is journaled, ``id`` and all: dropping an
-        event already journaled under its id is the caller's (``world._eventids``)."""
+        event already journaled under its id is the caller's (``world._event_ids``)."""
         records: list[Record] = []
         for schema, value_cbor, _value, event_id in events:
             body: dict[str, Any] = {"schema": schema, "value": value_cbor}
@@ -913,7 +913,7 @@ class Kernel:
         self.effects.restore(obj.get("effects"))
         self.effects.keep_runs(set(self.plans.runs))  # an older snapshot held every receipt
         # An older snapshot's "event_ids" (the last ids, when the kernel kept them) is not read:
-        # the world's index of every id (``world._eventids``) is derived from the journal.
+        # the world's index of every id (``world._event_ids``) is derived from the journal.
         part = obj.get("partition")
         self.partition = None if part is None else Partition.from_obj(part)
 

@@ -37,7 +37,7 @@ world partitioned by key: its partitions in one process or as Ray actors). ``sdk
 reducer SDK as a library.
 
 Private parts: ``_world`` (``World``), ``_recovery`` (opening: checkpoint and journal tail,
-rebuilds), ``_eventids`` (the index of every event id journaled: a retried send is exactly
+rebuilds), ``_event_ids`` (the index of every event id journaled: a retried send is exactly
 once), ``_reading`` (states, cells, ``info``), ``_engine`` (the loop), ``_directory`` (the
 directory's own files, creation, swaps), ``_airfiles`` (AIR from disk), ``_airstore`` (the AIR
 of each era, stored), ``_cas``, ``_modcache`` (compiled modules on disk), ``_runner`` (the

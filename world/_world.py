@@ -96,7 +96,7 @@ from world._directory import (
     remove_tree,
     swapped_in,
 )
-from world._eventids import EventIds
+from world._event_ids import EventIds
 from world._fsutil import WorldLock, atomic_write, lock_world, mkdir_durable, sync_tree
 from world._reading import CellView
 from world._recovery import Recovered, Recovery
@@ -581,7 +581,7 @@ class World:
         encoded before any is journaled (``EventRejected`` names the first bad one), and the
         commit is atomic (``FileJournal.commit(atomic=True)``: a crash or a power cut inside it
         leaves none of the batch, never a prefix). ``ids[i]``, when not None, is event ``i``'s
-        idempotency key: an event whose id the journal already holds (``world._eventids``: any
+        idempotency key: an event whose id the journal already holds (``world._event_ids``: any
         ever journaled), or that an earlier event of the batch has, is not journaled again, and
         its seq is that one's. The seqs of the events journaled are consecutive and after every
         other seq returned."""

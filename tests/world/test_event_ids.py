@@ -1,4 +1,4 @@
-"""A retry of any batch is exactly once (``world._eventids``: the index of every id journaled).
+"""A retry of any batch is exactly once (``world._event_ids``: the index of every id journaled).
 
 The index is derived from the journal, so whatever happens to it (killed before it was written,
 missing, damaged, another world's, ahead of a cut journal, not writable, a full disk) the world
@@ -20,7 +20,7 @@ import pytest
 
 import world as worlds
 from world import World
-from world import _eventids as eventids
+from world import _event_ids as eventids
 from world.history import verify_world
 from world.journal import FileJournal
 

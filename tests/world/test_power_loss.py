@@ -217,7 +217,7 @@ def _batch_with_ids(prefix: str, count: int) -> tuple[list[tuple[str, Any]], lis
 
 
 def ids_sent(root: Path, acked: Acked) -> None:
-    """A world whose index (``world._eventids``) holds a batch's ids."""
+    """A world whose index (``world._event_ids``) holds a batch's ids."""
     counter_world(3)(root, acked)
     with World.open(root / "w") as world:
         events, ids = _batch_with_ids("a", 40)
@@ -251,7 +251,6 @@ def check_retried_batch(image: Path, acked: Acked) -> None:
         world.send_many(events + more_events, ids=ids + more_ids)
         journaled = [r.body["id"] for r in world.journal.read(0) if "id" in r.body]
     assert sorted(journaled) == sorted(ids + more_ids)
-
 
 
 def v1_world(root: Path, acked: Acked) -> None:

@@ -3,7 +3,7 @@
 A batch is all or nothing (``World.send_many``): every value is normalised before any is
 journaled, and a bad one rejects the batch by its index (``EventRejected``). Each event may
 carry an idempotency id: an event whose id the journal already holds (any ever journaled:
-``world._eventids``), or an earlier event of the same batch has, is not journaled again, and that
+``world._event_ids``), or an earlier event of the same batch has, is not journaled again, and that
 one's seq is answered for it, so a client that lost an acknowledgement sends again, whatever the
 size of the batch and however often. The answer says exactly what happened: ``seqs`` (each
 event's), ``duplicates`` (how many were not journaled) and ``journaled`` (the first and last seq

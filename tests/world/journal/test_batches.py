@@ -7,7 +7,7 @@ drops the batch whole (a torn tail, reason ``partial_batch``). A crash inside th
 is made here by cutting the segment file inside the batch (what a kill -9 or a power cut
 leaves: a prefix); ``tests/world/test_power_loss.py`` cuts the power inside such writes too.
 The world side: ``send_many`` encodes every record before it journals any; every id journaled
-is known across reopen and checkpoints (``world._eventids``; its own tests are
+is known across reopen and checkpoints (``world._event_ids``; its own tests are
 ``tests/world/test_event_ids.py``).
 """
 

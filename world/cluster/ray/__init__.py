@@ -15,7 +15,7 @@ process is restarted by Ray, reopens its world from disk (checkpoint plus journa
 acknowledged is there) and asks each owner's cursor before forwarding again; a call that was
 in flight is retried. A retried ``send`` is exactly once because every event carries an id
 (the client makes one when the user gave none): a partition does not journal an id its
-journal holds (``world._eventids``). A retried ``take`` is exactly once by origin. A partition
+journal holds (``world._event_ids``). A retried ``take`` is exactly once by origin. A partition
 whose directory cannot be opened does not restart in a loop: its actor stays up and answers
 every call with the error a single world gives for that directory (``failure``); the others
 go on, and what they owe it waits in their outboxes.

@@ -39,7 +39,8 @@ TIMER_AIR = ROOT / "manifests" / "timer"
 
 
 def _plans_world(folder: Path) -> Path:
-    """Plan ``t/fail@1`` adds a text to an int (``expr.type`` in its second step); plan
+    """Plan ``t/fail@1`` adds a text to an int (``expr.type`` in its second step: the text is
+    read with ``get``, whose result validation cannot type, so only the run finds it); plan
     ``t/ok@1`` ends at once. ``GO`` starts both."""
     failing = plan(
         "t/fail@1",
@@ -49,7 +50,7 @@ def _plans_world(folder: Path) -> Path:
             {
                 "id": "b",
                 "op": "assign",
-                "expr": op("add", ref("@var:one"), ref("@plan.input.s")),
+                "expr": op("add", ref("@var:one"), op("get", ref("@plan.input"), "s")),
                 "bind": {"as": "x"},
             },
             end(),

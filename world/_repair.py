@@ -77,11 +77,11 @@ ones verify named, and they stay readable in the backup.
 The damage mark (``DAMAGE_MARK``). A check with the verify cache (``journal verify``, and the
 background check of ``serve --verify-every``) that finds corruption leaves
 ``<world>/journal-damaged.json`` naming it, on a best effort (not on a read-only file system,
-where there is no writer to stop). A served world asks for it before each write
-(``refuse_if_damaged``, in ``world.serve._dispatch``) and answers ``JournalDamaged`` while it
-is there: a record acknowledged then could be cut by the repair. Reads go on. A repair removes
-it (the server must be stopped for it: repair takes the world exclusively), and the
-restarted server takes writes again.
+where there is no writer to stop). Every operation that writes asks for it first
+(``refuse_if_damaged``, in ``world.ops``' ``Operation.run``: in process, served, over HTTP,
+in a partition) and answers ``JournalDamaged`` while it is there: a record acknowledged then
+could be cut by the repair. Reads go on. A repair removes it (a server must be stopped for
+it: repair takes the world exclusively), and the restarted server takes writes again.
 """
 
 from __future__ import annotations

@@ -330,7 +330,7 @@ class JournalDamaged(WorldUnavailable):
         self.repair = f"world journal verify {path} --repair"
         super().__init__(
             f"the journal is damaged ({finding}): this world takes no write until it is "
-            f"repaired; stop the server, run `{self.repair}`, and start it again"
+            f"repaired: run `{self.repair}` (a server of it stopped first, started again after)"
         )
 
 

@@ -155,6 +155,13 @@ class Operation:
             raise _invalid(self.name, exc) from None
 
     def run(self, ctx: Context, args: Args) -> Result:
+        """The operation on ``ctx``'s world; one that writes is refused (``JournalDamaged``)
+        while a check's damage mark is in the world (``world._repair.DAMAGE_MARK``: one
+        ``stat`` while there is none), whichever front end asks."""
+        if self.writes:
+            from world._repair import refuse_if_damaged
+
+            refuse_if_damaged(ctx.world.path)
         return self.fn(ctx, args)
 
     def reply(self, result: Result) -> dict[str, Any]:

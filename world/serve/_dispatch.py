@@ -15,7 +15,7 @@ finishes. Rejected: running those in slices between turns: the world moves on be
 so an export would mix states of several journal positions, while a read-only handle stays at
 one.
 
-A write is refused with ``JournalDamaged`` (naming the damage and the repair command) while a
+A write is refused (by ``world.ops``, as from every front end) with ``JournalDamaged`` (naming the damage and the repair command) while a
 check has left the world's damage mark (``world._repair.DAMAGE_MARK``: the background check of
 ``--verify-every``, or ``journal verify``): a record acknowledged then could be cut by the
 repair. Reads go on. ``journal verify --repair`` (with the server stopped: it takes the world
@@ -68,10 +68,6 @@ class Dispatcher:
                 "op", op.name, "names files on the world's host: not offered over HTTP"
             )
         args = op.parse(raw_args)
-        if op.writes:
-            from world._repair import refuse_if_damaged
-
-            refuse_if_damaged(self.world.path)
         if op.off_loop(args):
             self.ctx.catch_up()
             path = self.world.path

@@ -132,3 +132,30 @@ def test_a_served_world_whose_check_finds_damage_refuses_writes_and_answers_read
             assert len(seqs) == 1
     finally:
         server.stop()
+
+
+def test_a_world_open_in_process_when_a_check_finds_damage_refuses_writes_and_answers_reads(
+    tmp_path: Path,
+) -> None:
+    """The mark is asked for by the operations layer, so an application's own handle (opened
+    before the damage was found: a new one is refused at open by the journal's scan) is
+    refused as a served world is; reads go on, and a repair lets it write again."""
+    import world as world_face
+    from world.errors import JournalDamaged
+
+    w = _world(tmp_path / "w")
+    with world_face.open(w) as handle:
+        handle.send(EVENT, [add("k0", 1)][0])
+        _flip(sorted((w / "journal").glob("*.log"))[1], -5)
+        verify_work(w, [].append)()
+        assert (w / DAMAGE_MARK).exists()
+        before = {f.name: f.read_bytes() for f in (w / "journal").iterdir()}
+        with pytest.raises(JournalDamaged) as refused:
+            handle.send(EVENT, add("k0", 1))
+        assert refused.value.repair == f"world journal verify {w} --repair"
+        assert "--repair" in str(refused.value)
+        assert handle.state(COUNTER, "k0") is not None
+        assert {f.name: f.read_bytes() for f in (w / "journal").iterdir()} == before
+    repair_world(w, tmp_path / "backup")
+    with world_face.open(w) as handle:
+        assert len(handle.send(EVENT, add("k0", 1)).seqs) == 1

@@ -35,5 +35,5 @@ def test_the_plant_changes_the_code_and_names_tests_that_exist(plant: object) ->
         assert (root / test).is_file(), test
 
 
-def test_there_are_twelve() -> None:
-    assert len(planted.PLANTS) == 12
+def test_there_are_twenty() -> None:
+    assert len(planted.PLANTS) == 20

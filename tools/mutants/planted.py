@@ -1,4 +1,4 @@
-"""The twelve planted bugs that once survived the whole suite, planted again one at a time.
+"""The planted bugs that once survived the whole suite, planted again one at a time.
 
 Usage (in a clean checkout; each file is restored after its run, even on Ctrl-C):
 
@@ -10,10 +10,10 @@ First the tests of the chosen plants run with nothing planted: they must pass (e
 so that a failure with a plant in place is the plant's doing.
 
 A mutation tool makes its own mutants at random places; these are the bugs a review found that
-the suite could not see (the first ten are the ones it named, the last two are real bugs it
-found, put back), each a realistic slip in code that guards a promise. For each: the file, the
-exact text replaced (it must occur once: a plant that no longer applies is reported, never
-skipped), and the tests that must now fail. A plant in C rebuilds the native extension before
+the suite could not see (the first ten are the ones it named, 11 and 12 are real bugs it found,
+put back; 13-20 are blind spots a later review found by planting), each a realistic slip in
+code that guards a promise. For each: the file, the exact text replaced (it must occur once: a
+plant that no longer applies is reported, never skipped), and the tests that must now fail. A plant in C rebuilds the native extension before
 and after its run. The result table is what ``TESTING.md`` records.
 """
 
@@ -126,6 +126,64 @@ PLANTS: tuple[Plant, ...] = (
         '                if record.kind == "receipt":\n                    bad = signatures.check(record)\n',
         '                if record.kind == "receipt-never":\n                    bad = signatures.check(record)\n',
         ("tests/world/effects/test_receipt_signatures.py",),
+    ),
+    # The blind spots a later review found (issue 35): each passed the whole suite until the
+    # test named here was written.
+    Plant(
+        "apply_requires approval: an approval of any proposal counts",
+        "world/gov/_apply.py",
+        '    if "approval" in needs and not approvals(world).get(found.id):\n',
+        '    if "approval" in needs and not approvals(world):\n',
+        ("tests/world/gov/test_upgrade_apply.py",),
+    ),
+    Plant(
+        "upgrade shadow: a stale proposal is shadowed (and journaled)",
+        "world/gov/_shadow.py",
+        "    not_stale(world, found.id, found.base)\n",
+        "",
+        ("tests/world/gov/test_upgrade_shadow.py",),
+    ),
+    Plant(
+        "atomic commit: the batch marker only for more than two records",
+        "world/journal/_file.py",
+        "        marked = atomic and len(self._pending) > 1\n",
+        "        marked = atomic and len(self._pending) > 2\n",
+        ("tests/world/test_power_loss.py",),
+    ),
+    Plant(
+        "HTTP receipt: a failure's text not scrubbed of the secrets sent",
+        "world/effects/_http.py",
+        '            "body_preview": scrub.text(failed.detail)[: self.body_preview_chars],\n',
+        '            "body_preview": failed.detail[: self.body_preview_chars],\n',
+        ("tests/world/effects/test_secrets.py",),
+    ),
+    Plant(
+        "HTTP receipt: response header names not scrubbed (a secret echoed as a name)",
+        "world/effects/_http.py",
+        "            name, value = scrub.text(name), scrub.text(value)\n",
+        "            value = scrub.text(value)\n",
+        ("tests/world/effects/test_secrets.py",),
+    ),
+    Plant(
+        "secret files: readable by the group accepted (only others' bits refused)",
+        "world/effects/_secrets.py",
+        "            if info.st_mode & 0o077:\n",
+        "            if info.st_mode & 0o007:\n",
+        ("tests/world/effects/test_secrets.py",),
+    ),
+    Plant(
+        "inspector: a cell's state rendered as HTML on the cells page",
+        "cli/ui/templates/cells.html",
+        "<td><pre>{{ c.state | pretty }}</pre></td>",
+        "<td><pre>{{ c.state | pretty | safe }}</pre></td>",
+        ("tests/cli/ui/test_ui.py",),
+    ),
+    Plant(
+        "shadow report: reducers in set order (varies with PYTHONHASHSEED)",
+        "world/gov/_shadow_report.py",
+        "    for reducer in sorted(shadow_kernel.air.modules):\n",
+        "    for reducer in set(shadow_kernel.air.modules):\n",
+        ("tests/kernel/test_determinism.py",),
     ),
 )
 

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import random
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from powerloss import PowerCut, PowerLoss  # type: ignore[import-not-found]
+from powerloss import PowerLoss  # type: ignore[import-not-found]
 
 from air import cbor
 from simulation._script import Action
-from simulation._world import COUNTER, EVENT, KEYS, Failure, air_folders
+from simulation._world import COUNTER, EVENT, KEYS, Failure, air_folders, under_power
 from world.cluster import LocalCluster, PartitionNode, init_cluster, partition_dir, resync
 from world.history import verify_world
 
@@ -126,22 +125,9 @@ class ClusterSim:
         do = getattr(self, f"do_{action.kind}")
         if self.power is None:
             return str(do(*action.args))
-        loss, self.power_left = self.power, self.power_left - 1
-        try:
-            said = str(do(*action.args))
-        except PowerCut:
-            said = f"power cut at durable operation {loss.cut_at}"
-        if loss.image is None and self.power_left > 0:
-            return said
-        self.power = None
-        self._power_on.close()
-        if loss.image is None:
-            return said + "; no cut (the power stayed on)"
-        self.die()
-        shutil.rmtree(self.path)
-        loss.image.rename(self.path)
-        self.start()
-        return said + "; every partition reopened from what was durable"
+        return under_power(
+            self, do, action.args, lambda: "every partition reopened from what was durable"
+        )
 
     def do_send(self, *events: tuple[str, Any, bool]) -> str:
         batch = Batch([])

@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powerloss import PowerCut, PowerLoss  # type: ignore[import-not-found]
+from powerloss import PowerLoss  # type: ignore[import-not-found]
 
 import world
 from air import cbor
@@ -31,6 +30,7 @@ from simulation._world import (
     Failure,
     SimAdapter,
     air_folders,
+    under_power,
 )
 from world import Engine
 from world import _fileio as fileio
@@ -134,23 +134,11 @@ class Sim:
             return self._under_disk_fault(do, action)
         if self.power is None:
             return str(do(*action.args))
-        loss, self.power_left = self.power, self.power_left - 1
-        try:
-            said = str(do(*action.args))
-        except PowerCut:
-            said = f"power cut at durable operation {loss.cut_at}"
-        if loss.image is None and self.power_left > 0:
-            return said
-        self.power = None
-        self._power_on.close()
-        if loss.image is None:
-            return said + "; no cut (the power stayed on)"
-        self.die()
-        shutil.rmtree(self.path)
-        loss.image.rename(self.path)
-        self.start()
+        return under_power(self, do, action.args, self._reopened)
+
+    def _reopened(self) -> str:
         self.replay_matches()
-        return said + "; reopened from what was durable"
+        return "reopened from what was durable"
 
     def _under_disk_fault(self, do: Callable[..., str], action: Action) -> str:
         fault, self.disk_left = self.disk, self.disk_left - 1

@@ -4,6 +4,7 @@ adapter whose answers the script schedules. ``Failure``: an invariant broken."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -13,7 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import httpx
 
@@ -264,3 +265,42 @@ class SimAdapter:
     def close(self) -> None:
         self.held.clear()
         self.inner.close()
+
+
+class _Powered(Protocol):
+    """A simulation that a power cut can be armed on (``Sim``, ``ClusterSim``)."""
+
+    path: Path
+    power: Any  # powerloss.PowerLoss while armed
+    power_left: int
+    _power_on: contextlib.ExitStack
+
+    def die(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
+def under_power(
+    sim: _Powered, do: Callable[..., Any], args: tuple[Any, ...], reopened: Callable[[], str]
+) -> str:
+    """``do(*args)`` with the power cut armed, as one line: when the cut came (or the armed
+    actions are spent without one), the power goes back on; after a cut the world is put back
+    from what was durable and started again, and ``reopened()`` checks it and says how."""
+    from powerloss import PowerCut  # type: ignore[import-not-found]
+
+    loss, sim.power_left = sim.power, sim.power_left - 1
+    try:
+        said = str(do(*args))
+    except PowerCut:
+        said = f"power cut at durable operation {loss.cut_at}"
+    if loss.image is None and sim.power_left > 0:
+        return said
+    sim.power = None
+    sim._power_on.close()
+    if loss.image is None:
+        return said + "; no cut (the power stayed on)"
+    sim.die()
+    shutil.rmtree(sim.path)
+    loss.image.rename(sim.path)
+    sim.start()
+    return f"{said}; {reopened()}"

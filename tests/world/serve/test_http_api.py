@@ -35,6 +35,7 @@ class Served:
     """A world served on a thread with HTTP on a free loopback port (``url``)."""
 
     def __init__(self, path: Path, *, rate: float = 5000.0, burst: int = 5000) -> None:
+        self.path = path
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self.url = ""

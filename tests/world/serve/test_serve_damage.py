@@ -5,54 +5,25 @@ removes the mark, and the restarted server takes writes again."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
+import test_http_api
+from test_http_api import TOKEN, WAIT_S
 
 from cli.archive import verify_work
 from world import World
 from world._repair import DAMAGE_MARK, repair_world
 from world.errors import ServedError
 from world.journal import _file as file_journal
-from world.serve import Client, HttpSettings, serve, socket_path
+from world.serve import Client, socket_path
 
 from worldkit import COUNTER, COUNTER_AIR, EVENT, add
 
-WAIT_S = 30.0
-TOKEN = "tok-" + "d" * 40
 
-
-class Served:
-    """A world served on a thread, on its socket and over HTTP (``url``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.url = path, ""
-        self.stop_event, self.ready = threading.Event(), threading.Event()
-        self.errors: list[BaseException] = []
-        settings = HttpSettings("127.0.0.1", 0, TOKEN, "test", 5000.0, 5000)
-
-        def run() -> None:
-            try:
-                serve(
-                    path,
-                    stop_event=self.stop_event,
-                    on_listening=lambda _p: self.ready.set(),
-                    http=settings,
-                    on_http=self._at,
-                )
-            except BaseException as exc:
-                self.errors.append(exc)
-                self.ready.set()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        assert self.ready.wait(WAIT_S)
-        assert self.errors == []
-
-    def _at(self, url: str) -> None:
-        self.url = url
+class Served(test_http_api.Served):
+    """A world served on a thread (``test_http_api``'s), asked on its socket and over HTTP."""
 
     def client(self) -> Client:
         return Client(socket_path(self.path), timeout_s=WAIT_S)
@@ -60,12 +31,6 @@ class Served:
     def http(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=WAIT_S)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive()
-        assert self.errors == []
 
 
 def _world(path: Path) -> Path:

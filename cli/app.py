@@ -186,6 +186,7 @@ app.add_typer(__import__("cli.runs", fromlist=["app"]).app, name="runs")  # `wor
 app.command("why")(__import__("cli.why", fromlist=["why"]).why)
 app.command("ui")(__import__("cli.ui", fromlist=["ui"]).ui)
 app.add_typer(__import__("cli.cluster", fromlist=["app"]).app, name="cluster")
+app.add_typer(__import__("cli.normalize", fromlist=["app"]).app, name="air")
 
 
 def _settle_help(typer_app: typer.Typer) -> None:

@@ -1,0 +1,316 @@
+"""AIR in AgentOS's strict form: a loaded world's own defs rewritten in the spellings AgentOS's
+AIR v1 JSON Schemas describe (``world air normalize``), each feature of ours that has no
+AgentOS form kept as it is and reported.
+
+What is rewritten (each is a spelling our loader reads the same, so every def keeps its
+canonical form and hash; ``tests/air/test_normalize.py`` checks it for every bundled manifest):
+- types: every primitive shorthand in its object form (``"nat"`` -> ``{"nat": {}}``), a
+  schema name as ``{"ref": name}`` (``air.types.type_to_obj``, the canonical type); where
+  AgentOS takes a schema *name* (``key_schema``, plan ``locals``) a ``{"ref": n}`` is written
+  ``n``, and an inline type is kept and reported;
+- Exprs where AgentOS takes an Expr (edge ``when``, ``await_receipt.for``, ``await_event.where``,
+  ``invariants``), and an Expr in an ExprOrValue position: each constant in its tagged form
+  (``200`` -> ``{"int": 200}``, ``"GET"`` -> ``{"text": "GET"}``, ``null``/``{"none": {}}``/
+  ``{"unit": {}}`` -> ``{"null": {}}``, ``{"bytes": b}`` -> ``{"bytes_b64": b}``, ``{"some":
+  e}`` -> ``e``, ``{"lit": v}`` -> its constant), recursively; a plain JSON literal in an
+  ExprOrValue position is left as written (AgentOS reads it through the schema, as we do);
+- a module's ``wasm`` path -> ``wasm_hash``, ``sha256:<hex>`` of the module's bytes (AgentOS's
+  ``Hash``); the manifest's def lists written in full, each ``{name, hash}``; ``air_version``.
+
+What differs for our loader, exactly: a module given by its ``wasm`` path is written with its
+``sha256`` ``wasm_hash`` and no path, and our loader cannot rehash bytes it is not given, so that
+module's canonical form carries the sha256 text where ours has the blake3 of the same bytes:
+that module's def hash differs, and so does the manifest hash (defined over the def hashes);
+every other def hashes the same. The manifest lists' hashes are ``sha256`` over *our* canonical
+CBOR of each def (AgentOS's schema requires a hash there; AgentOS's own CBOR differs, so its
+tools recompute theirs): our loader reports them ``air.hash.foreign`` and does not check them.
+
+Integer constants: our constants are untyped (``{"int": 5}``, ``{"nat": 5}`` and ``5`` are one
+value), so a bare integer is written ``{"int": n}`` (``{"nat": n}`` above the i64 range): the
+position's schema types it in both systems.
+
+Pure: the caller loads the AIR (with its wasm bytes) and writes the documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from air._loaded import LoadedAir, Located
+from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, DefSecret
+from air.expr import is_expr_form, parse_expr, to_json
+from air.types import parse_type, type_to_obj
+
+__all__ = ["NormalizedAir", "Unmapped", "normalize_air"]
+
+_I64_MAX: Final = 2**63 - 1
+
+FILES: Final[dict[type, str]] = {
+    DefSchema: "schemas.air.json",
+    DefModule: "modules.air.json",
+    DefPlan: "plans.air.json",
+    DefCap: "caps.air.json",
+    DefPolicy: "policies.air.json",
+    DefEffect: "effects.air.json",
+    DefSecret: "secrets.air.json",
+}
+"""The file of each kind in the output folder (the manifest is ``manifest.air.json``)."""
+
+_LISTS: Final[dict[type, str]] = {
+    DefSchema: "schemas",
+    DefModule: "modules",
+    DefPlan: "plans",
+    DefCap: "caps",
+    DefPolicy: "policies",
+    DefEffect: "effects",
+    DefSecret: "secrets",
+}
+
+_KEPT_CONSTS: Final = frozenset(
+    {"int", "nat", "text", "bool", "hash", "uuid", "dec128", "time_ns", "duration_ns", "null"}
+)
+"""AgentOS's constant forms, kept as written (``bytes_b64`` too)."""
+
+_POLICY_OURS: Final = ("host", "path_prefix", "method")
+"""Policy match fields of ours that AgentOS's ``Match`` lacks."""
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """A feature of ours kept in the output because AgentOS's AIR v1 has no form for it."""
+
+    name: str
+    pointer: str
+    detail: str
+
+    def render(self) -> str:
+        return f"{self.name}:{self.pointer or '/'}: {self.detail}"
+
+    def as_json(self) -> dict[str, str]:
+        return {"name": self.name, "pointer": self.pointer, "detail": self.detail}
+
+
+@dataclass
+class NormalizedAir:
+    """The strict documents by file name (an array of defs each, or the manifest object), and
+    what was kept as ours."""
+
+    files: dict[str, Any] = field(default_factory=dict)
+    unmapped: list[Unmapped] = field(default_factory=list)
+
+
+def _strict_expr(obj: Any) -> Any:
+    """An Expr in AgentOS's tagged spelling (see the module docstring)."""
+    if obj is None:
+        return {"null": {}}
+    if type(obj) is bool:
+        return {"bool": obj}
+    if type(obj) is int:
+        return {"int": obj} if obj <= _I64_MAX else {"nat": obj}
+    if type(obj) is str:
+        return {"text": obj}
+    if type(obj) is not dict:
+        return obj  # not an Expr: AgentOS's validation says so
+    if "op" in obj and isinstance(obj.get("args"), list):
+        return {"op": obj["op"], "args": [_strict_expr(a) for a in obj["args"]]}
+    if len(obj) != 1:
+        return obj
+    form, body = next(iter(obj.items()))
+    if form in _KEPT_CONSTS or form in ("ref", "bytes_b64"):
+        return obj
+    if form in ("none", "unit"):
+        return {"null": {}}
+    if form == "bytes":
+        return {"bytes_b64": body}
+    if form == "some":
+        return _strict_expr(body)
+    if form == "lit":
+        return _strict_expr(to_json(parse_expr(obj)))
+    if form == "record" and isinstance(body, dict):
+        return {"record": {k: v if k == "$schema" else _strict_expr(v) for k, v in body.items()}}
+    if form in ("list", "set") and isinstance(body, list):
+        return {form: [_strict_expr(v) for v in body]}
+    if form == "map" and isinstance(body, list):
+        return {"map": [_strict_entry(e) for e in body]}
+    if form == "variant" and isinstance(body, dict) and "value" in body:
+        return {"variant": {**body, "value": _strict_expr(body["value"])}}
+    return obj
+
+
+def _strict_entry(entry: Any) -> Any:
+    if isinstance(entry, dict) and set(entry) == {"key", "value"}:
+        return {"key": _strict_expr(entry["key"]), "value": _strict_expr(entry["value"])}
+    return entry
+
+
+def _expr_or_value(obj: Any) -> Any:
+    return _strict_expr(obj) if is_expr_form(obj) else obj
+
+
+def _type(raw: Any) -> Any:
+    return type_to_obj(parse_type(raw))
+
+
+def _schema_name(raw: Any, name: str, pointer: str, out: NormalizedAir) -> Any:
+    """A position where AgentOS takes a schema name: the name, else our inline type, reported."""
+    canonical = _type(raw)
+    if set(canonical) == {"ref"}:
+        return canonical["ref"]
+    detail = "an inline type where AgentOS takes a schema name (SchemaRef): kept"
+    out.unmapped.append(Unmapped(name, pointer, detail))
+    return canonical
+
+
+_STEP_STRICT: Final = {"await_receipt": ("for",), "await_event": ("where",)}
+_STEP_EXPR_OR_VALUE: Final = {
+    "emit_effect": ("params", "idempotency_key"),
+    "assign": ("expr",),
+    "end": ("result",),
+    "raise_event": ("value",),
+}
+
+
+def _step(step: dict[str, Any], name: str, pointer: str, out: NormalizedAir) -> dict[str, Any]:
+    op = step.get("op")
+    if op == "raise_event" and "reducer" in step:
+        detail = (
+            "raise_event {reducer, key?, event} (ours): AgentOS's last v1 has only the routed "
+            "{event, value}; kept"
+        )
+        out.unmapped.append(Unmapped(name, pointer, detail))
+        return step
+    data = dict(step)
+    for key in _STEP_STRICT.get(str(op), ()):
+        if key in data:
+            data[key] = _strict_expr(data[key])
+    for key in _STEP_EXPR_OR_VALUE.get(str(op), ()):
+        if key in data:
+            data[key] = _expr_or_value(data[key])
+    return data
+
+
+def _plan(raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+    data = dict(raw)
+    if "locals" in data:
+        data["locals"] = {
+            var: _schema_name(t, name, f"/locals/{var}", out) for var, t in raw["locals"].items()
+        }
+    data["steps"] = [
+        _step(s, name, f"/steps/{i}", out) if isinstance(s, dict) else s
+        for i, s in enumerate(raw["steps"])
+    ]
+    if "edges" in data:
+        data["edges"] = [
+            {**e, "when": _strict_expr(e["when"])} if "when" in e else e for e in raw["edges"]
+        ]
+    if "invariants" in data:
+        data["invariants"] = [_strict_expr(i) for i in raw["invariants"]]
+    return data
+
+
+def _module(air: LoadedAir, raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+    data = {k: v for k, v in raw.items() if k != "wasm"}
+    wasm = air.wasm_bytes.get(name)
+    if wasm is not None:
+        data["wasm_hash"] = "sha256:" + hashlib.sha256(wasm).hexdigest()
+    elif data.get("wasm_hash") is None:
+        detail = "names no wasm: AgentOS requires wasm_hash (its build fills it in); left out"
+        out.unmapped.append(Unmapped(name, "/wasm_hash", detail))
+    elif not str(data["wasm_hash"]).startswith("sha256:"):
+        detail = "wasm_hash is blake3 and the bytes were not given: AgentOS's is sha256; kept"
+        out.unmapped.append(Unmapped(name, "/wasm_hash", detail))
+    if "key_schema" in data:
+        data["key_schema"] = _schema_name(raw["key_schema"], name, "/key_schema", out)
+    slots = raw.get("abi", {}).get("reducer", {}).get("cap_slots", {})
+    for slot, cap in slots.items():
+        if "/" in cap:
+            detail = f"cap slot {slot} names a defcap ({cap}) where AgentOS takes a cap type: kept"
+            out.unmapped.append(Unmapped(name, f"/abi/reducer/cap_slots/{slot}", detail))
+    return data
+
+
+def _policy(raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+    for i, rule in enumerate(raw["rules"]):
+        for key in _POLICY_OURS:
+            if key in rule["when"]:
+                detail = f"match field {key!r} (ours): AgentOS's Match has none; kept"
+                out.unmapped.append(Unmapped(name, f"/rules/{i}/when/{key}", detail))
+        if rule["decision"] == "require_approval":
+            detail = "decision require_approval (ours): AgentOS's v1 has allow and deny; kept"
+            out.unmapped.append(Unmapped(name, f"/rules/{i}/decision", detail))
+    return raw
+
+
+def _def(air: LoadedAir, loc: Located, out: NormalizedAir) -> dict[str, Any]:
+    model, raw, name = loc.model, loc.raw, loc.model.name
+    if isinstance(model, DefSchema):
+        return {**raw, "type": _type(raw["type"])}
+    if isinstance(model, DefCap):
+        return {**raw, "schema": _type(raw["schema"])}
+    if isinstance(model, DefModule):
+        return _module(air, raw, name, out)
+    if isinstance(model, DefPlan):
+        return _plan(raw, name, out)
+    if isinstance(model, DefPolicy):
+        return _policy(raw, name, out)
+    if isinstance(model, DefEffect):
+        detail = (
+            "defeffect in our shape (effect_kind, origins, receipt_event); AgentOS's is "
+            "{kind, origin_scope} and our loader reads only ours: kept"
+        )
+        out.unmapped.append(Unmapped(name, "", detail))
+        return dict(raw)
+    if isinstance(model, DefSecret) and str(raw.get("expected_digest", "")).startswith("blake3:"):
+        detail = "expected_digest is blake3: AgentOS's Hash is sha256; kept"
+        out.unmapped.append(Unmapped(name, "/expected_digest", detail))
+    return dict(raw)
+
+
+def _manifest(air: LoadedAir, written: list[str], out: NormalizedAir) -> dict[str, Any]:
+    """The manifest with its lists in full: every def written, and each built-in the author's
+    manifest named; each entry ``{name, hash}`` (sha256 over our canonical CBOR)."""
+    manifest = air.manifest
+    named = {
+        item if isinstance(item, str) else item.name
+        for list_name in _LISTS.values()
+        for item in getattr(manifest, list_name)
+    }
+    lists: dict[str, list[dict[str, str]]] = {k: [] for k in _LISTS.values() if k != "secrets"}
+    for def_name in sorted(air.defs):
+        if def_name not in written and def_name not in named:
+            continue
+        digest = "sha256:" + hashlib.sha256(air.def_cbor[def_name]).hexdigest()
+        kind = _LISTS[type(air.defs[def_name].model)]
+        lists.setdefault(kind, []).append({"name": def_name, "hash": digest})
+    data: dict[str, Any] = {"$kind": "manifest", "air_version": manifest.air_version, **lists}
+    dumped = manifest.model_dump(by_alias=True, exclude_defaults=True)
+    for key in ("routing", "triggers", "defaults", "module_bindings"):
+        if key in dumped:
+            data[key] = dumped[key]
+    for i, grant in enumerate(manifest.defaults.cap_grants):
+        data["defaults"]["cap_grants"][i].setdefault("params", {})  # AgentOS requires it
+        if grant.budget is not None:
+            detail = "cap grant budget (ours): AgentOS's CapGrant has none; kept"
+            out.unmapped.append(Unmapped("manifest", f"/defaults/cap_grants/{i}/budget", detail))
+    if manifest.governance is not None and manifest.governance.apply_requires:
+        data["governance"] = dumped["governance"]
+        detail = "governance.apply_requires (ours): AgentOS's manifest has none; kept"
+        out.unmapped.append(Unmapped("manifest", "/governance", detail))
+    return data
+
+
+def normalize_air(air: LoadedAir) -> NormalizedAir:
+    """The world's own defs (not the built-ins) and its manifest in AgentOS's strict form,
+    by output file, each in name order; and what was kept as ours."""
+    out = NormalizedAir()
+    written = []
+    for name in sorted(air.defs):
+        loc = air.defs[name]
+        if loc.builtin:
+            continue
+        written.append(name)
+        out.files.setdefault(FILES[type(loc.model)], []).append(_def(air, loc, out))
+    out.files["manifest.air.json"] = _manifest(air, written, out)
+    return out

@@ -12,14 +12,16 @@ Public modules: ``cbor`` (``dumps``, ``loads``, ``content_hash``), ``errors`` (t
 the whole project), ``jsontext`` (the one strict JSON reader), ``types`` (type nodes and their
 JSON forms), ``values`` (normalise, check, sugar), ``expr`` (the Expr language). This face
 exports the rest of the supported API: loading (``load_air`` and what it takes and gives) and
-the compiled value checkers, and what one AIR changes against another (``diff_air``).
+the compiled value checkers, what one AIR changes against another (``diff_air``), and a loaded
+AIR in AgentOS's strict form (``normalize_air``).
 
 Private parts: ``_loader`` (the loading pipeline), ``_builtins`` (which built-in defs enter a
 world), ``_loaded`` (what it produces), ``_diff`` (the diff of two AIRs), ``_model`` (pydantic
 shapes), ``_validate``, ``_ctx`` and ``_plan_checks`` (semantic validation),
 ``_plan_types`` and ``_plan_old_shapes`` (plan typing, earlier step shapes), ``_canonical``
-(canonical forms and hashes), ``_diagnostics`` (the codes), ``_scalars`` and ``_checkers``
-(primitive values, compiled checks), ``_expr_eval`` (the evaluator).
+(canonical forms and hashes), ``_diagnostics`` (the codes), ``_normalize`` (AgentOS's strict
+form), ``_scalars`` and ``_checkers`` (primitive values, compiled checks), ``_expr_eval`` (the
+evaluator).
 """
 
 from __future__ import annotations
@@ -31,18 +33,22 @@ if TYPE_CHECKING:
     from air._diff import AirDiff, ReducerChange, diff_air, same_state_shape
     from air._loaded import AirSource, LoadedAir, Located, WasmInfo, resolve_relative
     from air._loader import load_air
+    from air._normalize import NormalizedAir, Unmapped, normalize_air
 
 __all__ = [
     "AirDiff",
     "AirSource",
     "LoadedAir",
     "Located",
+    "NormalizedAir",
     "ReducerChange",
     "SchemaCheckers",
+    "Unmapped",
     "WasmInfo",
     "compile_checker",
     "diff_air",
     "load_air",
+    "normalize_air",
     "resolve_relative",
     "same_state_shape",
 ]
@@ -53,6 +59,7 @@ def __getattr__(name: str) -> Any:
     imports ``air.errors`` alone, and pydantic (the loader's) must not come with it."""
     if name not in __all__:  # first: the imports below look their submodules up here
         raise AttributeError(f"module 'air' has no attribute {name!r}")
-    from air import _checkers, _diff, _face, _loaded, _loader
+    from air import _checkers, _diff, _face, _loaded, _loader, _normalize
 
-    return _face.export("air", name, (_loaded, _loader, _checkers, _diff), globals())
+    modules = (_loaded, _loader, _checkers, _diff, _normalize)
+    return _face.export("air", name, modules, globals())

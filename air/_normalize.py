@@ -41,7 +41,7 @@ from typing import Any, Final
 from air._loaded import LoadedAir, Located
 from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, DefSecret
 from air.expr import is_expr_form, parse_expr, to_json
-from air.types import parse_type, type_to_obj
+from air.types import parse_type, type_refs, type_to_obj
 
 __all__ = ["NormalizedAir", "Unmapped", "normalize_air"]
 
@@ -268,18 +268,75 @@ def _def(air: LoadedAir, loc: Located, out: NormalizedAir) -> dict[str, Any]:
     return dict(raw)
 
 
-def _manifest(air: LoadedAir, written: list[str], out: NormalizedAir) -> dict[str, Any]:
-    """The manifest with its lists in full: every def written, and each built-in the author's
-    manifest named; each entry ``{name, hash}`` (sha256 over our canonical CBOR)."""
+def _names(*names: str | None) -> set[str]:
+    return {n for n in names if n is not None}
+
+
+def _type_names(raw: Any) -> set[str]:
+    return set() if raw is None else type_refs(parse_type(raw))
+
+
+def _def_refs(air: LoadedAir, model: Any) -> set[str]:
+    """The defs ``model`` names: schemas in its types and fields, effects by their kind,
+    defcaps (a plan's Exprs name none but ``$schema``, which only our ``raise_event`` has)."""
+    effects = {kind: e.name for kind, e in air.effects.items()}
+    if isinstance(model, DefSchema):
+        return _type_names(model.type)
+    if isinstance(model, DefCap):
+        return _type_names(model.schema_)
+    if isinstance(model, DefEffect):
+        return _names(model.params_schema, model.receipt_schema, model.receipt_event)
+    if isinstance(model, DefModule):
+        abi = model.abi.reducer
+        names = _names(abi.state, abi.event, abi.annotations) | _type_names(model.key_schema)
+        names |= {effects[k] for k in abi.effects_emitted if k in effects}
+        return names | {c for c in abi.cap_slots.values() if "/" in c}
+    if isinstance(model, DefPlan):
+        names = _names(model.input, model.output)
+        for local in model.locals.values():
+            names |= _type_names(local)
+        for step in model.steps:
+            if step.op == "emit_effect" and step.kind in effects:
+                names.add(effects[step.kind])
+            elif step.op == "await_event":
+                names.add(step.event)
+        return names
+    if isinstance(model, DefPolicy):
+        kinds = {r.when.effect_kind for r in model.rules}
+        return {effects[k] for k in kinds if k in effects}
+    return set()
+
+
+def _listed(air: LoadedAir, written: list[str]) -> set[str]:
+    """Every def written, and each built-in they or the manifest name, and theirs in turn:
+    AgentOS's manifest lists the built-ins a world uses."""
     manifest = air.manifest
     named = {
         item if isinstance(item, str) else item.name
         for list_name in _LISTS.values()
         for item in getattr(manifest, list_name)
     }
+    named |= {g.cap for g in manifest.defaults.cap_grants}
+    named |= {r.event for r in manifest.routing.events} | {t.event for t in manifest.triggers}
+    seen: set[str] = set()
+    todo = [*written, *named]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in air.defs:
+            continue
+        seen.add(name)
+        todo.extend(_def_refs(air, air.defs[name].model))
+    return seen
+
+
+def _manifest(air: LoadedAir, written: list[str], out: NormalizedAir) -> dict[str, Any]:
+    """The manifest with its lists in full (``_listed``), each entry ``{name, hash}`` (sha256
+    over our canonical CBOR)."""
+    manifest = air.manifest
+    listed = _listed(air, written)
     lists: dict[str, list[dict[str, str]]] = {k: [] for k in _LISTS.values() if k != "secrets"}
     for def_name in sorted(air.defs):
-        if def_name not in written and def_name not in named:
+        if def_name not in listed:
             continue
         digest = "sha256:" + hashlib.sha256(air.def_cbor[def_name]).hexdigest()
         kind = _LISTS[type(air.defs[def_name].model)]

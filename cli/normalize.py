@@ -25,7 +25,7 @@ def normalize(
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Write the AIR at PATH in AgentOS's strict form (its AIR v1 JSON Schemas) into OUT."""
-    from air._normalize import normalize_air
+    from air import normalize_air
     from world import load_air_path
 
     with handle_errors(json_output, report_manifest_error(json_output)):

@@ -102,7 +102,7 @@ def agentos_checks(path: Path, schemas_dir: Path) -> list[dict[str, Any]]:
     ``jsonschema`` is not installed. An object of no known kind is invalid, saying so."""
     from air import jsontext
     from air.errors import InvalidArgument, JsonError
-    from world._airfiles import air_sources
+    from world import air_sources
 
     try:
         import jsonschema  # type: ignore[import-untyped]  # no stubs installed

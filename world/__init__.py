@@ -370,6 +370,7 @@ _FOR_THE_CLI: dict[str, str] = {
     "JournalView": "world._views",
     "Periodic": "world._watch",
     "RecordView": "world._views",
+    "air_sources": "world._airfiles",
     "applied_before": "world._reading",
     "archive_world": "world._archive",
     "check_world": "world._repair",

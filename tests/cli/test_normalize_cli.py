@@ -38,6 +38,8 @@ def test_air_normalize_writes_one_file_per_kind_and_lists_what_it_kept(tmp_path:
     }
     manifest = json.loads((out / "manifest.air.json").read_text())
     assert {e["name"] for e in manifest["schemas"]} >= {"demo/OrderPlaced@1", "demo/FetchDone@1"}
+    assert "sys/HttpRequestParams@1" in {e["name"] for e in manifest["schemas"]}  # a built-in used
+    assert [e["name"] for e in manifest["effects"]] == ["sys/http.request@1"]
     assert all(e["hash"].startswith("sha256:") for e in manifest["schemas"])
     again = runner.invoke(app, ["validate", str(out), "--json"])
     assert again.exit_code == 0, again.output

@@ -141,3 +141,38 @@ def test_a_module_without_wasm_is_reported_not_invented(tmp_path: Path) -> None:
     (module,) = result.files["modules.air.json"]
     assert "wasm_hash" not in module
     assert ("demo/Counter@1", "/wasm_hash") in {(u.name, u.pointer) for u in result.unmapped}
+
+
+def test_features_agentos_lacks_are_kept_and_reported_one_line_each(tmp_path: Path) -> None:
+    folder = tmp_path / "air"
+    folder.mkdir()
+    for file in (ROOT / "manifests" / "order").glob("*.air.json"):
+        docs = json.loads(file.read_text())
+        for doc in docs:
+            if doc["$kind"] == "defpolicy":
+                doc["rules"][0]["when"]["host"] = "localhost"
+                doc["rules"][1]["decision"] = "require_approval"
+            elif doc["$kind"] == "defmodule":
+                doc["wasm"] = str(ROOT / "reducers" / "order" / "order.wasm")
+            elif doc["$kind"] == "manifest":
+                doc["governance"] = {"apply_requires": ["approval"]}
+                doc["defaults"]["cap_grants"][0]["budget"] = {"bytes": 10}
+        (folder / file.name).write_text(json.dumps(docs))
+    result = normalize_air(load_air_path(folder))
+    kept = {(u.name, u.pointer) for u in result.unmapped}
+    assert {
+        ("demo/order_policy@1", "/rules/0/when/host"),
+        ("demo/order_policy@1", "/rules/0/when/method"),
+        ("demo/order_policy@1", "/rules/1/decision"),
+        ("manifest", "/governance"),
+        ("manifest", "/defaults/cap_grants/0/budget"),
+    } <= kept
+    manifest = result.files["manifest.air.json"]
+    assert manifest["governance"] == {"apply_requires": ["approval"]}
+    assert manifest["defaults"]["cap_grants"][0]["budget"] == {"bytes": 10}
+    (policy,) = result.files["policies.air.json"]
+    assert policy["rules"][1]["decision"] == "require_approval"
+    assert (
+        _reload(result).def_hashes["demo/order_policy@1"]
+        == load_air_path(folder).def_hashes["demo/order_policy@1"]
+    )

@@ -83,3 +83,27 @@ def test_validate_agentos_schemas_refuses_a_folder_without_them(tmp_path: Path) 
     )
     assert result.exit_code != 0
     assert json.loads(result.stdout)["error"] == "InvalidArgument"
+
+
+def test_validate_agentos_schemas_answers_for_air_our_loader_refuses(tmp_path: Path) -> None:
+    if not SCHEMAS.is_dir():
+        pytest.skip(f"AgentOS's schemas are not at {SCHEMAS} (../shared beside the repository)")
+    manifest = {"$kind": "manifest", "air_version": "1", "routing": {"events": 3}}
+    (tmp_path / "bad.air.json").write_text(json.dumps(manifest))
+    result = runner.invoke(
+        app, ["validate", str(tmp_path), "--json", "--agentos-schemas", str(SCHEMAS)]
+    )
+    assert result.exit_code == 1
+    answer = json.loads(result.stdout)
+    assert answer["error"] == "ManifestError"
+    (obj,) = answer["objects"]
+    assert (obj["kind"], obj["agentos"]["valid"]) == ("manifest", False)
+
+
+def test_validate_agentos_schemas_prints_a_count_without_json() -> None:
+    if not SCHEMAS.is_dir():
+        pytest.skip(f"AgentOS's schemas are not at {SCHEMAS} (../shared beside the repository)")
+    counter = ROOT / "manifests" / "counter"
+    result = runner.invoke(app, ["validate", str(counter), "--agentos-schemas", str(SCHEMAS)])
+    assert result.exit_code == 0, result.output
+    assert "0 of 4 object(s) valid under AgentOS's schemas" in result.stdout

@@ -278,13 +278,10 @@ def _step(plan: _Plan, i: int, step: Any, correlated: bool) -> None:
                 _idempotency_key(plan, key)
     elif isinstance(step, AwaitReceipt):
         _await_receipt(plan, at, step)
-    elif isinstance(step, RaiseEvent) and step.routed:
+    elif isinstance(step, RaiseEvent) and step.reducer is None:
         _raise_routed(plan, i, at, step, visible)
     elif isinstance(step, RaiseEvent):
-        key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
-        module = plan.ctx.air.modules.get(step.reducer)
-        want = None if module is None else _schema_type(plan, module.abi.reducer.event)
-        _raise_event(plan, at, step, _value(plan, i, "event", step.event, visible, want), key)
+        _raise_to_cell(plan, i, at, step, step.reducer or "", visible)
     elif isinstance(step, AwaitEvent):
         _await_event(plan, at, step, visible, correlated)
     elif isinstance(step, Assign):
@@ -418,22 +415,37 @@ def _await_receipt(plan: _Plan, at: str, step: AwaitReceipt) -> None:
         plan.add(pointer, "air.plan.await_receipt.for", detail)
 
 
+def _raise_to_cell(
+    plan: _Plan, i: int, at: str, step: RaiseEvent, reducer: str, visible: set[str]
+) -> None:
+    key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
+    module = plan.ctx.air.modules.get(reducer)
+    want = None if module is None else _schema_type(plan, module.abi.reducer.event)
+    event = _value(plan, i, "event", step.event, visible, want)
+    _raise_event(plan, at, step, reducer, event, key)
+
+
 def _raise_event(
-    plan: _Plan, at: str, step: RaiseEvent, event: expr.Expr | None, key: expr.Expr | None
+    plan: _Plan,
+    at: str,
+    step: RaiseEvent,
+    reducer: str,
+    event: expr.Expr | None,
+    key: expr.Expr | None,
 ) -> None:
     ctx = plan.ctx
     pointer = plan.at(f"{at}/reducer")
-    if not ctx.need(step.reducer, DefModule, plan.loc.file, pointer, "air.ref.unknown_module"):
+    if not ctx.need(reducer, DefModule, plan.loc.file, pointer, "air.ref.unknown_module"):
         return
-    module: DefModule = ctx.loc(step.reducer).model
+    module: DefModule = ctx.loc(reducer).model
     if module.key_schema is not None and step.key is None:
-        detail = f"{step.reducer} is keyed: give the cell's key"
+        detail = f"{reducer} is keyed: give the cell's key"
         plan.add(plan.at(at), "air.plan.raise_event.key", detail)
     elif module.key_schema is None and step.key is not None:
-        detail = f"{step.reducer} is not keyed: drop the key"
+        detail = f"{reducer} is not keyed: drop the key"
         plan.add(plan.at(f"{at}/key"), "air.plan.raise_event.key", detail)
-    elif key is not None and step.reducer in ctx.air.key_types:
-        _conform(plan, key, ctx.air.key_types[step.reducer])
+    elif key is not None and reducer in ctx.air.key_types:
+        _conform(plan, key, ctx.air.key_types[reducer])
     if event is None:
         return
     named = expr.record_schema(event)
@@ -441,11 +453,11 @@ def _raise_event(
     if schema not in ctx.air.schemas:
         return  # an unknown $schema is reported by _expr; an unknown ABI event by the module
     routed = schema == module.abi.reducer.event or any(
-        r.event == schema and r.reducer == step.reducer for r in ctx.air.manifest.routing.events
+        r.event == schema and r.reducer == reducer for r in ctx.air.manifest.routing.events
     )
     if not routed:
         where = f"{at}/event/record/$schema" if named else f"{at}/event"
-        detail = f"{schema} is neither {step.reducer}'s ABI event nor routed to it"
+        detail = f"{schema} is neither {reducer}'s ABI event nor routed to it"
         plan.add(plan.at(where), "air.plan.raise_event.unrouted", detail)
         return
     _conform(plan, event, Ref(schema))

@@ -431,7 +431,7 @@ class PlanEngine:
         """``emit_effect.idempotency_key``'s value: text or bytes (a hash is bytes)."""
         out.at = out.at.removesuffix("/params") + "/idempotency_key"
         key = evaluate(_expr(step.idempotency_key), env)
-        if type(key) not in (str, bytes):
+        if not isinstance(key, str | bytes):
             detail = f"idempotency_key of {step.id!r} is not text or bytes"
             raise RunFailed("plan.emit_effect.idempotency_key", detail)
         out.at = out.at.removesuffix("/idempotency_key") + "/params"

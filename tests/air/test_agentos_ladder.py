@@ -10,8 +10,6 @@ tests skip when it is absent.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from air.errors import ManifestError

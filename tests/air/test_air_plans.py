@@ -730,7 +730,8 @@ def test_a_routed_raise_event_validates_and_keeps_its_form() -> None:
     air = _load(docs)
     (plan,) = air.plans.values()
     step = next(s for s in plan.steps if s.id == "fetched")
-    assert isinstance(step, RaiseEvent) and step.routed
+    assert isinstance(step, RaiseEvent)
+    assert step.routed
     assert (step.event, step.reducer, step.key) == ("demo/FetchDone@1", None, None)
 
 
@@ -742,7 +743,8 @@ def test_a_routed_raise_event_of_an_unknown_schema_is_reported_at_its_event() ->
 def test_a_routed_raise_event_value_is_typed_by_its_schema() -> None:
     docs, i, k = _with_fetched(_routed(status={"text": "ok"}))
     codes = _codes(docs)
-    assert codes and all(p.startswith(f"/{i}/steps/{k}/value") for _, p in codes)
+    assert codes
+    assert all(p.startswith(f"/{i}/steps/{k}/value") for _, p in codes)
 
 
 def test_a_routed_raise_event_as_plain_json_is_read_through_its_schema() -> None:
@@ -800,7 +802,8 @@ def test_a_routed_raise_event_with_a_key_or_without_a_value_is_refused(
         del step["value"]
     docs, i, k = _with_fetched(step)
     codes = _codes(docs)
-    assert codes and all(p.startswith(f"/{i}/steps/{k}") for _, p in codes), codes
+    assert codes
+    assert all(p.startswith(f"/{i}/steps/{k}") for _, p in codes), codes
 
 
 def test_a_routed_raise_event_hashes_apart_from_the_reducer_form_and_the_rest_keep_theirs() -> None:

@@ -70,7 +70,8 @@ def test_a_routed_raise_reaches_the_routed_cell_by_its_key_field_and_replays(
         assert world.state(COUNTER, "apples")["count"] == 3
     (step,) = [r for r in of_kind(records(w), "plan.step") if r.body["op"] == "raise_event"]
     assert step.body["event"][0] == EVENT
-    assert "reducer" not in step.body and "key" not in step.body
+    assert "reducer" not in step.body
+    assert "key" not in step.body
     assert verify_world(w).ok
 
 
@@ -81,7 +82,7 @@ def test_an_event_routed_to_two_reducers_reaches_both(tmp_path: Path) -> None:
         world.run_until_idle()
         assert world.state(COUNTER, "pears")["count"] == 2
         assert world.state(TWIN, "pears")["count"] == 2
-    steps = [r for r in of_kind(records(w), "step")]
+    steps = of_kind(records(w), "step")
     assert sorted(r.body["reducer"] for r in steps) == [COUNTER, TWIN]
     assert verify_world(w).ok
 
@@ -99,7 +100,8 @@ def test_a_value_without_the_routes_key_field_ends_the_run_with_its_code(tmp_pat
     engine = PlanEngine(air, check, air.key_types)
     run = Run(0, "t/go@1", {"key": "a", "n": 1}, None, None, b"\0" * 32)
     out = engine.tick(run, CONTINUE, None)
-    assert out.ended and out.raised == []
+    assert out.ended
+    assert out.raised == []
     (_kind, body) = out.records[-1]
     assert body["error"]["code"] == "plan.raise_event.key_field"
     assert out.where == {"step": "add", "pointer": "/steps/0/value"}

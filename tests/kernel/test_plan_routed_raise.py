@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from plans_kit import of_kind, records
+from typer.testing import CliRunner
 
 from air import cbor
 from air._model import Route, Routing
 from air.types import Ref
 from air.values import check as check_value
+from cli.main import app
 from kernel._effects import intent_hash
 from kernel._plans import CONTINUE, PlanEngine, Run
 from world import World
@@ -161,6 +163,17 @@ def test_an_idempotency_key_is_journaled_and_folded_into_the_intent_hash(tmp_pat
         "timer.set", keyed["params"], "timer", origin_key, "order-k"
     )
     assert keyed["intent_hash"] != plain["intent_hash"]
+
+
+def test_a_live_intent_shows_its_idempotency_key_in_effects_ls(tmp_path: Path) -> None:
+    _queued(tmp_path, "listed", "order-7")
+    _queued(tmp_path, "unlisted", None)
+    for name, want in (("listed", "order-7"), ("unlisted", None)):
+        result = CliRunner().invoke(app, ["effects", "ls", str(tmp_path / name), "--json"])
+        assert result.exit_code == 0, result.stdout
+        (row,) = json.loads(result.stdout)["intents"]
+        assert row["status"] == "queued"
+        assert row.get("idempotency_key") == want
 
 
 def test_an_idempotency_key_of_the_hash_op_is_bytes(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ plan step or a reducer step asked for. Its identity is
 idempotency key comes from the origin (``run:<run_id>:<step id>`` for a plan step,
 ``cell:<reducer>:<key hash hex>:<src seq>:<idx>`` for a reducer step: the delivery it
 handled), so two distinct intents never share a hash and the same intent re-derived on replay
-always has the same one.
+always has the same one. A plan step may choose a key of its own (``emit_effect.idempotency_key``,
+text or bytes): it is a fifth element of that list, only when given, so every intent without
+one keeps the hash it always had (``intent_hash``), and it is journaled in ``effect.queued``
+for the adapter to send.
 
 Enqueue, in order (the first failure wins and is the journaled reason):
 

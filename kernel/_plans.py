@@ -45,6 +45,11 @@ Invariants are evaluated after every executed step; a false one ends the run wit
 that does not match its schema, a denied effect) ends the run with status ``error`` and a code;
 the world goes on. A run pins the manifest hash at its start.
 
+``raise_event`` to a cell names its target; a routed one (``{event, value}``) is handed to the
+kernel's one router (``kernel._runs.PlanRuns.route``: ``Kernel._route``), which delivers it as
+it would an outside event of that schema, after the engine checked each keyed route of the
+run's era finds its ``key_field`` in the value (``plan.raise_event.key_field`` otherwise).
+
 The engine is pure: it reads the run, the delivery and the kernel's tables, and returns the
 records to journal and the consequences (events to route, an intent) for ``kernel._core`` to
 apply. A run's whole state is a CBOR-able list for snapshots.

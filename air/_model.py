@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AIR_KINDS",
+    "STEP_OPS",
     "Assign",
     "AwaitEvent",
     "AwaitReceipt",
@@ -180,6 +181,11 @@ class End(_Step):
 PlanStep = Annotated[
     EmitEffect | AwaitReceipt | RaiseEvent | AwaitEvent | Assign | End, Field(discriminator="op")
 ]
+
+STEP_OPS: frozenset[str] = frozenset(
+    ("emit_effect", "await_receipt", "raise_event", "await_event", "assign", "end")
+)
+"""The ``op`` of each step model (``PlanStep``'s tags)."""
 
 
 class Edge(_Model):

@@ -52,19 +52,23 @@ def _expr(raw: Any) -> Any:
 
 
 _STEP_EXPRS: dict[str, tuple[str, ...]] = {
-    "emit_effect": ("params",),
+    "emit_effect": ("params", "idempotency_key"),
     "await_receipt": ("for",),
-    "raise_event": ("key", "event"),
+    "raise_event": ("key", "event", "value"),
     "await_event": ("where",),
     "assign": ("expr",),
     "end": ("result",),
 }
-"""The fields of each step op that hold an Expr (``await_event.event`` is a schema name)."""
+"""The fields of each step op that hold an Expr (``await_event.event`` is a schema name, and so
+is a routed ``raise_event``'s ``event``). A field left out (``idempotency_key``, ``value``) is not
+written, so every plan without one keeps its hash."""
 
 
 def _step(step: Any) -> dict[str, Any]:
     data: dict[str, Any] = step.model_dump(by_alias=True, exclude_none=True)
     for field_name in _STEP_EXPRS[step.op]:
+        if field_name == "event" and getattr(step, "routed", False):
+            continue
         if field_name in data:
             data[field_name] = _expr(data[field_name])
     return data

@@ -66,8 +66,9 @@ to point into, put the 1-based line and column at the start of their message.
     air.expr.<code>              an expression failed to parse, or a constant one to evaluate
                                  (``expr.*`` codes from air.expr, e.g. air.expr.parse.shape)
     air.plan.step.old_shape      a step in the project's earlier shape (emit_effect without bind,
-                                 await_receipt.for naming a step, raise_event with value, assign
-                                 with var/value, await_event without bind); says what to write
+                                 await_receipt.for naming a step, raise_event with both reducer
+                                 and value, assign with var/value, await_event without bind);
+                                 says what to write
     air.plan.step.duplicate      two steps share an id
     air.plan.edge.unknown_step   an edge names a step that does not exist
     air.plan.cycle               the plan's edges form a cycle
@@ -81,8 +82,10 @@ to point into, put the 1-based line and column at the start of their message.
     air.plan.await_receipt.for   ``await_receipt.for`` is not ``{"ref": "@var:x"}`` for an ``x``
                                  that an earlier ``emit_effect`` binds with ``effect_id_as``
     air.plan.raise_event.key     a keyed reducer needs ``key``; a non-keyed one must not get one
-    air.plan.raise_event.unrouted  the raised event's schema is neither the reducer's ABI event
-                                 nor routed to it
+    air.plan.raise_event.unrouted  to a reducer: the raised event's schema is neither the
+                                 reducer's ABI event nor routed to it; routed (``{event, value}``):
+                                 no route, trigger or ``await_event`` takes the schema
+    air.plan.emit_effect.idempotency_key  ``emit_effect.idempotency_key`` is not text or bytes
     air.plan.allowed_effects     an ``emit_effect`` kind outside the plan's ``allowed_effects``
     air.plan.required_caps       an ``emit_effect`` cap outside the plan's ``required_caps``
     air.plan.http_header         an HTTP ``emit_effect`` sets, by a constant name, a header only

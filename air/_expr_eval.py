@@ -538,6 +538,22 @@ def _op_int_to_text(node: Op, env: Env) -> str:
     return str(int(number))
 
 
+def _op_hash(node: Op, env: Env) -> bytes:
+    """AgentOS's ``hash``: a value's digest, here blake3 of its canonical CBOR (this build's
+    one hash), so equal values hash equal whatever order their maps were built in."""
+    (value,) = _strict_args(node, env)
+    try:
+        return cbor.digest(cbor.dumps(value))
+    except CborError as exc:
+        raise ExprError(node.args[0].pointer, "expr.hash", f"not a value: {exc}") from exc
+
+
+def _op_hash_bytes(node: Op, env: Env) -> bytes:
+    """AgentOS's ``hash_bytes``: blake3 of the bytes themselves."""
+    (data,) = _strict_args(node, env)
+    return cbor.digest(data)
+
+
 def _schema(node: Op, env: Env, name: str) -> TypeNode:
     if name not in env.schemas:
         raise ExprError(node.args[1].pointer, "expr.schema.unknown", f"no schema {name}")
@@ -618,6 +634,8 @@ OPS: Final[dict[str, _OpSpec]] = {
     "base64_encode": _OpSpec(_op_base64_encode, (1, 1), (_BYTES,)),
     "base64_decode": _OpSpec(_op_base64_decode, (1, 1), (_TEXT,)),
     "int_to_text": _OpSpec(_op_int_to_text, (1, 1), (_INT,)),
+    "hash": _OpSpec(_op_hash, (1, 1), (_ANY,)),
+    "hash_bytes": _OpSpec(_op_hash_bytes, (1, 1), (_BYTES,)),
     "json_encode": _OpSpec(_op_json_encode, (2, 2), (_ANY, _TEXT), schema_arg=1),
     "json_decode": _OpSpec(_op_json_decode, (2, 2), (_TEXT, _TEXT), schema_arg=1),
 }

@@ -54,6 +54,7 @@ from air._diagnostics import Diagnostics, escape_pointer
 from air._loaded import AirSource, InspectWasm, LoadedAir, Located, ReadWasm, is_cap_type_text
 from air._model import (
     AIR_KINDS,
+    STEP_OPS,
     AwaitEvent,
     DefEffect,
     DefModule,
@@ -98,6 +99,20 @@ def _parse_documents(
     return out
 
 
+def _author_loc(loc: tuple[int | str, ...]) -> list[int | str]:
+    """Pydantic's error location as a path in the author's JSON: without its validator
+    names (``function-...``) and the ``op`` tag it puts after a step's index (a step's union
+    is discriminated by ``op``, which is not a level of the JSON)."""
+    out: list[int | str] = []
+    for part in loc:
+        if str(part).startswith("function"):
+            continue
+        if len(out) >= 2 and out[-2] == "steps" and isinstance(out[-1], int) and part in STEP_OPS:
+            continue
+        out.append(part)
+    return out
+
+
 def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Located | None:
     kind = obj.get("$kind") if isinstance(obj, dict) else None
     model_type = AIR_KINDS.get(kind) if isinstance(kind, str) else None
@@ -114,9 +129,7 @@ def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Loc
         model = model_type.model_validate(obj)
     except pydantic.ValidationError as exc:
         for err in exc.errors():
-            loc = "".join(
-                f"/{escape_pointer(p)}" for p in err["loc"] if not str(p).startswith("function")
-            )
+            loc = "".join(f"/{escape_pointer(p)}" for p in _author_loc(err["loc"]))
             diags.add(source.file, pointer + loc, "air.shape", f"{kind}: {err['msg']}")
         return None
     return Located(source.file, pointer, model, obj, source.builtin)

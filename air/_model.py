@@ -11,9 +11,10 @@ default.
 
 Plans, caps, grants and policies have the AIR v1 shapes (SPEC §3), so AIR written for AgentOS
 loads unchanged: a step's ``bind`` names the var it fills (``effect_id_as`` for an effect id,
-``as`` for a value), ``await_receipt.for`` is an Expr, ``raise_event.event`` is the event value.
+``as`` for a value), ``await_receipt.for`` is an Expr, ``raise_event`` is either form
+(``RaiseEvent``: to a reducer's cell, or routed by the manifest as AgentOS last wrote it).
 The project's earlier step shapes (no ``bind``, ``for`` naming a step, ``raise_event`` with
-``value``, ``assign`` with ``var``/``value``) are recognised by ``air._loader`` before these
+both ``reducer`` and ``value``, ``assign`` with ``var``/``value``) are recognised by ``air._loader`` before these
 models see the plan, so an author gets one ``air.plan.step.old_shape`` saying what to write
 instead of a list of missing and unknown fields.
 """
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AIR_KINDS",
+    "STEP_OPS",
     "Assign",
     "AwaitEvent",
     "AwaitReceipt",
@@ -113,6 +115,9 @@ class EmitEffect(_Step):
     params: Any  # Expr
     cap: str  # a cap grant name in manifest.defaults.cap_grants
     bind: BindEffect
+    idempotency_key: Any = None
+    """ExprOrValue of text or bytes (AgentOS's plan-chosen key): folded into the intent hash
+    beside the origin's key (``kernel._effects.intent_hash``); absent, nothing changes."""
 
 
 class AwaitReceipt(_Step):
@@ -122,13 +127,37 @@ class AwaitReceipt(_Step):
 
 
 class RaiseEvent(_Step):
-    """``event`` is the event value (Expr); its schema is the ``$schema`` of a record Expr
-    (``air.expr.record_schema``), else the target reducer's ABI event schema."""
+    """Two forms, told apart by ``reducer``:
+
+    * to one cell, ``{reducer, key?, event}``: ``event`` is the event value (Expr); its schema
+      is the ``$schema`` of a record Expr (``air.expr.record_schema``), else the target
+      reducer's ABI event schema;
+    * routed, ``{event, value}`` (AgentOS's from Dec 2025): ``event`` is the schema name and
+      ``value`` the event (ExprOrValue); the event goes where the manifest's routing sends an
+      event of that schema, each route's key from its ``key_field`` (``routed``).
+    """
 
     op: Literal["raise_event"]
-    reducer: str
+    reducer: str | None = None
     key: Any = None  # Expr; required for a keyed reducer, forbidden for a non-keyed one
     event: Any
+    value: Any = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> RaiseEvent:
+        if self.reducer is None:
+            if not isinstance(self.event, str):
+                raise ValueError("a routed raise_event names its event schema: event is a Name")
+            if self.value is None:
+                raise ValueError("a routed raise_event needs value (or give reducer and event)")
+            if self.key is not None:
+                raise ValueError("a routed raise_event takes its key from the route: drop key")
+        return self
+
+    @property
+    def routed(self) -> bool:
+        """Whether this is the routed form (``{event, value}``, no ``reducer``)."""
+        return self.reducer is None
 
 
 class AwaitEvent(_Step):
@@ -152,6 +181,11 @@ class End(_Step):
 PlanStep = Annotated[
     EmitEffect | AwaitReceipt | RaiseEvent | AwaitEvent | Assign | End, Field(discriminator="op")
 ]
+
+STEP_OPS: frozenset[str] = frozenset(
+    ("emit_effect", "await_receipt", "raise_event", "await_event", "assign", "end")
+)
+"""The ``op`` of each step model (``PlanStep``'s tags)."""
 
 
 class Edge(_Model):

@@ -13,14 +13,17 @@ What is checked, per plan (each finding a diagnostic with a stable code, then th
   inside ``allowed_effects`` / ``required_caps`` when those are given, and an HTTP one sets no
   header, named by a constant, that the client alone writes (``air.plan.http_header``); ``await_receipt.for`` is
   ``{"ref": "@var:x"}`` for an ``x`` an earlier ``emit_effect`` bound with ``effect_id_as``;
-  ``raise_event`` targets a reducer, has a key exactly when the reducer is keyed, and raises a
-  schema that is the reducer's ABI event or routed to it; ``end`` has a result when the plan
+  ``raise_event`` to a reducer targets a reducer, has a key exactly when the reducer is keyed,
+  and raises a schema that is the reducer's ABI event or routed to it; a routed ``raise_event``
+  (``{event, value}``) names a schema that a route, a trigger or an ``await_event`` takes;
+  ``emit_effect.idempotency_key``, when given, is text or bytes; ``end`` has a result when the plan
   declares an output, and every path ends at an ``end`` then.
 * Values: where an Expr's shape is known it is checked against the schema it must produce
   (effect params, the raised event, the key, the result, an assign to a typed local) by
   ``air._plan_types``, with the pointer of the offending field; the args and results of the
   typed ops too, and the schema a ``json_encode`` / ``json_decode`` names exists.
-* ExprOrValue: ``emit_effect.params``, ``raise_event.event``, ``assign.expr`` and ``end.result``
+* ExprOrValue: ``emit_effect.params`` and ``idempotency_key``, ``raise_event.event`` (a routed
+  one's ``value``), ``assign.expr`` and ``end.result``
   may hold a plain JSON literal (AgentOS's convention), read through the schema the position
   expects (the effect's params, the reducer's ABI event, the local's type, the plan's output;
   none known: the plain JSON value), by the rule in ``air._plan_types.read_expr_or_value``.
@@ -269,13 +272,16 @@ def _step(plan: _Plan, i: int, step: Any, correlated: bool) -> None:
         want = None if effect is None else _schema_type(plan, effect.params_schema)
         params = _value(plan, i, "params", step.params, visible, want)
         _emit_effect(plan, at, step, params)
+        if step.idempotency_key is not None:
+            key = _value(plan, i, "idempotency_key", step.idempotency_key, visible, None)
+            if key is not None:
+                _idempotency_key(plan, key)
     elif isinstance(step, AwaitReceipt):
         _await_receipt(plan, at, step)
+    elif isinstance(step, RaiseEvent) and step.reducer is None:
+        _raise_routed(plan, i, at, step, visible)
     elif isinstance(step, RaiseEvent):
-        key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
-        module = plan.ctx.air.modules.get(step.reducer)
-        want = None if module is None else _schema_type(plan, module.abi.reducer.event)
-        _raise_event(plan, at, step, _value(plan, i, "event", step.event, visible, want), key)
+        _raise_to_cell(plan, i, at, step, step.reducer or "", visible)
     elif isinstance(step, AwaitEvent):
         _await_event(plan, at, step, visible, correlated)
     elif isinstance(step, Assign):
@@ -409,22 +415,37 @@ def _await_receipt(plan: _Plan, at: str, step: AwaitReceipt) -> None:
         plan.add(pointer, "air.plan.await_receipt.for", detail)
 
 
+def _raise_to_cell(
+    plan: _Plan, i: int, at: str, step: RaiseEvent, reducer: str, visible: set[str]
+) -> None:
+    key = None if step.key is None else _expr(plan, step.key, f"{at}/key", visible)
+    module = plan.ctx.air.modules.get(reducer)
+    want = None if module is None else _schema_type(plan, module.abi.reducer.event)
+    event = _value(plan, i, "event", step.event, visible, want)
+    _raise_event(plan, at, step, reducer, event, key)
+
+
 def _raise_event(
-    plan: _Plan, at: str, step: RaiseEvent, event: expr.Expr | None, key: expr.Expr | None
+    plan: _Plan,
+    at: str,
+    step: RaiseEvent,
+    reducer: str,
+    event: expr.Expr | None,
+    key: expr.Expr | None,
 ) -> None:
     ctx = plan.ctx
     pointer = plan.at(f"{at}/reducer")
-    if not ctx.need(step.reducer, DefModule, plan.loc.file, pointer, "air.ref.unknown_module"):
+    if not ctx.need(reducer, DefModule, plan.loc.file, pointer, "air.ref.unknown_module"):
         return
-    module: DefModule = ctx.loc(step.reducer).model
+    module: DefModule = ctx.loc(reducer).model
     if module.key_schema is not None and step.key is None:
-        detail = f"{step.reducer} is keyed: give the cell's key"
+        detail = f"{reducer} is keyed: give the cell's key"
         plan.add(plan.at(at), "air.plan.raise_event.key", detail)
     elif module.key_schema is None and step.key is not None:
-        detail = f"{step.reducer} is not keyed: drop the key"
+        detail = f"{reducer} is not keyed: drop the key"
         plan.add(plan.at(f"{at}/key"), "air.plan.raise_event.key", detail)
-    elif key is not None and step.reducer in ctx.air.key_types:
-        _conform(plan, key, ctx.air.key_types[step.reducer])
+    elif key is not None and reducer in ctx.air.key_types:
+        _conform(plan, key, ctx.air.key_types[reducer])
     if event is None:
         return
     named = expr.record_schema(event)
@@ -432,14 +453,59 @@ def _raise_event(
     if schema not in ctx.air.schemas:
         return  # an unknown $schema is reported by _expr; an unknown ABI event by the module
     routed = schema == module.abi.reducer.event or any(
-        r.event == schema and r.reducer == step.reducer for r in ctx.air.manifest.routing.events
+        r.event == schema and r.reducer == reducer for r in ctx.air.manifest.routing.events
     )
     if not routed:
         where = f"{at}/event/record/$schema" if named else f"{at}/event"
-        detail = f"{schema} is neither {step.reducer}'s ABI event nor routed to it"
+        detail = f"{schema} is neither {reducer}'s ABI event nor routed to it"
         plan.add(plan.at(where), "air.plan.raise_event.unrouted", detail)
         return
     _conform(plan, event, Ref(schema))
+
+
+def _raise_routed(plan: _Plan, i: int, at: str, step: RaiseEvent, visible: set[str]) -> None:
+    """The routed form: the schema exists, ``value`` types against it, and something takes
+    an event of it (a route, a trigger, or a plan's ``await_event``), as the kernel asks of an
+    event from outside (``Kernel.normalise_event``). None taking it is an error, not a
+    warning: the raised event would be journaled and reach nothing, which is what the kernel
+    refuses for an outside event, and is almost surely a route the author forgot."""
+    schema = step.event
+    known = plan.ctx.need_schema(schema, plan.loc.file, plan.at(f"{at}/event"))
+    want = Ref(schema) if known else None
+    value = _value(plan, i, "value", step.value, visible, want)
+    if value is not None and want is not None:
+        _conform(plan, value, want)
+    if known and not _taken(plan.ctx, schema):
+        detail = (
+            f"{schema} is routed to no reducer, starts no plan and no plan awaits it: "
+            f"add a route for it to manifest.routing.events (or raise it to a reducer)"
+        )
+        plan.add(plan.at(f"{at}/event"), "air.plan.raise_event.unrouted", detail)
+
+
+def _taken(ctx: Ctx, schema: str) -> bool:
+    manifest = ctx.air.manifest
+    if any(r.event == schema for r in manifest.routing.events):
+        return True
+    if any(t.event == schema for t in manifest.triggers):
+        return True
+    return any(
+        isinstance(s, AwaitEvent) and s.event == schema
+        for p in ctx.air.plans.values()
+        for s in p.steps
+    )
+
+
+_IDEMPOTENCY_KINDS = frozenset({"text", "bytes"})
+"""What ``emit_effect.idempotency_key`` may evaluate to (a hash or uuid is bytes)."""
+
+
+def _idempotency_key(plan: _Plan, key: expr.Expr) -> None:
+    """The key is text or bytes where its kind is known now (the kernel checks it again)."""
+    kinds, shown = plan.types.value_kinds(key, lambda ref: _ref_type(plan, ref, _NO_EVENT))
+    if kinds is not None and not kinds <= _IDEMPOTENCY_KINDS:
+        detail = f"{plan.model.name}: idempotency_key must be text or bytes, not {shown}"
+        plan.add(key.pointer, "air.plan.emit_effect.idempotency_key", detail)
 
 
 def _await_event(

@@ -55,7 +55,7 @@ def _old_shape(step: dict[str, Any], by_id: dict[Any, Any]) -> str | None:
             f'{_show(new)} instead of "for": {_show(step["for"])}, and read the receipt as '
             f"@var:{sid}"
         )
-    if op == "raise_event" and "value" in step:
+    if op == "raise_event" and "value" in step and "reducer" in step:
         new = {"id": sid, "op": "raise_event", "reducer": step.get("reducer", "<reducer>")}
         if "key" in step:
             new["key"] = step["key"]
@@ -77,7 +77,7 @@ def _old_shape(step: dict[str, Any], by_id: dict[Any, Any]) -> str | None:
     return None
 
 
-def _old_event(schema: Any, value: Any) -> Any:
+def _old_event(schema: Any, value: Any) -> Any:  # the project's {reducer, event, value}
     """The old ``event`` (a schema name) and ``value`` (an Expr) as one v1 event Expr."""
     record = value.get("record") if isinstance(value, dict) and len(value) == 1 else None
     if isinstance(record, dict) and isinstance(schema, str):

@@ -90,6 +90,8 @@ OP_RESULTS: dict[str, tuple[tuple[TypeNode | None, ...], TypeNode | None]] = {
     "base64_encode": ((_BYTES,), _TEXT),
     "base64_decode": ((_TEXT,), _BYTES),
     "int_to_text": ((_INT,), _TEXT),
+    "hash": ((None,), Prim("hash")),
+    "hash_bytes": ((_BYTES,), Prim("hash")),
     "json_encode": ((None, _TEXT), _TEXT),  # arg 0 is checked against the named schema
     "json_decode": ((_TEXT, _TEXT), None),  # the named schema: see PlanTypes.op_type
     **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"), ((), _BOOL)),
@@ -416,6 +418,10 @@ class PlanTypes:
                 )
                 self.report(arg.pointer, "air.plan.op.type_mismatch", detail)
             first = first or (i, have, shown)
+
+    def value_kinds(self, node: expr.Expr, ref_type: RefType) -> tuple[frozenset[str] | None, str]:
+        """The run-time kinds of ``node``'s values where known now, and how to name them."""
+        return self._arg_kinds(node, ref_type)
 
     def _arg_kinds(self, arg: expr.Expr, ref_type: RefType) -> tuple[frozenset[str] | None, str]:
         """The run-time kinds of ``arg``'s values where known now, and how to name them."""

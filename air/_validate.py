@@ -380,13 +380,13 @@ def _variant_case_schemas(ctx: Ctx, schema: str) -> set[str]:
 
 
 def _schemas_delivered(ctx: Ctx, reducer: str) -> set[str]:
-    """The event schemas the AIR gives ``reducer``: by its routes and its plans' raise_event
-    (a ``$schema`` record, else the ABI event: ``RaiseEvent``)."""
+    """The event schemas the AIR gives ``reducer``: by its routes and its plans' raise_event to
+    it (a ``$schema`` record, else the ABI event: ``RaiseEvent``; a routed one is a route's)."""
     delivered = {r.event for r in ctx.air.manifest.routing.events if r.reducer == reducer}
     abi_event = ctx.loc(reducer).model.abi.reducer.event
     for plan in ctx.air.plans.values():
         for step in plan.steps:
-            if isinstance(step, RaiseEvent) and step.reducer == reducer:
+            if isinstance(step, RaiseEvent) and step.reducer == reducer:  # routed: by routes
                 delivered.add(_raised_schema(step.event) or abi_event)
     return delivered
 
@@ -445,8 +445,8 @@ def _triggers(ctx: Ctx, manifest: Located) -> None:
 
 
 _STEP_EXPR_FIELDS: dict[str, tuple[str, ...]] = {
-    "emit_effect": ("params",),
-    "raise_event": ("key", "event"),
+    "emit_effect": ("params", "idempotency_key"),
+    "raise_event": ("key", "event", "value"),
     "assign": ("expr",),
     "end": ("result",),
 }

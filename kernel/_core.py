@@ -191,6 +191,7 @@ class Kernel:
             air, self._engine_of, self.scheduler, self.recorder, self.effects, self.dead_letters
         )
         self.plans.place = self._place_raised
+        self.plans.route = self._route
         self.steps_total = 0
         self._event_subjects: dict[str, str] = {}
         self._entities: dict[str, dict[bytes | None, Entity]] = {}

@@ -6,7 +6,10 @@ plan step or a reducer step asked for. Its identity is
 idempotency key comes from the origin (``run:<run_id>:<step id>`` for a plan step,
 ``cell:<reducer>:<key hash hex>:<src seq>:<idx>`` for a reducer step: the delivery it
 handled), so two distinct intents never share a hash and the same intent re-derived on replay
-always has the same one.
+always has the same one. A plan step may choose a key of its own (``emit_effect.idempotency_key``,
+text or bytes): it is a fifth element of that list, only when given, so every intent without
+one keeps the hash it always had (``intent_hash``), and it is journaled in ``effect.queued``
+for the adapter to send.
 
 Enqueue, in order (the first failure wins and is the journaled reason):
 
@@ -159,8 +162,23 @@ settled with. A pseudo-header, as HTTP/2 spells them: a ``:`` cannot begin a rea
 world's manifest hash."""
 
 
-def intent_hash(kind: str, params_cbor: bytes, cap: str, idempotency_key: str) -> bytes:
-    return cbor.digest(cbor.dumps([kind, params_cbor, cap, idempotency_key]))
+def intent_hash(
+    kind: str,
+    params_cbor: bytes,
+    cap: str,
+    idempotency_key: str,
+    plan_key: str | bytes | None = None,
+) -> bytes:
+    """The intent's identity: blake3 of ``cbor([kind, params_cbor, cap, idempotency_key])``,
+    ``idempotency_key`` the origin's (module docstring). A plan step's own
+    ``emit_effect.idempotency_key`` (``plan_key``), when it gives one, is folded in as a fifth
+    element, as AgentOS folds its key into the intent hash; it is added to the origin's key
+    rather than put in its place, so two runs that choose the same key still make two intents
+    (this kernel keeps intents by hash), and every intent without one keeps its hash."""
+    parts: list[Any] = [kind, params_cbor, cap, idempotency_key]
+    if plan_key is not None:
+        parts.append(plan_key)
+    return cbor.digest(cbor.dumps(parts))
 
 
 @dataclass
@@ -179,9 +197,14 @@ class Intent:
     status: str
     reserved: int = 0
     receipt: dict[str, Any] | None = None
+    idempotency_key: str | bytes | None = None
+    """The plan step's ``emit_effect.idempotency_key`` (None: it gave none): in the hash
+    (``intent_hash``), journaled in ``effect.queued``, for the adapter to send."""
 
     def to_obj(self) -> list[Any]:
-        return [
+        """A CBOR-able list; the key is a ninth element only when there is one, so an
+        intent without one snapshots as it always did."""
+        obj = [
             self.intent_hash,
             self.kind,
             self.params_cbor,
@@ -191,6 +214,9 @@ class Intent:
             self.reserved,
             self.receipt,
         ]
+        if self.idempotency_key is not None:
+            obj.append(self.idempotency_key)
+        return obj
 
     @classmethod
     def from_obj(cls, obj: list[Any]) -> Intent:
@@ -262,10 +288,17 @@ class EffectManager:
     # --- intents ----------------------------------------------------------------------------
 
     def intent_for(
-        self, kind: str, params: Any, cap: str, origin: dict[str, Any], idem: str
+        self,
+        kind: str,
+        params: Any,
+        cap: str,
+        origin: dict[str, Any],
+        idem: str,
+        plan_key: str | bytes | None = None,
     ) -> Intent:
         """Capability check (``CapDenied``), then policy: an intent ``queued``, ``parked`` or
-        ``denied`` (``reserved`` holds the bytes it reserves). Not yet added (``add``)."""
+        ``denied`` (``reserved`` holds the bytes it reserves). Not yet added (``add``).
+        ``plan_key``: a plan step's ``idempotency_key`` (``intent_hash``)."""
         reserved = self.check_cap(kind, params, cap)
         decision, rule = self.decide(kind, params, cap, origin)
         if decision != "deny":
@@ -273,30 +306,34 @@ class EffectManager:
         params_cbor = cbor.dumps(params)
         status = {"allow": "queued", "require_approval": "parked"}.get(decision, "denied")
         return Intent(
-            intent_hash(kind, params_cbor, cap, idem),
+            intent_hash(kind, params_cbor, cap, idem, plan_key),
             kind,
             params_cbor,
             cap,
             {**origin, "rule_index": rule, "decision": decision},
             status,
             reserved if status != "denied" else 0,
+            idempotency_key=plan_key,
         )
 
     def records_of(self, intent: Intent) -> list[Record]:
         """The records that journal ``intent``: ``effect.queued`` and ``policy.decision``."""
         hexed = intent.intent_hash.hex()
         origin = {k: v for k, v in intent.origin.items() if k not in ("rule_index", "decision")}
+        queued: dict[str, Any] = {
+            "origin": origin,
+            "intent_hash": intent.intent_hash,
+            "kind": intent.kind,
+            "params": intent.params_cbor,
+            "cap": intent.cap,
+        }
+        if intent.idempotency_key is not None:  # only then: older journals keep their bytes
+            queued["idempotency_key"] = intent.idempotency_key
         return [
             (
                 "effect.queued",
                 make_subject("world", "effect", hexed, "queued"),
-                {
-                    "origin": origin,
-                    "intent_hash": intent.intent_hash,
-                    "kind": intent.kind,
-                    "params": intent.params_cbor,
-                    "cap": intent.cap,
-                },
+                queued,
             ),
             (
                 "policy.decision",

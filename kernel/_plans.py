@@ -45,6 +45,11 @@ Invariants are evaluated after every executed step; a false one ends the run wit
 that does not match its schema, a denied effect) ends the run with status ``error`` and a code;
 the world goes on. A run pins the manifest hash at its start.
 
+``raise_event`` to a cell names its target; a routed one (``{event, value}``) is handed to the
+kernel's one router (``kernel._runs.PlanRuns.route``: ``Kernel._route``), which delivers it as
+it would an outside event of that schema, after the engine checked each keyed route of the
+run's era finds its ``key_field`` in the value (``plan.raise_event.key_field`` otherwise).
+
 The engine is pure: it reads the run, the delivery and the kernel's tables, and returns the
 records to journal and the consequences (events to route, an intent) for ``kernel._core`` to
 apply. A run's whole state is a CBOR-able list for snapshots.
@@ -146,11 +151,12 @@ class Run:
 @dataclass
 class RunOutcome:
     """What one tick of a run did: records to journal (kind, body) in order, events to
-    raise (schema, value_cbor, reducer, key_cbor), an effect to enqueue, and whether the run
-    ended (then ``records`` ends with ``plan.ended``) or wants another tick."""
+    raise (schema, value_cbor, reducer, key_cbor; reducer None: routed by the manifest), an
+    effect to enqueue, and whether the run ended (then ``records`` ends with ``plan.ended``)
+    or wants another tick."""
 
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    raised: list[tuple[str, bytes, str, bytes | None]] = field(default_factory=list)
+    raised: list[tuple[str, bytes, str | None, bytes | None]] = field(default_factory=list)
     effect: dict[str, Any] | None = None
     ended: bool = False
     again: bool = False
@@ -402,6 +408,8 @@ class PlanEngine:
                 "bind": step.bind.effect_id_as,
                 "step": step.id,
             }
+            if step.idempotency_key is not None:
+                out.effect["key"] = self._idempotency_key(step, env, out)
             return  # kernel._core checks and decides it, then journals the step
         elif step.op == "await_receipt":
             wanted = evaluate(_expr(step.for_), env)
@@ -423,7 +431,45 @@ class PlanEngine:
         run.done.append(step.id)
         out.records.insert(0, ("plan.step", body))
 
+    @staticmethod
+    def _idempotency_key(step: Any, env: Env, out: RunOutcome) -> str | bytes:
+        """``emit_effect.idempotency_key``'s value: text or bytes (a hash is bytes)."""
+        out.at = out.at.removesuffix("/params") + "/idempotency_key"
+        key = evaluate(_expr(step.idempotency_key), env)
+        if not isinstance(key, str | bytes):
+            detail = f"idempotency_key of {step.id!r} is not text or bytes"
+            raise RunFailed("plan.emit_effect.idempotency_key", detail)
+        out.at = out.at.removesuffix("/idempotency_key") + "/params"
+        return key
+
+    def _raise_routed(self, step: Any, env: Env, body: dict[str, Any], out: RunOutcome) -> None:
+        """A routed ``raise_event``: typed by its schema, then routed by the kernel as an
+        event from outside of that schema is (``kernel._runs.PlanRuns.route``). Each keyed route of the
+        run's era must find its ``key_field`` in the value; one that does not ends the run
+        (``plan.raise_event.key_field``) before anything is raised."""
+        out.at = out.at.removesuffix("/event") + "/value"
+        schema = step.event
+        if schema not in self.air.schemas:
+            raise RunFailed("plan.raise_event.schema", f"unknown event schema {schema}")
+        value = evaluate(_expr(step.value), env)
+        self.check(schema, value)
+        for route in self.air.manifest.routing.events:
+            if route.event != schema or route.key_field is None:
+                continue
+            if not isinstance(value, dict) or route.key_field not in value:
+                detail = (
+                    f"{schema} is routed to {route.reducer} by key_field "
+                    f"{route.key_field!r}, which the value does not have"
+                )
+                raise RunFailed("plan.raise_event.key_field", detail)
+        value_cbor = cbor.dumps(value)
+        body["event"] = [schema, value_cbor]
+        out.raised.append((schema, value_cbor, None, None))
+
     def _raise(self, step: Any, env: Env, body: dict[str, Any], out: RunOutcome) -> None:
+        if step.routed:
+            self._raise_routed(step, env, body, out)
+            return
         module = self.air.modules.get(step.reducer)
         if module is None:
             raise RunFailed("plan.raise_event.reducer", f"unknown reducer {step.reducer}")

@@ -85,8 +85,12 @@ class PlanRuns:
         self.engine_of = engine_of
         self.scheduler = scheduler
         self.place: Callable[[Entity, Delivery], None] = scheduler.deliver
-        """Where a ``raise_event``'s delivery goes: the kernel's (queued, or owed to the
-        partition owning the cell: ``kernel._partition``)."""
+        """Where a ``raise_event``'s delivery to one cell goes: the kernel's (queued, or owed
+        to the partition owning the cell: ``kernel._partition``)."""
+        self.route: Callable[[int, int, str, bytes, Any], int] = self.observe
+        """How a routed ``raise_event`` (``{event, value}``) is delivered: the kernel's
+        ``_route``, the one router of every event (its routes, then ``observe``); returns the
+        next delivery index. Alone (no kernel), only plans observe it."""
         self.recorder = recorder
         self.effects = effects
         self.dead_letters = dead_letters
@@ -227,6 +231,9 @@ class PlanRuns:
             self.effects.add(intent)
         index = 0
         for schema, value_cbor, reducer, key_cbor in out.raised:
+            if reducer is None:  # routed: as an event from outside of that schema
+                index = self.route(seq, index, schema, value_cbor, None)
+                continue
             self.place(Entity(reducer, key_cbor), Delivery(seq, index, schema, value_cbor))
             index = self.observe(seq, index + 1, schema, value_cbor, None)
         if out.again and not work.awake:
@@ -245,7 +252,7 @@ class PlanRuns:
         idem = f"run:{work.run_id}:{effect['step']}"
         try:
             intent = self.effects.intent_for(
-                effect["kind"], effect["params"], effect["cap"], origin, idem
+                effect["kind"], effect["params"], effect["cap"], origin, idem, effect.get("key")
             )
         except CapDenied as denied:
             out.at = out.at.removesuffix("/params") + "/cap"

@@ -703,3 +703,114 @@ def test_a_binding_to_a_grant_of_another_cap_type_is_reported() -> None:
     assert _codes(docs) == [
         ("air.cap.type_mismatch", f"/{m}/module_bindings/demo~1Timer@1/slots/timer"),
     ]
+
+
+# --- raise_event, routed ({event, value}) -----------------------------------------------------
+
+
+def _routed(status: Any = {"ref": "@var:resp.status"}, event: str = "demo/FetchDone@1") -> Any:  # noqa: B006
+    return {
+        "id": "fetched",
+        "op": "raise_event",
+        "event": event,
+        "value": {"record": {"order_id": {"ref": "@plan.input.order_id"}, "status": status}},
+    }
+
+
+def _with_fetched(step: dict[str, Any]) -> tuple[list[dict[str, Any]], int, int]:
+    docs = _order_docs()
+    i, plan = _plan_of(docs)
+    k, _old = _step(plan, "fetched")
+    plan["steps"][k] = step
+    return docs, i, k
+
+
+def test_a_routed_raise_event_validates_and_keeps_its_form() -> None:
+    docs, _i, _k = _with_fetched(_routed())
+    air = _load(docs)
+    (plan,) = air.plans.values()
+    step = next(s for s in plan.steps if s.id == "fetched")
+    assert isinstance(step, RaiseEvent)
+    assert step.routed
+    assert (step.event, step.reducer, step.key) == ("demo/FetchDone@1", None, None)
+
+
+def test_a_routed_raise_event_of_an_unknown_schema_is_reported_at_its_event() -> None:
+    docs, i, k = _with_fetched(_routed(event="demo/Nope@1"))
+    assert _codes(docs) == [("air.ref.unknown_schema", f"/{i}/steps/{k}/event")]
+
+
+def test_a_routed_raise_event_value_is_typed_by_its_schema() -> None:
+    docs, i, k = _with_fetched(_routed(status={"text": "ok"}))
+    codes = _codes(docs)
+    assert codes
+    assert all(p.startswith(f"/{i}/steps/{k}/value") for _, p in codes)
+
+
+def test_a_routed_raise_event_as_plain_json_is_read_through_its_schema() -> None:
+    step = _routed()
+    step["value"] = {"order_id": "o-1", "status": 200}
+    docs, _i, _k = _with_fetched(step)
+    air = _load(docs)
+    (plan,) = air.plans.values()
+    lifted = next(s for s in plan.steps if s.id == "fetched").value
+    assert expr.is_expr_form(lifted)
+
+
+OTHER = "demo/FetchOther@1"
+"""A schema of FetchDone's type that no route names."""
+
+
+def _with_other(docs: list[dict[str, Any]]) -> None:
+    docs.append(
+        {
+            "$kind": "defschema",
+            "name": OTHER,
+            "type": {"record": {"order_id": "text", "status": "int"}},
+        }
+    )
+
+
+def test_a_routed_raise_event_nothing_takes_is_an_error_naming_the_step() -> None:
+    docs, i, k = _with_fetched(_routed(event=OTHER))
+    _with_other(docs)
+    assert _codes(docs) == [("air.plan.raise_event.unrouted", f"/{i}/steps/{k}/event")]
+
+
+def test_a_routed_raise_event_a_trigger_takes_needs_no_route() -> None:
+    docs, _i, _k = _with_fetched(_routed(event=OTHER))
+    _with_other(docs)
+    manifest = next(d for d in docs if d["$kind"] == "manifest")
+    manifest["triggers"].append({"event": OTHER, "plan": "demo/done@1"})
+    end = [{"id": "end", "op": "end"}]
+    docs.append({"$kind": "defplan", "name": "demo/done@1", "input": OTHER, "steps": end})
+    _load(docs)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({"key": {"text": "o-1"}}, id="a-key"),
+        pytest.param({"value": None}, id="no-value"),
+    ],
+)
+def test_a_routed_raise_event_with_a_key_or_without_a_value_is_refused_at_the_step(
+    extra: dict[str, Any],
+) -> None:
+    """At the step itself, not under pydantic's ``op`` tag (``/steps/2/raise_event``)."""
+    step = {**_routed(), **extra}
+    if step.get("value") is None:
+        del step["value"]
+    docs, i, k = _with_fetched(step)
+    assert _codes(docs) == [("air.shape", f"/{i}/steps/{k}")]
+
+
+def test_a_routed_raise_event_hashes_apart_from_the_reducer_form_and_the_rest_keep_theirs() -> None:
+    before = _load(_order_docs())
+    docs, _i, _k = _with_fetched(_routed())
+    after = _load(docs)
+    (name,) = before.plans
+    assert before.def_hashes[name] != after.def_hashes[name]
+    assert {n: h for n, h in before.def_hashes.items() if n != name} == {
+        n: h for n, h in after.def_hashes.items() if n != name
+    }

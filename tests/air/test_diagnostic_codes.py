@@ -373,6 +373,15 @@ CASES: dict[str, tuple[Case, str]] = {
         Case(_steps(_raise({"record": {"$schema": "t/State@1"}}))),
         "/3/steps/0/event/record/$schema",
     ),
+    "air.plan.emit_effect.idempotency_key": (
+        Case(
+            _chain(
+                _grants({"name": "g", "cap": "sys/timer@1"}),
+                _steps({**_emit("timer.set", "g"), "idempotency_key": 5}),
+            )
+        ),
+        "/3/steps/0/idempotency_key",
+    ),
     "air.plan.allowed_effects": (
         Case(
             _chain(

@@ -59,7 +59,16 @@ ARITY: dict[str, tuple[int, int | None]] = {
     ),
     **dict.fromkeys(["starts_with", "ends_with", "contains"], (2, 2)),
     **dict.fromkeys(
-        ["utf8_encode", "utf8_decode", "base64_encode", "base64_decode", "int_to_text"], (1, 1)
+        [
+            "utf8_encode",
+            "utf8_decode",
+            "base64_encode",
+            "base64_decode",
+            "int_to_text",
+            "hash",
+            "hash_bytes",
+        ],
+        (1, 1),
     ),
     **dict.fromkeys(["json_encode", "json_decode"], (2, 2)),
 }
@@ -282,6 +291,12 @@ OP_CASES = [
     pytest.param(op("base64_encode", b64(b"abc")), "YWJj", id="base64-encode"),
     pytest.param(op("base64_decode", "YWJj"), b"abc", id="base64-decode"),
     pytest.param(op("int_to_text", -7), "-7", id="int-to-text"),
+    pytest.param(
+        op("hash", {"record": {"a": 1}}),
+        cbor.digest(cbor.dumps({"a": 1})),
+        id="hash-of-a-value-is-blake3-of-its-canonical-cbor",
+    ),
+    pytest.param(op("hash_bytes", {"bytes": "aGk="}), cbor.digest(b"hi"), id="hash-bytes"),
     pytest.param(op("json_encode", {"lit": [2, 1]}, "t/Nats@1"), "[2,1]", id="json-encode"),
     pytest.param(op("json_decode", "[2, 1]", "t/Nats@1"), [2, 1], id="json-decode"),
 ]

@@ -31,7 +31,8 @@ WHAT_MAX: Final = 60
 class EffectsList(Result):
     intents: list[dict[str, Any]] = Field(
         description="{intent_hash, kind, what, cap, status, origin, decision, rule_index, "
-        "receipt_status?, queued_seq?, age_records?} each"
+        "receipt_status?, queued_seq?, age_records?, idempotency_key?} each (idempotency_key: "
+        "a live intent's plan-chosen key, its text, or its bytes as hex)"
     )
     dead_effects: int = Field(description="Dead letters an effect made")
 
@@ -97,6 +98,9 @@ def _row(intent: Intent | Settled, queued_seq: int | None, head: int) -> dict[st
     }
     if isinstance(intent, Settled) and intent.receipt_status is not None:
         row["receipt_status"] = intent.receipt_status
+    key = None if isinstance(intent, Settled) else intent.idempotency_key
+    if key is not None:
+        row["idempotency_key"] = key.hex() if isinstance(key, bytes) else key
     if queued_seq is not None:
         row["queued_seq"] = queued_seq
         row["age_records"] = head - 1 - queued_seq

@@ -65,6 +65,7 @@ COVERED: dict[str, str] = {
     "cluster up": "test_cluster_up_and_down_on_a_local_ray",
     "cluster down": "test_cluster_up_and_down_on_a_local_ray",
     "validate": "test_validate_reports_the_manifest_hash",
+    "air normalize": "test_air_normalize_writes_air_that_validates_to_the_same_routes",
     "why": "test_why_names_the_step_and_the_event_it_consumed",
     "ui": "test_ui_serves_the_world_page_at_the_url_it_prints",
     "init": "test_init_creates_a_private_world_folder",
@@ -290,6 +291,21 @@ def test_validate_reports_the_manifest_hash(built: Built) -> None:
     report = world_json("validate", COUNTER_AIR)
     with World.open(built.path, readonly=True) as opened:
         assert report["manifest_hash"] == opened.air.manifest_hash
+
+
+def test_air_normalize_writes_air_that_validates_to_the_same_routes(tmp_path: Path) -> None:
+    """The strict form (AgentOS's spelling) of the counter's AIR is AIR we load again: the
+    same modules and routes; what AgentOS has no form for is reported as kept."""
+    done = world_json("air", "normalize", COUNTER_AIR, "-o", tmp_path / "strict")
+    assert sorted(Path(f).name for f in done["files"]) == [
+        "manifest.air.json",
+        "modules.air.json",
+        "schemas.air.json",
+    ]
+    assert [k["pointer"] for k in done["kept"]] == ["/key_schema"]
+    before, after = world_json("validate", COUNTER_AIR), world_json("validate", tmp_path / "strict")
+    assert after["routes"] == before["routes"]
+    assert sorted(after["modules"]) == sorted(before["modules"])
 
 
 def test_init_creates_a_private_world_folder(built: Built) -> None:

@@ -45,6 +45,10 @@ NO_JSON: dict[str, str] = {
 # exist, {new} a fresh path (a new one for each invocation), {c} a partitioned counter world of
 # two partitions (not up) with the cell a.
 ROWS: dict[str, tuple[list[str], list[str] | None]] = {
+    "air normalize": (
+        ["air", "normalize", "{none}", "-o", "{new}"],
+        ["air", "normalize", "{air}", "-o", "{new}"],
+    ),
     "archive": (["archive", "{none}", "--to", "{new}"], ["archive", "{w}", "--to", "{new}"]),
     "cells export": (
         ["cells", "export", "{w}", COUNTER, "nobody", "-o", "{new}"],

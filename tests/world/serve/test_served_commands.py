@@ -84,6 +84,7 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "examples": (NOT_A_WORLD, []),
     "examples copy": (NOT_A_WORLD, []),
     "validate": (NOT_A_WORLD, []),
+    "air normalize": (NOT_A_WORLD, []),
     "reducer build": (NOT_A_WORLD, []),
     "reducer check": (NOT_A_WORLD, []),
     "reducer new": (NOT_A_WORLD, []),

@@ -49,6 +49,8 @@ EXAMPLES = (
     "static_counter",
     "account",
     "account_v2",
+    "agentos_counter",
+    "agentos_timer",
 )
 
 

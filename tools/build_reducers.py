@@ -51,6 +51,7 @@ EXAMPLES = (
     "account_v2",
     "agentos_counter",
     "agentos_timer",
+    "agentos_blob_echo",
 )
 
 

@@ -8,12 +8,15 @@ repository (CI has it) and skips when it is absent.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
+from plans_kit import of_kind, records
 from typer.testing import CliRunner
 
+from air import cbor
 from cli.main import app
 from world import Engine, World
 from world.history import verify_world
@@ -26,6 +29,7 @@ LADDER = ROOT.parent / "shared" / "agentos" / "examples"
 EXAMPLES = {
     "agentos-00-counter": "00-counter",
     "agentos-01-hello-timer": "01-hello-timer",
+    "agentos-02-blob-echo": "02-blob-echo",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""
 
@@ -124,6 +128,31 @@ def test_01_hello_timer_deadline_zero_is_done_without_a_timer(tmp_path: Path) ->
             "deadline_ns": 0,
             "fired_key": None,
         }
+    assert verify_world(path).ok
+
+
+def test_02_blob_echo_puts_then_gets_the_same_bytes(tmp_path: Path) -> None:
+    from blake3 import blake3
+
+    name = "agentos-02-blob-echo"
+    data = b"echo through the CAS \x00\xff"
+    path = tmp_path / "w"
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/BlobEchoEvent@1", {"Start": {"data": base64.b64encode(data).decode()}})
+        with Engine(world) as loop:
+            assert loop.run().receipts == 2
+        state = world.state("demo/BlobEchoSM@1")
+    ref = "blake3:" + blake3(data).hexdigest()
+    assert state == {
+        "pc": "Done",
+        "pending_blob_ref": None,
+        "stored_blob_ref": ref,
+        "retrieved_blob_ref": ref,
+        "retrieved_blob_hash": ref,
+    }
+    put, got = (r.body for r in of_kind(records(path), "receipt"))
+    assert (put["status"], got["status"]) == ("ok", "ok")
+    assert cbor.loads(got["payload"])["data"] == data
     assert verify_world(path).ok
 
 

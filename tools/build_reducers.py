@@ -52,6 +52,7 @@ EXAMPLES = (
     "agentos_counter",
     "agentos_timer",
     "agentos_blob_echo",
+    "agentos_retry",
 )
 
 

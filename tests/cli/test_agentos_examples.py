@@ -30,6 +30,7 @@ EXAMPLES = {
     "agentos-00-counter": "00-counter",
     "agentos-01-hello-timer": "01-hello-timer",
     "agentos-02-blob-echo": "02-blob-echo",
+    "agentos-08-retry-backoff": "08-retry-backoff",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""
 
@@ -153,6 +154,35 @@ def test_02_blob_echo_puts_then_gets_the_same_bytes(tmp_path: Path) -> None:
     put, got = (r.body for r in of_kind(records(path), "receipt"))
     assert (put["status"], got["status"]) == ("ok", "ok")
     assert cbor.loads(got["payload"])["data"] == data
+    assert verify_world(path).ok
+
+
+def test_08_retry_backoff_tries_three_times_with_timers_then_fails(tmp_path: Path) -> None:
+    name = "agentos-08-retry-backoff"
+    path = tmp_path / "w"
+    start = {"req_id": "req-123", "payload": "p", "max_attempts": 3, "base_delay_ms": 10,
+             "now_ns": 1_000}  # fmt: skip
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/RetryEvent@1", {"start": start})
+        with Engine(world, sim=True) as loop:
+            assert loop.run().receipts == 2
+        state = world.state("demo/RetrySM@1")
+    assert state == {
+        "pc": "Failed",
+        "attempt": 3,
+        "max_attempts": 3,
+        "base_delay_ms": 10,
+        "anchor_ns": 1_000,
+        "payload": "p",
+        "req_id": "req-123",
+    }
+    recs = records(path)
+    assert len(of_kind(recs, "plan.started")) == 3
+    timers = [cbor.loads(r.body["params"]) for r in of_kind(recs, "effect.queued")]
+    assert timers == [
+        {"deliver_at_ns": 1_000 + 10_000_000, "key": "req-123"},
+        {"deliver_at_ns": 1_000 + 20_000_000, "key": "req-123"},
+    ]
     assert verify_world(path).ok
 
 

@@ -202,3 +202,27 @@ def test_a_copy_carries_the_binding_and_the_licence(tmp_path: Path) -> None:
         ["init", str(tmp_path / "w"), "--air", str(dest), "--module", f"demo/CounterSM@1={wasm}"],
     )
     assert made.exit_code == 0, made.output
+
+
+def test_a_module_given_with_the_example_is_bound_instead_of_the_example_s(
+    tmp_path: Path,
+) -> None:
+    from blake3 import blake3
+
+    other = ROOT / "reducers" / "static_counter" / "static_counter.wasm"
+    made = CliRunner().invoke(
+        app,
+        [
+            "init",
+            str(tmp_path / "w"),
+            "--example",
+            "agentos-00-counter",
+            "--module",
+            f"demo/CounterSM@1={other}",
+            "--json",
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    with World.open(tmp_path / "w") as world:
+        bound = world.air.wasm_hashes["demo/CounterSM@1"]
+    assert bound == "blake3:" + blake3(other.read_bytes()).hexdigest()

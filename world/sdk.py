@@ -151,7 +151,10 @@ def example_modules(name: str) -> dict[str, Path]:
     file = folder / EXAMPLE_MODULES_FILE
     if not file.is_file():
         return {}
-    doc = json.loads(file.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputFileError(str(file), f"not JSON: {exc}") from exc
     if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
         raise InputFileError(str(file), 'expected {"<module>": "<path to its .wasm>"}')
     return {str(module): (folder / wasm).resolve() for module, wasm in doc.items()}

@@ -226,3 +226,27 @@ def test_a_module_given_with_the_example_is_bound_instead_of_the_example_s(
     with World.open(tmp_path / "w") as world:
         bound = world.air.wasm_hashes["demo/CounterSM@1"]
     assert bound == "blake3:" + blake3(other.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("{not json", "not JSON", id="not-json"),
+        pytest.param('{"demo/X@1": 3}', 'expected {"<module>"', id="not-a-path"),
+    ],
+)
+def test_a_bad_modules_json_is_refused_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, reason: str
+) -> None:
+    from air.errors import InputFileError
+    from world import sdk
+
+    folder = tmp_path / "manifests" / "x"
+    folder.mkdir(parents=True)
+    (folder / "a.air.json").write_text("[]")
+    (folder / "modules.json").write_text(text)
+    monkeypatch.setattr(sdk, "bundle_root", lambda: tmp_path)
+    with pytest.raises(InputFileError) as info:
+        sdk.example_modules("x")
+    assert str(folder / "modules.json") in str(info.value)
+    assert reason in str(info.value)

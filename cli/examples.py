@@ -8,6 +8,12 @@ top of DIR and each reducer folder it uses (source and built ``.wasm``) under
 so ``world validate DIR`` and ``world reducer build DIR/reducers/<r>/<r>.c`` work on the copy
 alone. AIR files without a ``wasm`` path are copied byte for byte; rewritten ones are written
 as two-space JSON (their canonical form, and so the manifest hash, is unchanged).
+
+An example whose AIR names no wasm (AgentOS's ladder, ``agentos-*``, copied unchanged) binds its
+modules in its ``modules.json`` (``world.sdk.example_modules``): ``world init --example`` binds
+them as ``--module NAME=FILE`` would (a ``--module`` given for the same module wins), and a copy
+carries the file with its paths pointing into ``DIR/reducers/``; a copy's AIR is then bound
+with ``--module`` (the hint ``examples copy`` prints says how).
 """
 
 from __future__ import annotations
@@ -41,20 +47,30 @@ def _documents(air_file: Path) -> list[Any]:
 
 def _summary(name: str) -> dict[str, Any]:
     """An example's modules (name and wasm path) and the events its manifest routes."""
-    from world.sdk import example_path
+    from world.sdk import EXAMPLE_MODULES_FILE, example_path
 
     folder = example_path(name)
+    bound = _bindings(folder / EXAMPLE_MODULES_FILE)
     modules, events = [], []
     for air_file in sorted(folder.glob("*.air.json")):
         for doc in _documents(air_file):
             if not isinstance(doc, dict):
                 continue
             if doc.get("$kind") == "defmodule":
-                modules.append({"name": doc.get("name"), "wasm": doc.get("wasm")})
+                wasm = doc.get("wasm", bound.get(str(doc.get("name"))))
+                modules.append({"name": doc.get("name"), "wasm": wasm})
             if doc.get("$kind") == "manifest":
                 routes = (doc.get("routing") or {}).get("events") or []
                 events += [r.get("event") for r in routes if isinstance(r, dict)]
     return {"name": name, "path": str(folder), "modules": modules, "events": events}
+
+
+def _bindings(file: Path) -> dict[str, str]:
+    """An example's ``modules.json`` as written (module -> relative wasm path), or ``{}``."""
+    if not file.is_file():
+        return {}
+    doc = json.loads(file.read_text(encoding="utf-8"))
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
 def list_examples(json_output: bool) -> None:
@@ -89,7 +105,7 @@ def _examples(ctx: typer.Context, json_output: JsonOpt = False) -> None:
 
 def copy_example(name: str, dest: Path) -> list[Path]:
     """Copy the example ``name`` into ``dest`` (new or empty); return the files written."""
-    from world.sdk import example_path
+    from world.sdk import EXAMPLE_MODULES_FILE, example_path
 
     source = example_path(name)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -107,6 +123,17 @@ def copy_example(name: str, dest: Path) -> list[Path]:
                 rewritten = True
         text = json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
         files[Path(air_file.name)] = text.encode() if rewritten else air_file.read_bytes()
+    bindings = _bindings(source / EXAMPLE_MODULES_FILE)
+    for module, relative_wasm in bindings.items():
+        wasm = (source / relative_wasm).resolve()
+        target = reducer_dirs.setdefault(wasm.parent, Path("reducers") / wasm.parent.name)
+        bindings[module] = (target / wasm.name).as_posix()
+    if bindings:
+        text = json.dumps(bindings, indent=2, ensure_ascii=False) + "\n"
+        files[Path(EXAMPLE_MODULES_FILE)] = text.encode()
+    for extra in ("README.md", "LICENSE", "NOTICE"):
+        if (source / extra).is_file():
+            files[Path(extra)] = (source / extra).read_bytes()
     for folder, target in reducer_dirs.items():
         for file in sorted(folder.iterdir()):
             if file.is_file() and not file.name.startswith("."):
@@ -133,7 +160,9 @@ def copy(
         console.print(f"  {path}", markup=False)
     console.print(f"copied example {name!r} to {dest} ({len(written)} files)", markup=False)
     sources = [p for p in written if p.suffix == ".c"]
-    console.print(f"next: world init WORLD --air {dest}", markup=False)
+    bound = _bindings(dest / "modules.json")
+    flags = "".join(f" --module {m}={dest / w}" for m, w in bound.items())
+    console.print(f"next: world init WORLD --air {dest}{flags}", markup=False)
     if sources:
         console.print(f"      world reducer build {sources[0]}   (after changing it)", markup=False)
 
@@ -151,9 +180,12 @@ def init(
     if (air is None) == (example is None):
         fail("give exactly one of --air PATH or --example NAME")
     if example is not None:
-        from world.sdk import example_path
+        from world.sdk import example_modules, example_path
 
         with handle_errors(json_output):
             air = example_path(example)
+            given = {value.partition("=")[0] for value in module or []}
+            bound = [f"{m}={w}" for m, w in example_modules(example).items() if m not in given]
+        module = bound + list(module or [])
     assert air is not None
     core.init(directory, air, module, json_output)

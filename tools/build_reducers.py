@@ -49,6 +49,10 @@ EXAMPLES = (
     "static_counter",
     "account",
     "account_v2",
+    "agentos_counter",
+    "agentos_timer",
+    "agentos_blob_echo",
+    "agentos_retry",
 )
 
 

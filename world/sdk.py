@@ -57,6 +57,7 @@ from world.errors import BuildError
 
 __all__ = [
     "CFLAGS",
+    "EXAMPLE_MODULES_FILE",
     "STACK_SIZE_BYTES",
     "ZIGLANG_VERSION",
     "Built",
@@ -64,6 +65,7 @@ __all__ = [
     "bundle_root",
     "check_abi",
     "compiler_command",
+    "example_modules",
     "example_names",
     "example_path",
     "sdk_include_dir",
@@ -133,6 +135,29 @@ def example_path(name: str) -> Path:
     if name not in names:
         raise UnknownName("example", name, names)
     return bundle_root() / "manifests" / name
+
+
+EXAMPLE_MODULES_FILE: Final = "modules.json"
+
+
+def example_modules(name: str) -> dict[str, Path]:
+    """The wasm each module of the bundled example ``name`` is bound to when its AIR names
+    none (AgentOS's AIR, copied unchanged, names no ``wasm``): the example's ``modules.json``,
+    ``{"<module>": "<wasm path relative to the example folder>"}``, read as module -> absolute
+    path; ``{}`` without the file. ``world init --example`` binds them as ``--module`` does."""
+    import json
+
+    folder = example_path(name)
+    file = folder / EXAMPLE_MODULES_FILE
+    if not file.is_file():
+        return {}
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputFileError(str(file), f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise InputFileError(str(file), 'expected {"<module>": "<path to its .wasm>"}')
+    return {str(module): (folder / wasm).resolve() for module, wasm in doc.items()}
 
 
 # --- building -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """``air._normalize``: every bundled manifest in AgentOS's strict form loads in our loader to the
 same defs (a module's wasm hash aside, as the module docstring says), and validates under
 AgentOS's AIR v1 JSON Schemas except for the features AgentOS's v1 lacks, listed here with
-their reason so the list only shrinks."""
+their reason so the list only shrinks. A bundled example is read as ``world init --example``
+reads it: an ``agentos-*`` example's modules bound to the wasm its ``modules.json`` names."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from air._canonical import fill_hashes
 from air._diagnostics import Diagnostics
 from air._normalize import NormalizedAir, _strict_expr, normalize_air
 from air.expr import parse_expr, to_json
-from world._airfiles import builtin_sources, inspect_wasm, load_air_path, read_file
+from world._airfiles import (
+    air_sources,
+    bind_module_wasm,
+    builtin_sources,
+    inspect_wasm,
+    load_air_path,
+    read_file,
+)
+from world.sdk import example_modules
 
 from worldkit import ROOT
 
@@ -37,6 +46,12 @@ NOT_AGENTOS = {
 """The objects of the normalized bundled manifests that AgentOS's v1 schemas refuse, and why."""
 
 
+def _bundled(name: str) -> LoadedAir:
+    """The bundled example ``name``'s AIR, its modules bound as ``world init --example`` does."""
+    sources = builtin_sources() + air_sources(ROOT / "manifests" / name)
+    return load_air(bind_module_wasm(sources, example_modules(name)), read_file, inspect_wasm)
+
+
 def _reload(result: NormalizedAir) -> LoadedAir:
     sources = [
         AirSource(f"/normalized/{name}", json.dumps(doc)) for name, doc in result.files.items()
@@ -48,7 +63,7 @@ def _reload(result: NormalizedAir) -> LoadedAir:
 def test_normalized_air_loads_to_the_same_defs_given_back_each_modules_wasm_hash(
     name: str,
 ) -> None:
-    original = load_air_path(ROOT / "manifests" / name)
+    original = _bundled(name)
     again = _reload(normalize_air(original))
     moved = set(original.wasm_bytes)  # written with a sha256 wasm_hash, no bytes
     assert moved  # every bundled module names its wasm
@@ -65,7 +80,7 @@ def test_normalized_air_loads_to_the_same_defs_given_back_each_modules_wasm_hash
 
 @pytest.mark.parametrize("name", MANIFESTS)
 def test_normalized_air_reports_what_it_kept_of_ours(name: str) -> None:
-    result = normalize_air(load_air_path(ROOT / "manifests" / name))
+    result = normalize_air(_bundled(name))
     kept = {u.name for u in result.unmapped}
     assert kept == {n for (m, n) in NOT_AGENTOS if m == name}
 
@@ -90,7 +105,7 @@ def test_normalized_bundled_manifests_validate_under_agentos_schemas() -> None:
     refused = {}
     count = 0
     for name in MANIFESTS:
-        result = normalize_air(load_air_path(ROOT / "manifests" / name))
+        result = normalize_air(_bundled(name))
         for doc in result.files.values():
             for obj in doc if isinstance(doc, list) else [doc]:
                 count += 1

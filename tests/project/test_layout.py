@@ -46,7 +46,7 @@ UNNAMED: dict[str, str] = {
     "world/ops": "_base _cells _deadletters _effects _events _families _handle _history _journal "
     "_moves _runs _status _upgrades",
     "world/serve": "_dispatch _protocol _remote _server",
-    "cli": "_runtext app archive cells cluster common core deadletters demo effects examples "
+    "cli": "_runtext app archive cells cluster common core deadletters demo effects "
     "history journal main moves replay runs serve upgrade validate why",
     "cli/ui": "_app _dag _views",
 }

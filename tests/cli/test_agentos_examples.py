@@ -1,0 +1,252 @@
+"""The bundled ``agentos-*`` examples (issue 36, item 3): AgentOS's ladder rungs with their AIR
+copied unchanged and our C reducers bound through the example's ``modules.json``
+(``world.sdk.example_modules``). Each runs to the end its README states and replays exactly.
+
+The byte-identity check reads AgentOS's ladder from ``../shared/agentos/examples`` beside the
+repository (CI has it) and skips when it is absent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from plans_kit import of_kind, records
+from typer.testing import CliRunner
+
+from air import cbor
+from cli.main import app
+from world import Engine, World
+from world.history import verify_world
+from world.sdk import example_modules, example_names, example_path
+
+from worldkit import ROOT
+
+LADDER = ROOT.parent / "shared" / "agentos" / "examples"
+
+EXAMPLES = {
+    "agentos-00-counter": "00-counter",
+    "agentos-01-hello-timer": "01-hello-timer",
+    "agentos-02-blob-echo": "02-blob-echo",
+    "agentos-08-retry-backoff": "08-retry-backoff",
+}
+"""Our bundled example -> its rung in AgentOS's ladder."""
+
+
+def test_every_agentos_example_is_bundled_and_listed() -> None:
+    assert [n for n in example_names() if n.startswith("agentos-")] == sorted(EXAMPLES)
+    code = CliRunner().invoke(app, ["examples", "--json"])
+    listed = {e["name"]: e for e in json.loads(code.output)["examples"]}
+    for name in EXAMPLES:
+        wasm = [m["wasm"] for m in listed[name]["modules"]]
+        assert wasm, name
+        assert all(str(w).endswith(".wasm") for w in wasm), name
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_air_is_agentos_own_byte_for_byte(name: str) -> None:
+    rung = LADDER / EXAMPLES[name] / "air"
+    if not rung.is_dir():
+        pytest.skip(f"AgentOS's example ladder is not at {LADDER}")
+    ours = {p.name: p.read_bytes() for p in example_path(name).glob("*.air.json")}
+    theirs = {p.name: p.read_bytes() for p in rung.glob("*.air.json")}
+    assert ours == theirs
+    for notice in ("LICENSE", "NOTICE"):
+        got = (example_path(name) / notice).read_bytes()
+        assert got == (LADDER.parent / notice).read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_each_module_is_bound_to_a_committed_wasm(name: str) -> None:
+    bound = example_modules(name)
+    assert bound
+    for wasm in bound.values():
+        assert wasm.is_file()
+        assert wasm.is_relative_to(ROOT / "reducers")
+
+
+def test_00_counter_counts_to_done_through_the_cli(tmp_path: Path) -> None:
+    cli = CliRunner()
+    w = str(tmp_path / "w")
+
+    def ok(*args: str) -> str:
+        result = cli.invoke(app, list(args))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    ok("init", w, "--example", "agentos-00-counter")
+    ok("send", w, "demo/CounterEvent@1", '{"Start": {"target": 3}}')
+    ok("run", w, "--until-idle")
+    assert json.loads(ok("state", w, "demo/CounterSM@1")) == {"pc": "Counting", "remaining": 3}
+    for _ in range(3):
+        ok("send", w, "demo/CounterEvent@1", '{"Tick": null}')
+    ok("run", w, "--until-idle")
+    assert json.loads(ok("state", w, "demo/CounterSM@1")) == {"pc": "Done", "remaining": 0}
+    assert "identical outputs and state" in ok("replay", w, "--verify")
+
+
+def test_00_counter_start_zero_is_done_and_a_tick_when_done_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    name = "agentos-00-counter"
+    with World.create(tmp_path / "w", example_path(name), modules=example_modules(name)) as w:
+        w.send("demo/CounterEvent@1", {"Start": {"target": 0}})
+        w.send("demo/CounterEvent@1", "Tick")
+        with Engine(w) as loop:
+            assert loop.run().steps == 2
+        assert w.state("demo/CounterSM@1") == {"pc": "Done", "remaining": 0}
+    assert verify_world(tmp_path / "w").ok
+
+
+def test_01_hello_timer_fires_and_is_done(tmp_path: Path) -> None:
+    name = "agentos-01-hello-timer"
+    path = tmp_path / "w"
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/TimerEvent@1", {"Start": {"deliver_at_ns": 5_000, "key": "hello"}})
+        with Engine(world, sim=True) as loop:
+            assert loop.run().receipts == 1
+        assert world.state("demo/TimerSM@1") == {
+            "pc": "Done",
+            "key": "hello",
+            "deadline_ns": 5_000,
+            "fired_key": "hello",
+        }
+    assert verify_world(path).ok
+
+
+def test_01_hello_timer_deadline_zero_is_done_without_a_timer(tmp_path: Path) -> None:
+    name = "agentos-01-hello-timer"
+    path = tmp_path / "w"
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/TimerEvent@1", {"Start": {"deliver_at_ns": 0, "key": None}})
+        with Engine(world, sim=True) as loop:
+            assert loop.run().receipts == 0
+        assert world.state("demo/TimerSM@1") == {
+            "pc": "Done",
+            "key": None,
+            "deadline_ns": 0,
+            "fired_key": None,
+        }
+    assert verify_world(path).ok
+
+
+def test_02_blob_echo_puts_then_gets_the_same_bytes(tmp_path: Path) -> None:
+    from blake3 import blake3
+
+    name = "agentos-02-blob-echo"
+    data = b"echo through the CAS \x00\xff"
+    path = tmp_path / "w"
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/BlobEchoEvent@1", {"Start": {"data": base64.b64encode(data).decode()}})
+        with Engine(world) as loop:
+            assert loop.run().receipts == 2
+        state = world.state("demo/BlobEchoSM@1")
+    ref = "blake3:" + blake3(data).hexdigest()
+    assert state == {
+        "pc": "Done",
+        "pending_blob_ref": None,
+        "stored_blob_ref": ref,
+        "retrieved_blob_ref": ref,
+        "retrieved_blob_hash": ref,
+    }
+    put, got = (r.body for r in of_kind(records(path), "receipt"))
+    assert (put["status"], got["status"]) == ("ok", "ok")
+    assert cbor.loads(got["payload"])["data"] == data
+    assert verify_world(path).ok
+
+
+def test_08_retry_backoff_tries_three_times_with_timers_then_fails(tmp_path: Path) -> None:
+    name = "agentos-08-retry-backoff"
+    path = tmp_path / "w"
+    start = {"req_id": "req-123", "payload": "p", "max_attempts": 3, "base_delay_ms": 10,
+             "now_ns": 1_000}  # fmt: skip
+    with World.create(path, example_path(name), modules=example_modules(name)) as world:
+        world.send("demo/RetryEvent@1", {"start": start})
+        with Engine(world, sim=True) as loop:
+            assert loop.run().receipts == 2
+        state = world.state("demo/RetrySM@1")
+    assert state == {
+        "pc": "Failed",
+        "attempt": 3,
+        "max_attempts": 3,
+        "base_delay_ms": 10,
+        "anchor_ns": 1_000,
+        "payload": "p",
+        "req_id": "req-123",
+    }
+    recs = records(path)
+    assert len(of_kind(recs, "plan.started")) == 3
+    timers = [cbor.loads(r.body["params"]) for r in of_kind(recs, "effect.queued")]
+    assert timers == [
+        {"deliver_at_ns": 1_000 + 10_000_000, "key": "req-123"},
+        {"deliver_at_ns": 1_000 + 20_000_000, "key": "req-123"},
+    ]
+    assert verify_world(path).ok
+
+
+def test_a_copy_carries_the_binding_and_the_licence(tmp_path: Path) -> None:
+    cli = CliRunner()
+    dest = tmp_path / "c"
+    copied = cli.invoke(app, ["examples", "copy", "agentos-00-counter", str(dest)])
+    assert copied.exit_code == 0, copied.output
+    bound = json.loads((dest / "modules.json").read_text())
+    assert bound == {"demo/CounterSM@1": "reducers/agentos_counter/agentos_counter.wasm"}
+    assert (dest / bound["demo/CounterSM@1"]).is_file()
+    assert (dest / "LICENSE").is_file()
+    assert (dest / "NOTICE").is_file()
+    wasm = dest / bound["demo/CounterSM@1"]
+    made = cli.invoke(
+        app,
+        ["init", str(tmp_path / "w"), "--air", str(dest), "--module", f"demo/CounterSM@1={wasm}"],
+    )
+    assert made.exit_code == 0, made.output
+
+
+def test_a_module_given_with_the_example_is_bound_instead_of_the_example_s(
+    tmp_path: Path,
+) -> None:
+    from blake3 import blake3
+
+    other = ROOT / "reducers" / "static_counter" / "static_counter.wasm"
+    made = CliRunner().invoke(
+        app,
+        [
+            "init",
+            str(tmp_path / "w"),
+            "--example",
+            "agentos-00-counter",
+            "--module",
+            f"demo/CounterSM@1={other}",
+            "--json",
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    with World.open(tmp_path / "w") as world:
+        bound = world.air.wasm_hashes["demo/CounterSM@1"]
+    assert bound == "blake3:" + blake3(other.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("{not json", "not JSON", id="not-json"),
+        pytest.param('{"demo/X@1": 3}', 'expected {"<module>"', id="not-a-path"),
+    ],
+)
+def test_a_bad_modules_json_is_refused_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, reason: str
+) -> None:
+    from air.errors import InputFileError
+    from world import sdk
+
+    folder = tmp_path / "manifests" / "x"
+    folder.mkdir(parents=True)
+    (folder / "a.air.json").write_text("[]")
+    (folder / "modules.json").write_text(text)
+    monkeypatch.setattr(sdk, "bundle_root", lambda: tmp_path)
+    with pytest.raises(InputFileError) as info:
+        sdk.example_modules("x")
+    assert str(folder / "modules.json") in str(info.value)
+    assert reason in str(info.value)

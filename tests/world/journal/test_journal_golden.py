@@ -263,8 +263,41 @@ def account(tmp: Path) -> dict[str, Path]:
     return {"account": w}
 
 
+def agentos(tmp: Path) -> dict[str, Path]:
+    """AgentOS's ladder rungs bundled so far, each to the end its README states: 00 counts to
+    Done, 01's timer fires, 02 puts and gets a blob, 08 tries three times and fails."""
+    sends = {
+        "agentos-00-counter": [
+            ("demo/CounterEvent@1", {"Start": {"target": 3}}),
+            *[("demo/CounterEvent@1", "Tick")] * 3,
+        ],
+        "agentos-01-hello-timer": [
+            ("demo/TimerEvent@1", {"Start": {"deliver_at_ns": 5_000, "key": "hello"}}),
+        ],
+        "agentos-02-blob-echo": [("demo/BlobEchoEvent@1", {"Start": {"data": "ZWNobw=="}})],
+        "agentos-08-retry-backoff": [
+            ("demo/RetryEvent@1", {"start": {"req_id": "req-123", "payload": "p",
+             "max_attempts": 3, "base_delay_ms": 10, "now_ns": 1_000}}),
+        ],
+    }  # fmt: skip
+    ends = dict.fromkeys(sends, "Done") | {"agentos-08-retry-backoff": "Failed"}
+    worlds = {}
+    for name, events in sends.items():
+        w = worlds[name] = tmp / name
+        _cli("init", w, "--example", name)
+        _fix_receipt_key(w)
+        for schema_name, value in events:
+            _cli("send", w, schema_name, json.dumps(value))
+        with World.open(w) as world:
+            _run_effects(world)
+            reducer = next(iter(world.air.modules))
+            assert world.state(reducer)["pc"] == ends[name], name
+    return worlds
+
+
 SCENARIOS = {
     "account": account,
+    "agentos": agentos,
     "counter": counter,
     "counter_v1_migrated": counter_v1_migrated,
     "session": session,
@@ -275,6 +308,12 @@ SCENARIOS = {
 }
 
 GOLDEN: dict[str, dict[str, str]] = {
+    "agentos": {  # pinned when the rungs were bundled (issue 36)
+        "agentos-00-counter": "f1548a2bad718bd3408982470f74fc315e08b803e74cf9ccfeeff688aafa0df1",
+        "agentos-01-hello-timer": "cdee5d48b499dde5a51365be79430fa4874317528cd25375a769968d7afd6fa0",
+        "agentos-02-blob-echo": "3e508213fe656fd705fe1dcbe2ec4d30ce40ceb23038207561e8f1e19f5f7bf3",
+        "agentos-08-retry-backoff": "2f6cee3a9fbc50efae8aad9c51ae2b867cf0943e97b24db0bc08540ff34a7dfc",
+    },
     "account": {
         "account": "32484301d0f7d5911710138ebbaa4b7b36696b3dccd17d509d33cd5a0b1479ce",
     },
@@ -326,4 +365,15 @@ def test_bundled_world_journals_match_the_digests_recorded_before_the_restructur
 
 def test_every_bundled_example_world_is_in_a_scenario() -> None:
     examples = {p.name for p in (ROOT / "manifests").iterdir() if p.is_dir()}
-    assert examples == {"account", "counter", "counter_v1", "order", "session", "timer"}
+    assert examples == {
+        "account",
+        "agentos-00-counter",
+        "agentos-01-hello-timer",
+        "agentos-02-blob-echo",
+        "agentos-08-retry-backoff",
+        "counter",
+        "counter_v1",
+        "order",
+        "session",
+        "timer",
+    }

@@ -24,8 +24,8 @@ Parts: ``_file`` (``FileJournal``: writing, opening, reading, refreshing; ``veri
 pure), ``_segments`` (the segment files: listing, opening, reading with every check, temp files,
 syncs), ``_seals`` (the seal of a full segment), ``_commit`` (a commit's files and its undo;
 preparing the directory), ``_batch`` (the marker that makes a batch all or nothing), ``_repair``
-(the reports, the cut, ``salvage``, restoring a sealed segment from a copy or mending it by its
-seal), ``_verified`` (the
+(the reports, the cut, ``salvage``), ``_mend`` (a damaged sealed segment put back as it was
+sealed: from a copy, by its seal, or re-framed from re-derived records), ``_verified`` (the
 verify cache: sealed segments verified before and unchanged since). Each module's docstring gives
 its formats and rules in full.
 """
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         segment_name,
         verify,
     )
-    from world.journal._repair import (
+    from world.journal._mend import (
         DamagedStretch,
         RestoredSegment,
         damaged_kind,
@@ -137,7 +137,7 @@ _WHERE: dict[str, str] = {
             ),
         ),
         (
-            "world.journal._repair",
+            "world.journal._mend",
             (
                 "DamagedStretch",
                 "RestoredSegment",

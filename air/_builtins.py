@@ -66,6 +66,8 @@ def ondemand_wanted(
     mentioned: set[str] = set()
     taken_kinds: set[str] = set()
     for _source, _pointer, obj in docs:
+        if isinstance(obj, dict) and obj.get("$kind") == "defcap":
+            obj = {k: v for k, v in obj.items() if k != "enforcer"}  # a name, no reference
         _strings(obj, mentioned)
         if isinstance(obj, dict) and obj.get("$kind") == "defeffect":
             builtin = by_name.get(str(obj.get("name")))

@@ -28,6 +28,7 @@ from air._model import (
     DefModule,
     DefPlan,
     DefPolicy,
+    DefPureModule,
     DefSchema,
     DefSecret,
     Manifest,
@@ -124,6 +125,15 @@ def def_canonical(model: Any, wasm_hash: str | None = None) -> dict[str, Any]:
         return {"$kind": "defschema", "name": model.name, "type": _type(model.type)}
     if isinstance(model, DefModule):
         return _module(model, wasm_hash)
+    if isinstance(model, DefPureModule):
+        abi = model.abi.pure
+        pure = {"input": abi.input, "output": abi.output}
+        return {
+            "$kind": "defmodule",
+            "name": model.name,
+            "module_kind": "pure",
+            "abi": {"pure": pure},
+        }
     if isinstance(model, DefPlan):
         return _plan(model)
     if isinstance(model, DefCap):
@@ -161,6 +171,7 @@ def manifest_canonical(air: LoadedAir, manifest: Manifest) -> dict[str, Any]:
     kind_list: dict[type, str] = {
         DefSchema: "schemas",
         DefModule: "modules",
+        DefPureModule: "modules",
         DefPlan: "plans",
         DefCap: "caps",
         DefPolicy: "policies",

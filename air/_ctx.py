@@ -25,10 +25,12 @@ class Ctx:
     def loc(self, name: str) -> Located:
         return self.air.defs[name]
 
-    def is_kind(self, name: str, model_type: type) -> bool:
+    def is_kind(self, name: str, model_type: type | tuple[type, ...]) -> bool:
         return name in self.air.defs and isinstance(self.air.defs[name].model, model_type)
 
-    def need(self, name: str, model_type: type, file: str, pointer: str, code: str) -> bool:
+    def need(
+        self, name: str, model_type: type | tuple[type, ...], file: str, pointer: str, code: str
+    ) -> bool:
         if self.is_kind(name, model_type):
             return True
         if name not in self.air.unparsed:  # else its own diagnostics say what is wrong

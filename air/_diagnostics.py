@@ -58,6 +58,9 @@ to point into, put the 1-based line and column at the start of their message.
     air.effect.origin            an effect kind used where its origin is not allowed
     air.cap.type_mismatch        a grant's capability type does not fit the effect, or the cap
                                  slot it is bound to
+    air.cap.enforcer             a defcap's ``enforcer`` is not the built-in one of its cap type
+                                 (``sys/CapEnforceHttpOut@1`` for http.out, ...), nor
+                                 ``sys/CapAllowAll@1`` for a cap type without one
     air.cap.schema               a defcap of a built-in cap type (http.out, blob, timer) has a
                                  schema field the kernel does not enforce, or one of the wrong type
     air.cap.budget_unenforced    a grant's budget sets ``cents`` or ``tokens``, which the kernel
@@ -94,6 +97,8 @@ to point into, put the 1-based line and column at the start of their message.
     air.plan.end.result_missing  the plan declares an output and an ``end`` has no result
     air.plan.end.missing         the plan declares an output and a path ends without an ``end``
     air.plan.await_event.where_required  a correlated plan awaits an event without ``where``
+    air.module.pure_unsupported  a ``module_kind: "pure"`` module of the author's: this build runs
+                                 only its built-in ones, the capability enforcers
     air.module.wasm_missing      the module's wasm file is absent or unreadable
     air.module.wasm_unbound      (a warning) the module names neither ``wasm`` nor ``wasm_hash``,
                                  as AgentOS's do: ``world init --module NAME=FILE.wasm`` binds it

@@ -59,6 +59,7 @@ from air._model import (
     DefEffect,
     DefModule,
     DefPlan,
+    DefPureModule,
     DefSchema,
     DefSecret,
     Manifest,
@@ -66,7 +67,7 @@ from air._model import (
 )
 from air._plan_old_shapes import old_step_shapes
 from air.errors import JsonError, ValueMismatch
-from air.sys.ondemand import ONDEMAND_FILE, ONDEMAND_TEXT
+from air.sys.ondemand import ONDEMAND_SOURCES
 from air.types import (
     TypeNode,
     def_name_problem,
@@ -119,6 +120,8 @@ def _shape(source: AirSource, pointer: str, obj: Any, diags: Diagnostics) -> Loc
     if model_type is None:
         diags.add(source.file, f"{pointer}/$kind", "air.kind.unknown", f"unknown $kind {kind!r}")
         return None
+    if kind == "defmodule" and obj.get("module_kind") == "pure":
+        model_type = DefPureModule
     if kind == "defplan":
         old = old_step_shapes(obj.get("steps"))
         for i, message in old:
@@ -154,7 +157,9 @@ def _shapes(
 
 def _ondemand(docs: list[tuple[AirSource, str, Any]], diags: Diagnostics) -> list[Located]:
     """The on-demand built-ins the AIR refers to, with those they refer to (``air._builtins``)."""
-    catalogue_docs = _parse_documents([AirSource(ONDEMAND_FILE, ONDEMAND_TEXT, True)], diags)
+    catalogue_docs = _parse_documents(
+        [AirSource(file, text, True) for file, text in ONDEMAND_SOURCES], diags
+    )
     catalogue, _unparsed = _shapes(catalogue_docs, diags)
     return ondemand_wanted(docs, catalogue)
 
@@ -229,6 +234,8 @@ def _references(model: object) -> list[tuple[str, str]]:
             for s, c in abi.cap_slots.items()
             if not is_cap_type_text(c)  # a cap type ("timer"), not a defcap name
         ]
+    elif isinstance(model, DefPureModule):
+        refs += [(f"/abi/pure/{f}", getattr(model.abi.pure, f)) for f in ("input", "output")]
     elif isinstance(model, DefPlan):
         refs += [("/input", model.input), ("/output", model.output)]
         for i, step in enumerate(model.steps):

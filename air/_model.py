@@ -40,6 +40,7 @@ __all__ = [
     "DefModule",
     "DefPlan",
     "DefPolicy",
+    "DefPureModule",
     "DefSchema",
     "DefSecret",
     "Defaults",
@@ -91,6 +92,29 @@ class DefModule(_Model):
     wasm_hash: str | None = None
     key_schema: Any = None
     abi: ModuleAbi
+
+
+class PureAbi(_Model):
+    input: str
+    output: str
+
+
+class PureModuleAbi(_Model):
+    pure: PureAbi
+
+
+class DefPureModule(_Model):
+    """AgentOS's ``module_kind: "pure"``: a module that computes an output from an input and
+    holds no state. This build has only built-in ones, the capability enforcers of
+    ``air.sys.enforcers`` (their checks are native, ``kernel._grants``); an author's own pure
+    module is refused (``air.module.pure_unsupported``). Not a ``DefModule``: no cell, no
+    route, no step, so nothing that reads reducers meets one."""
+
+    kind: Literal["defmodule"] = Field(alias="$kind")
+    name: str
+    module_kind: Literal["pure"]
+    wasm_hash: str | None = None
+    abi: PureModuleAbi
 
 
 class BindEffect(_Model):
@@ -213,9 +237,10 @@ class DefCap(_Model):
     cap_type: str
     schema_: Any = Field(alias="schema")
     enforcer: Any = None
-    """AgentOS's enforcer module (``{"module": "sys/CapAllowAll@1"}``): accepted and not used
-    (this build's capability checks are its own, ``kernel._grants``), and not part of the def's
-    canonical form or hash."""
+    """AgentOS's enforcer module (``{"module": "sys/CapEnforceHttpOut@1"}``): must be the
+    built-in enforcer of the cap type (``air.sys.enforcers``), whose checks are native
+    (``kernel._grants``). So it says nothing the cap type does not, and is not part of the
+    def's canonical form or hash."""
 
 
 class PolicyMatch(_Model):

@@ -39,7 +39,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from air._loaded import LoadedAir, Located
-from air._model import DefCap, DefEffect, DefModule, DefPlan, DefPolicy, DefSchema, DefSecret
+from air._model import (
+    DefCap,
+    DefEffect,
+    DefModule,
+    DefPlan,
+    DefPolicy,
+    DefPureModule,
+    DefSchema,
+    DefSecret,
+)
 from air.expr import is_expr_form, parse_expr, to_json
 from air.types import parse_type, type_refs, type_to_obj
 
@@ -50,6 +59,7 @@ _I64_MAX: Final = 2**63 - 1
 FILES: Final[dict[type, str]] = {
     DefSchema: "schemas.air.json",
     DefModule: "modules.air.json",
+    DefPureModule: "modules.air.json",
     DefPlan: "plans.air.json",
     DefCap: "caps.air.json",
     DefPolicy: "policies.air.json",
@@ -61,6 +71,7 @@ FILES: Final[dict[type, str]] = {
 _LISTS: Final[dict[type, str]] = {
     DefSchema: "schemas",
     DefModule: "modules",
+    DefPureModule: "modules",
     DefPlan: "plans",
     DefCap: "caps",
     DefPolicy: "policies",

@@ -62,6 +62,7 @@ from air._model import (
     DefModule,
     DefPlan,
     DefPolicy,
+    DefPureModule,
     DefSchema,
     DefSecret,
     RaiseEvent,
@@ -69,6 +70,7 @@ from air._model import (
 from air._plan_checks import check_plan
 from air.errors import ValueMismatch, WorldError
 from air.secretrefs import SECRET_REF, constant_secret_refs, parse_secret_name
+from air.sys.enforcers import ALLOW_ALL, ENFORCERS
 from air.types import (
     ListT,
     OptionT,
@@ -116,6 +118,8 @@ def validate(
     for name, loc in air.defs.items():
         if isinstance(loc.model, DefModule):
             _module(ctx, name, loc, read_wasm, inspect_wasm)
+        elif isinstance(loc.model, DefPureModule):
+            _pure_module(ctx, loc)
         elif isinstance(loc.model, DefCap):
             _cap(ctx, loc)
         elif isinstance(loc.model, DefPolicy):
@@ -138,9 +142,9 @@ def validate(
 
 
 def _manifest_lists(ctx: Ctx, manifest: Located) -> None:
-    lists = {
+    lists: dict[str, tuple[type | tuple[type, ...], str]] = {
         "schemas": (DefSchema, "air.ref.unknown_schema"),
-        "modules": (DefModule, "air.ref.unknown_module"),
+        "modules": ((DefModule, DefPureModule), "air.ref.unknown_module"),
         "plans": (DefPlan, "air.ref.unknown_plan"),
         "caps": (DefCap, "air.ref.unknown_cap"),
         "policies": (DefPolicy, "air.ref.unknown_policy"),
@@ -183,6 +187,8 @@ def _module(
 def _cap(ctx: Ctx, loc: Located) -> None:
     """The cap's schema is a type; for a built-in cap type, one whose fields the kernel reads."""
     model: DefCap = loc.model
+    if model.enforcer is not None:
+        _enforcer(ctx, loc)
     node = ctx.type_field(loc, model.schema_, "/schema")
     known = BUILTIN_CAP_FIELDS.get(model.cap_type)
     if node is None or known is None:
@@ -206,6 +212,41 @@ def _cap(ctx: Ctx, loc: Located) -> None:
         elif not _is_text_collection(ctx, sub):
             detail = f"{field_name!r} is a set or list of text (optionally an option of one)"
             ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
+
+
+def _enforcer(ctx: Ctx, loc: Located) -> None:
+    """A defcap's ``enforcer`` is the built-in one of its cap type, or ``sys/CapAllowAll@1``
+    for a cap type without one (``air.sys.enforcers``), by name: the def need not be in the
+    world (naming it pulls no on-demand def in, ``air._builtins``)."""
+    model: DefCap = loc.model
+    pointer = f"{loc.pointer}/enforcer"
+    enforcer = model.enforcer
+    module = enforcer.get("module") if isinstance(enforcer, dict) else None
+    if not isinstance(module, str) or set(enforcer) != {"module"}:
+        ctx.diags.add(loc.file, pointer, "air.shape", 'an enforcer is {"module": NAME}')
+        return
+    if module not in (ALLOW_ALL, *ENFORCERS.values()):
+        detail = f"unknown module {module}: an enforcer is one of the built-in ones"
+        ctx.diags.add(loc.file, f"{pointer}/module", "air.ref.unknown_module", detail)
+        return
+    own = ENFORCERS.get(model.cap_type)
+    if module == own or (own is None and module == ALLOW_ALL):
+        return
+    checks = (
+        f"{own}, whose checks are built in" if own else f"{ALLOW_ALL} (it has no checks of its own)"
+    )
+    detail = f"a {model.cap_type} cap is enforced by {checks}, not {module}"
+    ctx.diags.add(loc.file, f"{pointer}/module", "air.cap.enforcer", detail)
+
+
+def _pure_module(ctx: Ctx, loc: Located) -> None:
+    """Only the built-in pure modules (the enforcers) are run by this build."""
+    if not loc.builtin:
+        detail = (
+            f"{loc.model.name}: this build runs no pure modules but its built-in capability "
+            f"enforcers ({', '.join(sorted({ALLOW_ALL, *ENFORCERS.values()}))})"
+        )
+        ctx.diags.add(loc.file, f"{loc.pointer}/module_kind", "air.module.pure_unsupported", detail)
 
 
 def _fields_text(fields: frozenset[str]) -> str:

@@ -10,6 +10,9 @@ Python text rather than a ``.air.json`` file beside ``sys.air.json``: ``air/`` r
 do not carry it). So an on-demand def, once released, is never changed: a change is a new
 ``@version``, or worlds that use it would load to another hash.
 
+Each topic's defs may live in a module of their own beside this one (``air.sys.enforcers``: the
+capability enforcers), listed in ``ONDEMAND_SOURCES``, which the loader reads.
+
 What is here (issue 22, secrets, as AgentOS's ``spec/17-secrets.md`` lays them out):
 
 * ``sys/SecretRef@1`` ``{alias: text, version: nat}``: names a ``defsecret`` (``alias@version``);
@@ -30,12 +33,15 @@ from __future__ import annotations
 
 from typing import Final
 
+from air.sys import enforcers
+
 __all__ = [
     "HTTP_HEADERS_REFUSED",
     "HTTP_INLINE_BODY_BYTES_MAX",
     "HTTP_KINDS",
     "HTTP_SECRET_KIND",
     "ONDEMAND_FILE",
+    "ONDEMAND_SOURCES",
     "ONDEMAND_TEXT",
     "SECRET_REF",
     "http_header_refused",
@@ -66,6 +72,13 @@ ONDEMAND_TEXT: Final = """[
    "cap_type": "http.out", "origins": ["plan"]}
 ]
 """
+
+ONDEMAND_SOURCES: Final[tuple[tuple[str, str], ...]] = (
+    (ONDEMAND_FILE, ONDEMAND_TEXT),
+    (enforcers.ENFORCERS_FILE, enforcers.ENFORCERS_TEXT),
+)
+"""Every on-demand catalogue as ``(file name for diagnostics, JSON text)``: this one's and one
+per topic module beside it (``air.sys.enforcers``, ...), each a JSON list of defs."""
 
 HTTP_KINDS: Final = frozenset({"http.request", HTTP_SECRET_KIND})
 """The effect kinds the HTTP adapter serves, charged alike under a ``bytes`` budget."""

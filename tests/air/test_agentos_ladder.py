@@ -34,13 +34,10 @@ RUNGS = [
 ]
 
 MISSING_BUILTINS: dict[str, set[str]] = {
-    # sys/CapEnforceHttpOut@1, the enforcer module AgentOS's http cap names.
-    "03-fetch-notify/air": {"air.ref.unknown_module"},
-    # sys/llm.generate@1 and its schemas, the vault schemas, sys/CapEnforceLlmBasic@1, and the
-    # secret the llm params name (declared by nothing the build has yet).
+    # sys/llm.generate@1 and its schemas, the vault schemas, and the secret the llm params name
+    # (declared by nothing the build has yet).
     "07-llm-summarizer/air": {
         "air.ref.unknown_effect",
-        "air.ref.unknown_module",
         "air.ref.unknown_schema",
         "air.ref.unknown_secret",
     },

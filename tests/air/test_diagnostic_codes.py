@@ -295,6 +295,33 @@ CASES: dict[str, tuple[Case, str]] = {
         ),
         "/3/steps/0/cap",
     ),
+    "air.cap.enforcer": (
+        Case(
+            lambda d: d.append(
+                {
+                    "$kind": "defcap",
+                    "name": "t/http@1",
+                    "cap_type": "http.out",
+                    "schema": {"record": {"hosts": {"set": "text"}}},
+                    "enforcer": {"module": "sys/CapAllowAll@1"},
+                }
+            )
+        ),
+        "/5/enforcer/module",
+    ),
+    "air.module.pure_unsupported": (
+        Case(
+            lambda d: d.append(
+                {
+                    "$kind": "defmodule",
+                    "name": "t/Pure@1",
+                    "module_kind": "pure",
+                    "abi": {"pure": {"input": "sys/EmptyCap@1", "output": "sys/EmptyCap@1"}},
+                }
+            )
+        ),
+        "/5/module_kind",
+    ),
     "air.cap.schema": (
         Case(
             lambda d: d.append(

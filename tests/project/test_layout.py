@@ -53,7 +53,6 @@ UNNAMED: dict[str, str] = {
 """Source folder -> its modules without a test file named after them."""
 
 ELSEWHERE: dict[str, str] = {
-    "air/sys": "kernel/test_effect_manager.py",
     "world/cluster/ray": "world/cluster/test_cluster_ray.py",
 }
 """Source folder without a test folder -> the test file (under ``tests/``) that covers it."""

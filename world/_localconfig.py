@@ -6,13 +6,17 @@ how the effect adapters reach the outside world on this machine:
 
     {
       "http": {"connect_timeout_s": 5, "read_timeout_s": 30, "attempt_deadline_s": 120,
-               "retries_max": 3, "backoff_base_s": 0.05, "backoff_max_s": 2},
+               "retries_max": 3, "backoff_base_s": 0.05, "backoff_max_s": 2,
+               "resolve": {"api.example.com": "127.0.0.1:8080"}},
       "secrets": {"<binding_id>": {"env": "API_TOKEN"} | {"file": "/etc/acme/token"}}
     }
 
 Every key is optional; an absent file is every default (the adapter's own).
 ``http``: the HTTP adapter's timeouts, retries and backoff (``world.effects._http``), shown by
-``world info``. ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
+``world info``, and ``resolve``: host names the adapter connects to at another address
+(``host:port``, as ``curl --resolve`` does) while the URL, the capability check, the ``Host``
+header and TLS's server name keep the name: a test or a staging machine points a world's AIR,
+unchanged, at a local server. ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
 environment variable of the process that runs the world, or a file (an absolute path, outside
 the world directory, of mode ``0600`` or stricter, owned by the user). The value is read by the
 effect adapter when it dispatches, and never written anywhere (``world.effects._secrets``).
@@ -24,10 +28,11 @@ field: a world never runs on settings it did not understand.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from air import jsontext
 from air.errors import InvalidArgument, JsonError
@@ -46,6 +51,11 @@ LOCAL_CONFIG: Final = "local.json"
 LOCAL_CONFIG_BYTES_MAX: Final = 1 << 20
 
 
+_HOST: Final = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+_ADDRESS: Final = re.compile(r"[a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\]")
+"""A ``resolve`` address's host: a name, an IPv4 address or a bracketed IPv6 address."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -60,6 +70,18 @@ class HttpSettings(_Strict):
     retries_max: int | None = Field(None, ge=0, le=100)
     backoff_base_s: float | None = Field(None, ge=0, le=3600)
     backoff_max_s: float | None = Field(None, ge=0, le=86400)
+    resolve: dict[str, str] | None = Field(None, max_length=1024)
+
+    @field_validator("resolve")
+    @classmethod
+    def _addresses(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, address in (value or {}).items():
+            if not _HOST.fullmatch(name):
+                raise ValueError(f"resolve: {name!r} is not a lower-case host name")
+            host, _, port = address.rpartition(":")
+            if not (host and port.isdigit() and 0 < int(port) < 65536 and _ADDRESS.fullmatch(host)):
+                raise ValueError(f"resolve: {name!r} maps to {address!r}, not host:port")
+        return value
 
     def given(self) -> dict[str, Any]:
         """The settings the file gives (the adapter's keyword arguments)."""

@@ -73,3 +73,65 @@ def test_a_file_that_is_not_settings_is_refused_naming_where(
         read_local_config(tmp_path)
     assert str(tmp_path / "local.json") in str(refused.value)
     assert where in str(refused.value)
+
+
+seen_by_name = loopback_fixture({"/named": Answer(200, b"by name")})
+
+
+def test_resolve_reaches_a_host_name_at_the_mapped_address_keeping_the_name(
+    tmp_path: Path, seen_by_name: Loopback
+) -> None:
+    """``http.resolve`` (curl's ``--resolve``): the URL names ``localhost`` on port 80, the
+    request goes to the loopback's port, and the server sees the name in ``Host``."""
+    address = f"127.0.0.1:{seen_by_name.port}"
+    fetched = _order(
+        tmp_path / "a", "http://localhost/named", {"http": {"resolve": {"localhost": address}}}
+    )
+    assert fetched == {"$tag": "Fetched", "$value": 200}
+    [request] = seen_by_name.seen
+    assert (request.path, request.headers["host"]) == ("/named", "localhost")
+
+
+def test_resolve_does_not_widen_the_capability(tmp_path: Path, seen_by_name: Loopback) -> None:
+    """The cap check reads the URL's name, not the mapped address: a host the grant does not
+    name is refused even when it resolves to one it does."""
+    address = f"127.0.0.1:{seen_by_name.port}"
+    settings = {"http": {"resolve": {"shop.example": address}}}
+    failed = _order(tmp_path / "a", "http://shop.example/named", settings)
+    assert failed != {"$tag": "Fetched", "$value": 200}
+    assert seen_by_name.seen == []
+
+
+def test_an_https_host_resolved_elsewhere_keeps_its_name_for_tls() -> None:
+    from kernel.cells import MemoryCas
+    from world.effects._http import HttpAdapter, _Request, _Scrub
+
+    adapter = HttpAdapter(MemoryCas(), resolve={"api.example.com": "[::1]:8443"})
+    try:
+        request = _Request("GET", "https://api.example.com/v1?x=1", {}, None, 0, _Scrub([]))
+        sent = adapter._outgoing(request)
+    finally:
+        adapter.close()
+    assert (sent.url.host, sent.url.port, sent.url.raw_path) == ("::1", 8443, b"/v1?x=1")
+    assert sent.headers["host"] == "api.example.com"
+    assert sent.extensions["sni_hostname"] == "api.example.com"
+
+
+@pytest.mark.parametrize(
+    "resolve",
+    [
+        {"Shop.Example": "127.0.0.1:80"},
+        {"shop.example": "127.0.0.1"},
+        {"shop.example": "127.0.0.1:0"},
+        {"shop.example": "127.0.0.1:70000"},
+        {"shop.example": "a b:80"},
+        {"shop.example": ":80"},
+    ],
+)
+def test_a_resolve_entry_that_is_not_a_name_and_host_port_is_refused(
+    tmp_path: Path, resolve: dict[str, str]
+) -> None:
+    (tmp_path / "local.json").write_text(json.dumps({"http": {"resolve": resolve}}))
+    with pytest.raises(InvalidArgument) as refused:
+        read_local_config(tmp_path)
+    assert "/http/resolve" in str(refused.value)

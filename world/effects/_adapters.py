@@ -273,7 +273,7 @@ class Dispatcher:
             adapter.close()
 
 
-def http_settings(world_dir: str | os.PathLike[str]) -> dict[str, float | int]:
+def http_settings(world_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The HTTP adapter's settings for the world at ``world_dir`` on this machine: its
     ``local.json`` (``world._localconfig``) over the adapter's defaults (``world info``)."""
     return {

@@ -92,6 +92,7 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -261,8 +262,10 @@ class HttpAdapter:
         workers: int = HTTP_WORKERS,
         transport: httpx.BaseTransport | None = None,
         secrets: SecretResolver | None = None,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
         self.blobs = blobs
+        self.resolve = dict(resolve or {})
         self.secrets = secrets
         self.attempt_deadline_s = attempt_deadline_s
         self.retries_max = retries_max
@@ -457,13 +460,7 @@ class HttpAdapter:
         """One exchange: the receipt payload, or ``_Failed``."""
         started = time.monotonic()
         try:
-            outgoing = httpx.Request(
-                request.method,
-                request.url,
-                headers=request.headers,
-                content=request.body,
-                extensions={"timeout": self._timeout},
-            )
+            outgoing = self._outgoing(request)
             response = self._connections().handle_request(outgoing)
             try:
                 body = self._read_body(response, started, request)
@@ -478,6 +475,23 @@ class HttpAdapter:
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
             raise _Failed("error", _describe(exc), retry=False) from exc
         return self._payload(response, body, request.body_bytes, request.scrub)
+
+    def _outgoing(self, request: _Request) -> httpx.Request:
+        """The message to send. A host in ``resolve`` (``local.json``) is reached at its mapped
+        address; the ``Host`` header and TLS's server name (so the certificate checked) keep
+        the URL's name, as ``curl --resolve`` does."""
+        url = httpx.URL(request.url)
+        extensions: dict[str, Any] = {"timeout": self._timeout}
+        headers = dict(request.headers)
+        address = self.resolve.get(url.host)
+        if address is not None:
+            host, _, port = address.rpartition(":")
+            headers["Host"] = url.netloc.decode("ascii")
+            extensions["sni_hostname"] = url.host
+            url = url.copy_with(host=host.strip("[]"), port=int(port))
+        return httpx.Request(
+            request.method, url, headers=headers, content=request.body, extensions=extensions
+        )
 
     def _read_body(self, response: httpx.Response, started: float, request: _Request) -> bytes:
         """The response body, read up to the request's limit (``response_bytes_max``, less

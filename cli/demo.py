@@ -91,9 +91,19 @@ def demo(
         Path | None,
         typer.Option("--keep", help="Make the tour's worlds in this folder (absent or empty)"),
     ] = None,
+    ladder: Annotated[
+        bool,
+        typer.Option(
+            "--ladder", help="Run AgentOS's example ladder instead: every rung to its end"
+        ),
+    ] = False,
 ) -> None:
     """A guided tour: create, send, run, list and show cells, a cell's history, export,
-    migrate a v1 world to cells, replay, and where to look next."""
+    migrate a v1 world to cells, replay, and where to look next. With --ladder: each rung of
+    AgentOS's example ladder (the agentos-* examples) run to its README's end and replayed."""
+    if ladder:
+        _ladder(keep)
+        return
     from cli import cells, core, history, moves, replay
 
     with handle_errors():
@@ -185,3 +195,34 @@ def demo(
         'README.md: "Running a world", "Plans and effects", "JSON output" (the --json shapes)',
     ):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _ladder(keep: Path | None) -> None:
+    """Every rung of ``world.ladder`` in its own folder: its title, what its driver says, and
+    replay from genesis. Exits 1 naming the first rung that does not reach its end."""
+    from world.history import verify_world
+    from world.ladder import RUNGS, RungFailed, drive, rung
+
+    with handle_errors():
+        folder = _folder(keep)
+    console.print(f"[bold]world demo --ladder[/bold]: the worlds are in {folder}", highlight=False)
+
+    def say(line: str) -> None:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+    for n, name in enumerate(RUNGS, 1):
+        found = rung(name)
+        console.print()
+        console.print(f"[bold cyan]{n}/{len(RUNGS)} {found.example}[/bold cyan]", highlight=False)
+        console.print(found.title, markup=False, highlight=False, soft_wrap=True)
+        try:
+            with handle_errors():
+                path = drive(name, folder / found.example, say)
+        except RungFailed as exc:
+            fail(f"{found.example}: {exc}")
+        report = verify_world(path)
+        if not report.ok:
+            fail(f"{found.example}: replay of {path} differs: {report.state_mismatches}")
+        say(f"replay ok: {report.records} records, {report.steps} steps re-executed")
+    console.print()
+    console.print(f"{len(RUNGS)} rungs ran to their ends and replayed", highlight=False)

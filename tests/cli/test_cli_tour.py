@@ -154,6 +154,35 @@ def test_the_demo_tours_every_stage(tmp_path: Path) -> None:
     assert again.exit_code == 1  # --keep wants an absent or empty folder
 
 
+def test_the_ladder_demo_runs_every_rung_to_its_end_and_replays_it(tmp_path: Path) -> None:
+    from world.ladder import RUNGS, rung
+
+    result = runner.invoke(app, ["demo", "--ladder", "--keep", str(tmp_path / "ladder")])
+    assert result.exit_code == 0, result.output
+    for n, name in enumerate(RUNGS, start=1):
+        example = rung(name).example
+        assert f"{n}/{len(RUNGS)} {example}" in result.stdout
+        assert (tmp_path / "ladder" / example / "world").is_dir()
+    assert result.stdout.count("replay ok") == len(RUNGS)
+    assert f"{len(RUNGS)} rungs ran to their ends and replayed" in result.stdout
+
+
+def test_a_rung_that_misses_its_end_fails_the_ladder_demo_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import world.ladder
+    from world.ladder import Rung
+    from world.ladder._kit import expect
+
+    def short(path: Path, say: object) -> None:
+        expect("the counter", {"pc": "Counting"}, {"pc": "Done"})
+
+    monkeypatch.setattr(world.ladder, "rung", lambda name: Rung("agentos-00-counter", "t", short))
+    result = runner.invoke(app, ["demo", "--ladder", "--keep", str(tmp_path / "ladder")])
+    assert result.exit_code == 1
+    assert "agentos-00-counter: the counter: got {'pc': 'Counting'}" in result.output
+
+
 def test_the_demo_lists_the_cells_in_the_order_its_heading_names(tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--keep", str(tmp_path / "tour")])
     assert result.exit_code == 0, result.output

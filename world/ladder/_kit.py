@@ -1,0 +1,163 @@
+"""What the ladder's rung drivers share: the ``Rung`` record, ``RungFailed``, making a rung's
+world from its bundled example, checking an end state, and a loopback HTTP server that stands
+in for the service a rung calls (``FakeHttp``), reached through ``local.json``'s
+``http.resolve`` so the rung's AIR and events keep AgentOS's host names.
+
+A driver checks only what the journal fixes (states, receipts, what the fake was sent), never
+time or randomness, so a rung either reaches its README's end or fails naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+from world._localconfig import LOCAL_CONFIG
+
+if TYPE_CHECKING:
+    from world import World
+
+__all__ = [
+    "Answer",
+    "FakeHttp",
+    "Rung",
+    "RungFailed",
+    "Say",
+    "Seen",
+    "create",
+    "expect",
+    "quiet",
+    "resolve",
+]
+
+Say = Callable[[str], None]
+"""Where a driver tells the user what it does: one short line per step."""
+
+
+def quiet(line: str) -> None:
+    """A ``Say`` that says nothing (the tests' default)."""
+
+
+class RungFailed(Exception):
+    """A rung did not reach its README's end: the message says what differs."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of AgentOS's ladder: its bundled example, a line saying what it proves, and
+    its driver, which makes the world at the path it is given and runs it to the end."""
+
+    example: str
+    title: str
+    drive: Callable[[Path, Say], None]
+
+
+def create(path: Path, example: str) -> World:
+    """A new world at ``path`` from the bundled ``example`` with its bound modules, open."""
+    from world import World
+    from world.sdk import example_modules, example_path
+
+    return World.create(path, example_path(example), modules=example_modules(example))
+
+
+def expect(what: str, got: object, wanted: object) -> None:
+    """Raises ``RungFailed`` naming ``what`` when ``got`` is not ``wanted``."""
+    if got != wanted:
+        raise RungFailed(f"{what}: got {got!r}, wanted {wanted!r}")
+
+
+def resolve(path: Path, mapping: dict[str, str]) -> None:
+    """Points host names at addresses in the world's ``local.json`` (``http.resolve``, merged
+    with what the file holds): the world's AIR and events keep the names."""
+    file = path / LOCAL_CONFIG
+    settings = json.loads(file.read_text()) if file.exists() else {}
+    http = settings.setdefault("http", {})
+    http["resolve"] = {**http.get("resolve", {}), **mapping}
+    file.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the fake received it (header names lower-cased)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+Answer = Callable[[Seen], tuple[int, dict[str, str], bytes]]
+"""What the fake answers a request: status, headers and body."""
+
+_BODY_BYTES_MAX: Final = 1 << 20
+
+
+class FakeHttp:
+    """A loopback HTTP server on 127.0.0.1 (a port the OS picks) answering every request with
+    ``answer``, and recording each in ``seen``, in the order they arrived. Use it as a context
+    manager; leaving joins the handlers, so ``seen`` is complete then."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.seen: list[Seen] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+            def do_PUT(self) -> None:
+                self._answer()
+
+            def do_DELETE(self) -> None:
+                self._answer()
+
+            def _answer(self) -> None:
+                length = min(int(self.headers.get("content-length") or 0), _BODY_BYTES_MAX)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                seen = Seen(self.command, self.path, headers, self.rfile.read(length))
+                with fake._lock:
+                    fake.seen.append(seen)
+                status, extra, body = answer(seen)
+                self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = False
+        self._server.block_on_close = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``, what ``resolve`` maps a name to."""
+        return f"127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeHttp:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -7,7 +7,8 @@ how the effect adapters reach the outside world on this machine:
     {
       "http": {"connect_timeout_s": 5, "read_timeout_s": 30, "attempt_deadline_s": 120,
                "retries_max": 3, "backoff_base_s": 0.05, "backoff_max_s": 2,
-               "resolve": {"api.example.com": "127.0.0.1:8080"}},
+               "resolve": {"api.example.com": "127.0.0.1:8080"},
+               "ca_file": "/etc/acme/ca.pem"},
       "secrets": {"<binding_id>": {"env": "API_TOKEN"} | {"file": "/etc/acme/token"}}
     }
 
@@ -16,7 +17,9 @@ Every key is optional; an absent file is every default (the adapter's own).
 ``world info``, and ``resolve``: host names the adapter connects to at another address
 (``host:port``, as ``curl --resolve`` does) while the URL, the capability check, the ``Host``
 header and TLS's server name keep the name: a test or a staging machine points a world's AIR,
-unchanged, at a local server. ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
+unchanged, at a local server; ``ca_file``: a PEM file of certificate authorities (an absolute
+path) trusted beside the usual ones, for a private CA or a test server's own certificate.
+``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
 environment variable of the process that runs the world, or a file (an absolute path, outside
 the world directory, of mode ``0600`` or stricter, owned by the user). The value is read by the
 effect adapter when it dispatches, and never written anywhere (``world.effects._secrets``).
@@ -71,6 +74,7 @@ class HttpSettings(_Strict):
     backoff_base_s: float | None = Field(None, ge=0, le=3600)
     backoff_max_s: float | None = Field(None, ge=0, le=86400)
     resolve: dict[str, str] | None = Field(None, max_length=1024)
+    ca_file: str | None = Field(None, min_length=1, max_length=4096)
 
     @field_validator("resolve")
     @classmethod
@@ -81,6 +85,13 @@ class HttpSettings(_Strict):
             host, _, port = address.rpartition(":")
             if not (host and port.isdigit() and 0 < int(port) < 65536 and _ADDRESS.fullmatch(host)):
                 raise ValueError(f"resolve: {name!r} maps to {address!r}, not host:port")
+        return value
+
+    @field_validator("ca_file")
+    @classmethod
+    def _pem_file(cls, value: str | None) -> str | None:
+        if value is not None and not (os.path.isabs(value) and os.path.isfile(value)):
+            raise ValueError(f"ca_file: {value!r} is not an absolute path to a file")
         return value
 
     def given(self) -> dict[str, Any]:

@@ -135,3 +135,39 @@ def test_a_resolve_entry_that_is_not_a_name_and_host_port_is_refused(
     with pytest.raises(InvalidArgument) as refused:
         read_local_config(tmp_path)
     assert "/http/resolve" in str(refused.value)
+
+
+@pytest.mark.parametrize("ca_file", ["ca.pem", "/nonexistent/ca.pem", "/", ""])
+def test_a_ca_file_that_is_not_an_absolute_file_is_refused(tmp_path: Path, ca_file: str) -> None:
+    (tmp_path / "local.json").write_text(json.dumps({"http": {"ca_file": ca_file}}))
+    with pytest.raises(InvalidArgument) as refused:
+        read_local_config(tmp_path)
+    assert "/http/ca_file" in str(refused.value)
+
+
+def test_a_ca_file_is_trusted_beside_the_usual_authorities(tmp_path: Path) -> None:
+    """An https URL whose server's certificate only ``ca_file`` vouches for: refused without
+    the file (a TLS failure, not retried into success), answered with it."""
+    from kernel.cells import MemoryCas
+    from world.effects._http import HttpAdapter, _Request, _Scrub
+    from world.ladder._kit import FakeHttp, Seen, self_signed
+
+    pem = tmp_path / "ca.pem"
+
+    def answer(seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        return 200, {}, seen.headers["host"].encode()
+
+    def fetch(**settings: object) -> object:
+        adapter = HttpAdapter(MemoryCas(), resolve={"secure.example": fake.address}, **settings)
+        try:
+            request = _Request("GET", "https://secure.example/x", {}, None, 1024, _Scrub([]))
+            return adapter._attempt(request)
+        finally:
+            adapter.close()
+
+    with FakeHttp(answer, tls=self_signed(("secure.example",), pem)) as fake:
+        trusted = fetch(ca_file=str(pem))
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            fetch()
+    assert trusted["status"] == 200
+    assert trusted["body_preview"] == "secure.example"

@@ -235,11 +235,15 @@ def _response_headers(response: httpx.Response, body_bytes: int) -> dict[str, st
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def _tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     """httpx's default TLS context (the CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as httpx
-    reads them), made once per process: loading the bundle costs ~40 ms, and a context is safe
-    to share between connection pools and threads."""
-    return httpx.create_ssl_context()
+    reads them) trusting ``ca_file``'s authorities too (``local.json``'s ``http.ca_file``),
+    made once per process and file: loading the bundle costs ~40 ms, and a context is safe to
+    share between connection pools and threads."""
+    context = httpx.create_ssl_context()
+    if ca_file is not None:
+        context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 class HttpAdapter:
@@ -263,9 +267,11 @@ class HttpAdapter:
         transport: httpx.BaseTransport | None = None,
         secrets: SecretResolver | None = None,
         resolve: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.blobs = blobs
         self.resolve = dict(resolve or {})
+        self.ca_file = ca_file
         self.secrets = secrets
         self.attempt_deadline_s = attempt_deadline_s
         self.retries_max = retries_max
@@ -307,7 +313,7 @@ class HttpAdapter:
         shares one TLS context (``_tls_context``)."""
         with self._transport_lock:
             if self._transport is None:
-                self._transport = httpx.HTTPTransport(verify=_tls_context())
+                self._transport = httpx.HTTPTransport(verify=_tls_context(self.ca_file))
             return self._transport
 
     def _answer(self, intent: Intent) -> Receipt | None:

@@ -9,7 +9,9 @@ time or randomness, so a rung either reaches its README's end or fails naming wh
 
 from __future__ import annotations
 
+import datetime
 import json
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ __all__ = [
     "expect",
     "quiet",
     "resolve",
+    "self_signed",
 ]
 
 Say = Callable[[str], None]
@@ -72,13 +75,16 @@ def expect(what: str, got: object, wanted: object) -> None:
         raise RungFailed(f"{what}: got {got!r}, wanted {wanted!r}")
 
 
-def resolve(path: Path, mapping: dict[str, str]) -> None:
+def resolve(path: Path, mapping: dict[str, str], ca_file: Path | None = None) -> None:
     """Points host names at addresses in the world's ``local.json`` (``http.resolve``, merged
-    with what the file holds): the world's AIR and events keep the names."""
+    with what the file holds), trusting ``ca_file`` too (``http.ca_file``, a TLS fake's
+    certificate): the world's AIR and events keep the names, ``https`` ones too."""
     file = path / LOCAL_CONFIG
     settings = json.loads(file.read_text()) if file.exists() else {}
     http = settings.setdefault("http", {})
     http["resolve"] = {**http.get("resolve", {}), **mapping}
+    if ca_file is not None:
+        http["ca_file"] = str(ca_file.absolute())
     file.write_text(json.dumps(settings, indent=2) + "\n")
 
 
@@ -98,12 +104,53 @@ Answer = Callable[[Seen], tuple[int, dict[str, str], bytes]]
 _BODY_BYTES_MAX: Final = 1 << 20
 
 
+def self_signed(names: tuple[str, ...], pem: Path) -> ssl.SSLContext:
+    """A server TLS context for ``names`` with a new self-signed certificate, whose PEM is
+    written to ``pem`` (what a client trusts: ``resolve``'s ``ca_file``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    secret = pem.with_name(pem.name + ".key")
+    secret.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(pem, secret)
+    finally:
+        secret.unlink()
+    return context
+
+
 class FakeHttp:
     """A loopback HTTP server on 127.0.0.1 (a port the OS picks) answering every request with
-    ``answer``, and recording each in ``seen``, in the order they arrived. Use it as a context
-    manager; leaving joins the handlers, so ``seen`` is complete then."""
+    ``answer``, and recording each in ``seen``, in the order they arrived; with ``tls`` (a
+    server context, ``self_signed``) it speaks HTTPS. Use it as a context manager; leaving
+    joins the handlers, so ``seen`` is complete then."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
         fake = self
@@ -141,6 +188,10 @@ class FakeHttp:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = False
         self._server.block_on_close = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -4,6 +4,7 @@ the loopback ``FakeHttp``, and ``drive``/``rung`` over ``RUNGS``."""
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 
 from world._localconfig import read_local_config
 from world.ladder import RUNGS, RungFailed, drive, rung
-from world.ladder._kit import FakeHttp, Seen, expect, resolve
+from world.ladder._kit import FakeHttp, Seen, expect, resolve, self_signed
 from world.sdk import example_names
 
 
@@ -53,3 +54,26 @@ def test_every_rung_names_a_bundled_example_and_an_unknown_one_is_refused(tmp_pa
     assert list(RUNGS) == sorted(RUNGS)
     with pytest.raises(KeyError, match="no rung 'rung99'"):
         drive("rung99", tmp_path)
+
+
+def test_a_tls_fake_is_trusted_through_its_pem_and_refused_without(tmp_path: Path) -> None:
+    pem = tmp_path / "ca.pem"
+
+    def answer(seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        return 200, {}, seen.headers["host"].encode()
+
+    with FakeHttp(answer, tls=self_signed(("example.com",), pem)) as fake:
+        trusting = ssl.create_default_context(cafile=str(pem))
+        port = fake.address.rpartition(":")[2]
+        mapped = httpx.HTTPTransport(verify=trusting)
+        got = httpx.Client(transport=mapped).get(
+            f"https://127.0.0.1:{port}/",
+            headers={"Host": "example.com"},
+            extensions={"sni_hostname": "example.com"},
+        )
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            httpx.Client().get(
+                f"https://127.0.0.1:{port}/", extensions={"sni_hostname": "example.com"}
+            )
+    assert (got.status_code, got.content) == (200, b"example.com")
+    assert not pem.with_name("ca.pem.key").exists()

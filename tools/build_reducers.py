@@ -53,6 +53,7 @@ EXAMPLES = (
     "agentos_timer",
     "agentos_blob_echo",
     "agentos_retry",
+    "agentos_fetch_notify",
 )
 
 

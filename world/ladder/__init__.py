@@ -19,7 +19,7 @@ from world.ladder._kit import Rung, RungFailed, Say, quiet
 
 __all__ = ["RUNGS", "Rung", "RungFailed", "Say", "drive", "quiet", "rung"]
 
-RUNGS: Final[tuple[str, ...]] = ("rung00", "rung01", "rung02", "rung08")
+RUNGS: Final[tuple[str, ...]] = ("rung00", "rung01", "rung02", "rung03", "rung08")
 """The rungs with a driver, in the ladder's order (module names under ``world.ladder``)."""
 
 
@@ -32,7 +32,9 @@ def rung(name: str) -> Rung:
 
 
 def drive(name: str, folder: Path, say: Say = quiet) -> Path:
-    """Runs rung ``name`` in a new world at ``folder / "world"`` and returns that path."""
+    """Runs rung ``name`` in a new world at ``folder / "world"`` (``folder`` made if it is
+    not there; a driver may keep files beside the world in it) and returns that path."""
     path = folder / "world"
+    folder.mkdir(parents=True, exist_ok=True)
     rung(name).drive(path, say)
     return path

@@ -182,6 +182,12 @@ class FakeHttp:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def version_string(self) -> str:
+                return "FakeHttp"  # no Python version in a receipt's headers
+
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                return "Thu, 01 Jan 1970 00:00:00 GMT"  # the same receipt on every run
+
             def log_message(self, format: str, *args: object) -> None:
                 pass
 

@@ -54,6 +54,7 @@ EXAMPLES = (
     "agentos_blob_echo",
     "agentos_retry",
     "agentos_fetch_notify",
+    "agentos_aggregator",
 )
 
 

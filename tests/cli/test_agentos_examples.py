@@ -30,6 +30,7 @@ EXAMPLES = {
     "agentos-01-hello-timer": "01-hello-timer",
     "agentos-02-blob-echo": "02-blob-echo",
     "agentos-03-fetch-notify": "03-fetch-notify",
+    "agentos-04-aggregator": "04-aggregator",
     "agentos-08-retry-backoff": "08-retry-backoff",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""

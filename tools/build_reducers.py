@@ -55,6 +55,7 @@ EXAMPLES = (
     "agentos_retry",
     "agentos_fetch_notify",
     "agentos_aggregator",
+    "agentos_chain_comp",
 )
 
 

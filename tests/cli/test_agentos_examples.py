@@ -31,6 +31,7 @@ EXAMPLES = {
     "agentos-02-blob-echo": "02-blob-echo",
     "agentos-03-fetch-notify": "03-fetch-notify",
     "agentos-04-aggregator": "04-aggregator",
+    "agentos-05-chain-comp": "05-chain-comp",
     "agentos-08-retry-backoff": "08-retry-backoff",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""

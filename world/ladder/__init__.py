@@ -19,7 +19,15 @@ from world.ladder._kit import Rung, RungFailed, Say, quiet
 
 __all__ = ["RUNGS", "Rung", "RungFailed", "Say", "drive", "quiet", "rung"]
 
-RUNGS: Final[tuple[str, ...]] = ("rung00", "rung01", "rung02", "rung03", "rung04", "rung08")
+RUNGS: Final[tuple[str, ...]] = (
+    "rung00",
+    "rung01",
+    "rung02",
+    "rung03",
+    "rung04",
+    "rung05",
+    "rung08",
+)
 """The rungs with a driver, in the ladder's order (module names under ``world.ladder``)."""
 
 

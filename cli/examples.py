@@ -19,6 +19,7 @@ with ``--module`` (the hint ``examples copy`` prints says how).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -112,17 +113,19 @@ def copy_example(name: str, dest: Path) -> list[Path]:
         raise InputFileError(str(dest), "exists and is not an empty folder")
     files: dict[Path, bytes] = {}
     reducer_dirs: dict[Path, Path] = {}  # a reducer folder of the bundle -> its place in the copy
-    for air_file in sorted(source.glob("*.air.json")):
+    # the example's AIR, and a further AIR in a subfolder (agentos-06's v2/, its upgrade)
+    for air_file in sorted(source.glob("*.air.json")) + sorted(source.glob("*/*.air.json")):
+        place = air_file.relative_to(source)
         raw = json.loads(air_file.read_text(encoding="utf-8"))
         rewritten = False
         for doc in raw if isinstance(raw, list) else [raw]:
             if isinstance(doc, dict) and doc.get("$kind") == "defmodule" and doc.get("wasm"):
                 wasm = (air_file.parent / str(doc["wasm"])).resolve()
                 target = reducer_dirs.setdefault(wasm.parent, Path("reducers") / wasm.parent.name)
-                doc["wasm"] = (target / wasm.name).as_posix()
+                doc["wasm"] = Path(os.path.relpath(target / wasm.name, place.parent)).as_posix()
                 rewritten = True
         text = json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
-        files[Path(air_file.name)] = text.encode() if rewritten else air_file.read_bytes()
+        files[place] = text.encode() if rewritten else air_file.read_bytes()
     bindings = _bindings(source / EXAMPLE_MODULES_FILE)
     for module, relative_wasm in bindings.items():
         wasm = (source / relative_wasm).resolve()

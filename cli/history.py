@@ -51,8 +51,11 @@ RawOpt = Annotated[bool, typer.Option("--raw", help="Show values as canonical CB
 @answers
 def show(
     directory: DirArg,
-    reducer: ReducerArg,
-    key: KeyArg,
+    reducer: Annotated[str, typer.Argument(help="The reducer")],
+    key: Annotated[
+        str | None,
+        typer.Argument(help="The key, JSON read through the key schema; none: an unkeyed one's"),
+    ] = None,
     at: Annotated[
         int | None,
         typer.Option("--at", min=0, help="The state right after this journal position"),
@@ -65,10 +68,10 @@ def show(
     --at re-executes only this cell's steps up to SEQ, from the nearest state the world's
     history index stored, each checked against its journaled state hash (a full replay when
     one cannot be); a SEQ inside a tick that journaled several records means after that
-    whole tick."""
+    whole tick. An unkeyed reducer has one cell: give no key."""
     out: dict[str, Any] = {"ok": True, "reducer": reducer}
     with handle_errors(json_output):
-        key_value = parse_key_arg(key)
+        key_value = None if key is None else parse_key_arg(key)
         with asking(directory, readonly=True) as handle:
             found = handle.cell(reducer, key_value, at=None if at is None else min(at, SEQ_MAX))
         state_cbor = None if found.state_cbor is None else bytes.fromhex(found.state_cbor)
@@ -83,13 +86,13 @@ def show(
     if json_output:
         if state_cbor is None:  # exit 1 as without --json (as `state` does)
             missing = {"error": "NoSuchCell", "code": "cell.missing"}
-            detail = f"{reducer} has no cell for key {key}{when}"
+            detail = f"{reducer} has no cell{'' if key is None else f' for key {key}'}{when}"
             emit_json({**out, "ok": False, **missing, "detail": detail})
             raise typer.Exit(1)
         emit_json(out)
         return
     if state_cbor is None:
-        fail(f"{reducer} has no cell for key {key}{when}")
+        fail(f"{reducer} has no cell{'' if key is None else f' for key {key}'}{when}")
     if at is not None and out["through"] != at:
         console.print(f"(seq {at} is inside a tick; shown after its end, seq {out['through']})")
     if raw:

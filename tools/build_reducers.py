@@ -56,6 +56,7 @@ EXAMPLES = (
     "agentos_fetch_notify",
     "agentos_aggregator",
     "agentos_chain_comp",
+    "agentos_safe_upgrade",
 )
 
 

@@ -185,11 +185,19 @@ def state(source: Source, reducer: str, key: Any = None) -> Any:
     return None if view is None else view.state
 
 
+def cell_key_cbor(air: LoadedAir, reducer: str, key: Any) -> bytes | None:
+    """``key_cbor``, and None for an unkeyed reducer's one cell (``key`` None)."""
+    if key is None and _module(air, reducer).key_schema is None:
+        return None
+    return key_cbor(air, reducer, key)
+
+
 def cell(source: Source, reducer: str, key: Any) -> CellView | None:
-    """One cell of keyed ``reducer`` (its state read through its era's schema), or None."""
-    air = source.air
-    _module(air, reducer)
-    cell_key = key_cbor(air, reducer, key)
+    """One cell of keyed ``reducer`` (its state read through its era's schema), or None; an
+    unkeyed reducer's one cell for ``key`` None."""
+    cell_key = cell_key_cbor(source.air, reducer, key)
+    if cell_key is None:
+        return _unkeyed(source, reducer)
     found = source.read(lambda: source.kernel.cell_of(reducer, cell_key))
     if found is None:
         return None

@@ -485,8 +485,8 @@ class World:
         return _reading.state(self, reducer, key)
 
     def cell(self, reducer: str, key: Any) -> CellView | None:
-        """One cell of keyed ``reducer``: its key, state (through its era's schema) and entry
-        (``manifest_hash``: its era); None if it has none."""
+        """One cell of keyed ``reducer`` (or an unkeyed one's, ``key`` None): its key, state
+        (through its era's schema) and entry (``manifest_hash``: its era); None if it has none."""
         return _reading.cell(self, reducer, key)
 
     def cells(self, reducer: str) -> Iterator[CellView]:

@@ -32,9 +32,13 @@ EXAMPLES = {
     "agentos-03-fetch-notify": "03-fetch-notify",
     "agentos-04-aggregator": "04-aggregator",
     "agentos-05-chain-comp": "05-chain-comp",
+    "agentos-06-safe-upgrade": "06-safe-upgrade",
     "agentos-08-retry-backoff": "08-retry-backoff",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""
+
+AIR_DIRS = {"agentos-06-safe-upgrade": {"": "air.v1", "v2": "air.v2"}}
+"""Where a rung keeps its AIR if not in ``air/``: our folder (relative) -> theirs."""
 
 
 def test_every_agentos_example_is_bundled_and_listed() -> None:
@@ -49,12 +53,15 @@ def test_every_agentos_example_is_bundled_and_listed() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_the_air_is_agentos_own_byte_for_byte(name: str) -> None:
-    rung = LADDER / EXAMPLES[name] / "air"
-    if not rung.is_dir():
+    if not LADDER.is_dir():
         pytest.skip(f"AgentOS's example ladder is not at {LADDER}")
-    ours = {p.name: p.read_bytes() for p in example_path(name).glob("*.air.json")}
-    theirs = {p.name: p.read_bytes() for p in rung.glob("*.air.json")}
-    assert ours == theirs
+    for folder, air in AIR_DIRS.get(name, {"": "air"}).items():
+        ours = {p.name: p.read_bytes() for p in (example_path(name) / folder).glob("*.air.json")}
+        theirs = {
+            p.name: p.read_bytes() for p in (LADDER / EXAMPLES[name] / air).glob("*.air.json")
+        }
+        assert ours, (name, folder)
+        assert ours == theirs, (name, folder)
     for notice in ("LICENSE", "NOTICE"):
         got = (example_path(name) / notice).read_bytes()
         assert got == (LADDER.parent / notice).read_bytes()
@@ -182,3 +189,42 @@ def test_a_bad_modules_json_is_refused_naming_the_file(
         sdk.example_modules("x")
     assert str(folder / "modules.json") in str(info.value)
     assert reason in str(info.value)
+
+
+def _readme_block(name: str) -> list[list[str]]:
+    """The commands of the example README's block, comments dropped."""
+    import shlex
+
+    text = (example_path(name) / "README.md").read_text()
+    block = text.split("```\n", 2)[1]
+    return [shlex.split(line.split("  #")[0])[1:] for line in block.splitlines() if line]
+
+
+def test_06_safe_upgrade_readme_block_runs_as_written(tmp_path: Path) -> None:
+    """The README's commands in order (``W``, ``ex`` and ``ID`` filled in; ``example.com``
+    pointed at a loopback HTTPS server in ``W/local.json``): the upgrade lands, the cell
+    reports the new plan's result and stays pinned to air.v1's era until cells upgrade."""
+    from world.ladder._kit import FakeHttp, resolve, self_signed
+
+    cli = CliRunner()
+    w, ex, pem = tmp_path / "W", tmp_path / "ex", tmp_path / "ca.pem"
+    ran: list[str] = []
+    proposal = ""
+    with FakeHttp(lambda seen: (200, {}, b"{}"), tls=self_signed(("example.com",), pem)) as fake:
+        for args in _readme_block("agentos-06-safe-upgrade"):
+            args = [a.replace("ex/", f"{ex}/") for a in args]
+            args = [str(w) if a == "W" else str(ex) if a == "ex" else a for a in args]
+            args = [proposal if a == "ID" else a for a in args]
+            extra = ["--json"] if args[:2] in (["upgrade", "propose"], ["cells", "show"]) else []
+            result = cli.invoke(app, args + extra)
+            assert result.exit_code == 0, (args, result.output)
+            ran.append(result.output)
+            if args[0] == "init":
+                resolve(w, {"example.com": fake.address}, ca_file=pem)
+            if args[:2] == ["upgrade", "propose"]:
+                proposal = str(json.loads(result.output)["id"])
+    state = json.loads(ran[-3])
+    assert (state["follow_status"], state["requests_observed"]) == (202, 2)
+    shown = json.loads(ran[-2])
+    assert shown["era"] != shown["current_era"]
+    assert [s.path for s in fake.seen] == ["/data.json", "/data.json", "/follow.json"]

@@ -43,7 +43,7 @@ UNNAMED: dict[str, str] = {
     "world/journal": "_batch _commit _frames _repair _seals _segments _verified",
     "world/moves": "_cellfiles _signing",
     "world/operate": "_deadletters",
-    "world/ops": "_base _cells _deadletters _effects _events _families _handle _history _journal "
+    "world/ops": "_base _deadletters _effects _events _families _handle _history _journal "
     "_moves _runs _status _upgrades",
     "world/serve": "_dispatch _protocol _remote _server",
     "cli": "_runtext app archive cells cluster common core deadletters demo effects "

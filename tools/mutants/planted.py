@@ -109,8 +109,10 @@ PLANTS: tuple[Plant, ...] = (
     Plant(
         "time travel: the state one step late",
         "world/history/_timetravel.py",
-        "        fast = _cell_steps_at(world, where, seq)\n",
-        "        fast = _cell_steps_at(world, where, min(seq + 1, world.journal.seq_next - 1))\n",
+        "        fast = None if raw_key is None else _cell_steps_at(world, CellKey(reducer, raw_key), seq)\n",
+        "        fast = None if raw_key is None else _cell_steps_at(\n"
+        "            world, CellKey(reducer, raw_key), min(seq + 1, world.journal.seq_next - 1)\n"
+        "        )\n",
         ("tests/world/history/test_timetravel.py", "tests/kernel/test_determinism.py"),
     ),
     Plant(

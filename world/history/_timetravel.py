@@ -118,12 +118,15 @@ def through(records: Iterator[JournalRecord], seq: int) -> Iterator[JournalRecor
 def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
     """The cell ``reducer``/``key`` as it was right after journal position ``seq``.
 
-    Replays from genesis (see the module docstring for the faster path)."""
+    Replays from genesis (see the module docstring for the faster path); an unkeyed
+    reducer's one cell (``key`` None) always so."""
+    from world._reading import cell_key_cbor
+
     path = Path(path)
     with World.open(path, readonly=True) as world:
-        where = cell_key(world.air, reducer, key)
+        raw_key = cell_key_cbor(world.air, reducer, key)
         check_seq(seq, world.journal.seq_next)
-        fast = _cell_steps_at(world, where, seq)
+        fast = None if raw_key is None else _cell_steps_at(world, CellKey(reducer, raw_key), seq)
         if fast is not None:
             state_cbor, last = fast
             era = None if state_cbor is None else world.genesis_air.manifest_hash  # one era
@@ -136,7 +139,7 @@ def cell_at(path: Path, reducer: str, key: Any, seq: int) -> CellAt:
         # The reducer holding these cells then (an upgrade may have renamed it since), and
         # the state read through the schema of the cell's era then.
         then = kernel.eras.current.names.get(world.kernel.cell_space(reducer))
-        found = None if then is None else kernel.cell_of(then, where.key_cbor)
+        found = None if then is None else kernel.cell_of(then, raw_key)
         if found is None or then is None:
             return CellAt(seq, last, None, None)
         schema, era_air = kernel.state_schema(then, found[0].manifest_hash)

@@ -26,6 +26,7 @@ RUNGS: Final[tuple[str, ...]] = (
     "rung03",
     "rung04",
     "rung05",
+    "rung06",
     "rung08",
 )
 """The rungs with a driver, in the ladder's order (module names under ``world.ladder``)."""

@@ -61,8 +61,8 @@ def cells_ls(ctx: Context, args: CellsOf) -> CellsPage:
 
 
 class CellOf(Args):
-    reducer: str = Field(description="The keyed reducer")
-    key: Any = Field(description="The cell's key (sugar JSON)")
+    reducer: str = Field(description="The reducer")
+    key: Any = Field(description="The cell's key (sugar JSON); null: an unkeyed reducer's one cell")
     at: int | None = Field(default=None, ge=0, description="Right after this journal position")
 
 
@@ -80,7 +80,8 @@ class Cell(Result):
 @operation("cells.show", off_loop=lambda args: args.at is not None)
 def cells_show(ctx: Context, args: CellOf) -> Cell:
     """One cell's state, now or (``at``) right after that journal position."""
-    from world.history import cell_at, cell_key
+    from world._reading import cell_key_cbor
+    from world.history import cell_at
 
     world = ctx.world
     if args.at is not None:
@@ -95,9 +96,9 @@ def cells_show(ctx: Context, args: CellOf) -> Cell:
             through=found.seq_through,
         )
     ctx.catch_up()
-    cell_key(world.air, args.reducer, args.key)  # the errors a wrong key gets
+    raw_key = cell_key_cbor(world.air, args.reducer, args.key)  # the errors a wrong key gets
     view = world.cell(args.reducer, args.key)
-    found_now = world.kernel.cell_of(args.reducer, world.key_cbor(args.reducer, args.key))
+    found_now = world.kernel.cell_of(args.reducer, raw_key)
     return Cell(
         reducer=args.reducer,
         key=args.key,

@@ -24,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -249,7 +249,7 @@ class Handle(abc.ABC):
         air: Path | str,
         *,
         note: str | None = None,
-        modules: dict[str, Path | str] | None = None,
+        modules: Mapping[str, Path | str] | None = None,
     ) -> _upgrades.ProposalShown:
         bound = {name: str(Path(file).absolute()) for name, file in (modules or {}).items()}
         args = _upgrades.Propose(air=str(Path(air).absolute()), note=note, modules=bound)

@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import Engine, World
 from world.effects import BlobAdapter, Done, Intent, Receipt, SimClock, TimerAdapter, decide_parked
-from world.ladder import rung04, rung05
+from world.ladder import rung04, rung05, rung06
 
 from worldkit import (
     COUNTER,
@@ -268,7 +268,10 @@ def agentos(tmp: Path) -> dict[str, Path]:
     """AgentOS's ladder rungs bundled so far, each to the end its README states: 00 counts to
     Done, 01's timer fires, 02 puts and gets a blob, 03's plan fetches and raises the status
     back, 04's fans out three and joins them, 05's reservation fails (the fake answers a
-    path ending in ``/500`` with 500) and the charge is refunded, 08 tries three times and fails."""
+    path ending in ``/500`` with 500) and the charge is refunded, 06 fetches once under air.v1 (its
+    upgrade is not pinned here: a proposal journals the address of its AIR document, which
+    names the proposer's files by their absolute paths; tests/world/ladder/test_rung06.py
+    replays it), 08 tries three times and fails."""
     sends = {
         "agentos-00-counter": [
             ("demo/CounterEvent@1", {"Start": {"target": 3}}),
@@ -284,6 +287,7 @@ def agentos(tmp: Path) -> dict[str, Path]:
         ],
         "agentos-04-aggregator": [("demo/AggregatorEvent@1", rung04.start())],
         "agentos-05-chain-comp": [("demo/ChainEvent@1", rung05.start("order-1", "500"))],
+        "agentos-06-safe-upgrade": [("demo/SafeUpgradeEvent@1", rung06.START)],
         "agentos-08-retry-backoff": [
             ("demo/RetryEvent@1", {"start": {"req_id": "req-123", "payload": "p",
              "max_attempts": 3, "base_delay_ms": 10, "now_ns": 1_000}}),
@@ -291,6 +295,7 @@ def agentos(tmp: Path) -> dict[str, Path]:
     }  # fmt: skip
     ends = dict.fromkeys(sends, ("pc", "Done")) | {
         "agentos-05-chain-comp": ("phase", "Refunded"),
+        "agentos-06-safe-upgrade": ("pc", "Completed"),
         "agentos-08-retry-backoff": ("pc", "Failed"),
     }
     worlds = {}
@@ -328,6 +333,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "agentos-03-fetch-notify": "35233fb455998aa91dc967acb5d559f9718280bb56311559f15f7913070a777c",
         "agentos-04-aggregator": "f4dcfaf893f0afe8dde832bf8ff31384150e231886ceb68e63980d8dab8b4307",
         "agentos-05-chain-comp": "6864e45e14ccd50c9ac95db49d4d69f0465ce5e41e5fe9bb76849047fb80d0e9",
+        "agentos-06-safe-upgrade": "5b653f3947ea10a43d5226eabb4d5b4ca7dc3c86a64aa01fccab4fa112985814",
         "agentos-08-retry-backoff": "2f6cee3a9fbc50efae8aad9c51ae2b867cf0943e97b24db0bc08540ff34a7dfc",
     },
     "account": {
@@ -389,6 +395,7 @@ def test_every_bundled_example_world_is_in_a_scenario() -> None:
         "agentos-03-fetch-notify",
         "agentos-04-aggregator",
         "agentos-05-chain-comp",
+        "agentos-06-safe-upgrade",
         "agentos-08-retry-backoff",
         "counter",
         "counter_v1",

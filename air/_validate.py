@@ -86,7 +86,7 @@ from air.types import (
 )
 from air.values import normalise
 
-__all__ = ["BUILTIN_CAP_FIELDS", "UNENFORCED_BUDGET_FIELDS", "validate"]
+__all__ = ["BUILTIN_CAP_FIELDS", "NAT_CAP_FIELDS", "UNENFORCED_BUDGET_FIELDS", "validate"]
 
 _PROBLEM_CODES = {
     "imports": "air.module.imports",
@@ -97,10 +97,15 @@ _PROBLEM_CODES = {
 
 BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
     "http.out": frozenset({"hosts", "verbs", "methods", "path_prefixes"}),
+    "llm.basic": frozenset({"providers", "models", "max_tokens", "tools_allow"}),
     "blob": frozenset(),
     "timer": frozenset(),
 }
-"""The fields the kernel enforces for each built-in cap type: all a custom defcap may have."""
+"""The fields the kernel enforces for each built-in cap type: all a custom defcap may have.
+Each is a set or list of text (or an option of one), but those in ``NAT_CAP_FIELDS``."""
+
+NAT_CAP_FIELDS: dict[str, frozenset[str]] = {"llm.basic": frozenset({"max_tokens"})}
+"""The built-in cap fields that are a ``nat`` (or an option of one): a limit, not a set."""
 
 UNENFORCED_BUDGET_FIELDS = ("cents", "tokens")
 """Budget fields AIR accepts in shape but the kernel never charges: refused at validation."""
@@ -209,6 +214,10 @@ def _cap(ctx: Ctx, loc: Located) -> None:
                 f"not {field_name!r}"
             )
             ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
+        elif field_name in NAT_CAP_FIELDS.get(model.cap_type, ()):
+            if not _is_nat(ctx, sub):
+                detail = f"{field_name!r} is a nat (optionally an option of one)"
+                ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
         elif not _is_text_collection(ctx, sub):
             detail = f"{field_name!r} is a set or list of text (optionally an option of one)"
             ctx.diags.add(loc.file, pointer, "air.cap.schema", detail)
@@ -251,6 +260,16 @@ def _pure_module(ctx: Ctx, loc: Located) -> None:
 
 def _fields_text(fields: frozenset[str]) -> str:
     return ", ".join(sorted(fields)) if fields else "no fields"
+
+
+def _is_nat(ctx: Ctx, node: TypeNode) -> bool:
+    try:
+        node = resolve(node, ctx.air.schemas)
+        if isinstance(node, OptionT):
+            node = resolve(node.item, ctx.air.schemas)
+    except ValueMismatch:
+        return True  # an unknown ref is reported where it is written
+    return isinstance(node, Prim) and node.name == "nat"
 
 
 def _is_text_collection(ctx: Ctx, node: TypeNode) -> bool:

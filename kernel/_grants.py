@@ -8,6 +8,11 @@ before it is queued, on the URL ``kernel._urls`` reads (the one normaliser).
 fields, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``; ``cap.header_not_allowed``), the method among ``verbs`` (or AgentOS's ``methods``;
 ``cap.method_not_allowed``), the path under one of ``path_prefixes``, whole segments only
 (``cap.path_not_allowed``). An empty set allows nothing; an absent one restricts nothing.
+``check_llm`` is the capability check of an ``llm.basic`` grant (AgentOS's enforcer
+``sys/CapEnforceLlmBasic@1``): the provider among ``providers`` (``cap.provider_not_allowed``),
+the model among ``models`` (``cap.model_not_allowed``), the intent's ``max_tokens`` at most the
+grant's (``cap.max_tokens_exceeded``), every tool the intent names among ``tools_allow``
+(``cap.tool_not_allowed``); an absent field restricts nothing, an empty set allows nothing.
 ``rule_matches`` is a policy rule's ``when``: effect kind, grant, origin, and for a rule that
 names a ``host`` glob or a ``path_prefix`` only an intent with a readable URL. Each failure is a
 ``CapDenied`` with its code: the kernel journals it as the reason, no caller sees it.
@@ -28,7 +33,7 @@ from kernel._urls import (
     read_url,
 )
 
-__all__ = ["CapDenied", "check_http", "rule_matches"]
+__all__ = ["CapDenied", "check_http", "check_llm", "rule_matches"]
 
 _HTTP_VERB_FIELDS: Final = ("verbs", "methods")
 
@@ -66,6 +71,27 @@ def check_http(cap: str, grant_params: Any, params: Any) -> None:
     prefixes = grant_params.get("path_prefixes")
     if prefixes is not None and not any(path_has_prefix(url.path, str(p)) for p in prefixes):
         raise CapDenied("cap.path_not_allowed", f"path {url.path!r} is outside grant {cap}")
+
+
+def check_llm(cap: str, grant_params: Any, params: Any) -> None:
+    params = params if isinstance(params, dict) else {}
+    for field, name, code in (
+        ("providers", "provider", "cap.provider_not_allowed"),
+        ("models", "model", "cap.model_not_allowed"),
+    ):
+        allowed = grant_params.get(field)
+        if allowed is not None and params.get(name) not in allowed:
+            raise CapDenied(code, f"{name} {params.get(name)!r} is outside grant {cap}")
+    limit = grant_params.get("max_tokens")
+    asked = params.get("max_tokens")
+    if limit is not None and not (isinstance(asked, int) and asked <= limit):
+        raise CapDenied(
+            "cap.max_tokens_exceeded", f"max_tokens {asked!r} exceeds {limit} of grant {cap}"
+        )
+    tools = grant_params.get("tools_allow")
+    named = [t for t in params.get("tools") or [] if tools is not None and t not in tools]
+    if named:
+        raise CapDenied("cap.tool_not_allowed", f"tool {named[0]!r} is outside grant {cap}")
 
 
 def _admits(entry: Any, url: Url) -> bool:

@@ -57,6 +57,7 @@ EXAMPLES = (
     "agentos_aggregator",
     "agentos_chain_comp",
     "agentos_safe_upgrade",
+    "agentos_llm_summarizer",
 )
 
 

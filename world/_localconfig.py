@@ -9,6 +9,8 @@ how the effect adapters reach the outside world on this machine:
                "retries_max": 3, "backoff_base_s": 0.05, "backoff_max_s": 2,
                "resolve": {"api.example.com": "127.0.0.1:8080"},
                "ca_file": "/etc/acme/ca.pem"},
+      "llm": {"providers": {"openai": {"base_url": "https://api.openai.com/v1"}},
+              "read_timeout_s": 120, "attempt_deadline_s": 300},
       "secrets": {"<binding_id>": {"env": "API_TOKEN"} | {"file": "/etc/acme/token"}}
     }
 
@@ -19,6 +21,8 @@ Every key is optional; an absent file is every default (the adapter's own).
 header and TLS's server name keep the name: a test or a staging machine points a world's AIR,
 unchanged, at a local server; ``ca_file``: a PEM file of certificate authorities (an absolute
 path) trusted beside the usual ones, for a private CA or a test server's own certificate.
+``llm``: where each ``llm.generate`` provider answers (an OpenAI-compatible chat-completions
+API: ``base_url``; ``world.effects._llm``), and the LLM adapter's own timeouts.
 ``secrets``: where each ``defsecret``'s ``binding_id`` gets its value: an
 environment variable of the process that runs the world, or a file (an absolute path, outside
 the world directory, of mode ``0600`` or stricter, owned by the user). The value is read by the
@@ -45,6 +49,8 @@ __all__ = [
     "LOCAL_CONFIG",
     "LOCAL_CONFIG_BYTES_MAX",
     "HttpSettings",
+    "LlmProvider",
+    "LlmSettings",
     "LocalConfig",
     "SecretBinding",
     "read_local_config",
@@ -114,8 +120,33 @@ class SecretBinding(_Strict):
         return self
 
 
+class LlmProvider(_Strict):
+    """Where one ``llm.generate`` provider (the params' ``provider``) answers: an
+    OpenAI-compatible API's base URL, to which ``/chat/completions`` is added."""
+
+    base_url: str = Field(min_length=1, max_length=2048)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"base_url: {value!r} is not an http(s) URL without query")
+        return value.rstrip("/")
+
+
+class LlmSettings(_Strict):
+    """The LLM adapter's settings (``world.effects._llm``): its providers, and its own read
+    timeout and attempt deadline (a model takes longer than most servers); the rest of the
+    HTTP settings (connect timeout, retries, ``resolve``, ``ca_file``) are ``http``'s."""
+
+    providers: dict[str, LlmProvider] = Field(default_factory=dict, max_length=256)
+    read_timeout_s: float | None = Field(None, gt=0, le=3600)
+    attempt_deadline_s: float | None = Field(None, gt=0, le=86400)
+
+
 class LocalConfig(_Strict):
     http: HttpSettings = HttpSettings()
+    llm: LlmSettings = LlmSettings()
     secrets: dict[str, SecretBinding] = {}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from httpkit import Answer, Loopback, loopback_fixture
@@ -171,3 +172,32 @@ def test_a_ca_file_is_trusted_beside_the_usual_authorities(tmp_path: Path) -> No
             fetch()
     assert trusted["status"] == 200
     assert trusted["body_preview"] == "secure.example"
+
+
+def test_llm_providers_are_read_with_their_base_urls(tmp_path: Path) -> None:
+    settings = {"llm": {"providers": {"openai": {"base_url": "https://api.openai.com/v1/"}},
+                        "read_timeout_s": 200}}  # fmt: skip
+    (tmp_path / "local.json").write_text(json.dumps(settings))
+    llm = read_local_config(tmp_path).llm
+    assert llm.providers["openai"].base_url == "https://api.openai.com/v1"
+    assert (llm.read_timeout_s, llm.attempt_deadline_s) == (200, None)
+
+
+@pytest.mark.parametrize(
+    ("llm", "where"),
+    [
+        ({"providers": {"p": {"base_url": "ftp://x/v1"}}}, "/llm/providers/p/base_url"),
+        ({"providers": {"p": {"base_url": "https://x/v1?key=1"}}}, "/llm/providers/p/base_url"),
+        ({"providers": {"p": {"base_url": "https://x/v1", "key": "k"}}}, "/llm/providers/p/key"),
+        ({"providers": {"p": {}}}, "/llm/providers/p/base_url"),
+        ({"read_timeout_s": 0}, "/llm/read_timeout_s"),
+        ({"model": "m"}, "/llm/model"),
+    ],
+)
+def test_llm_settings_that_are_not_what_they_should_be_are_refused(
+    tmp_path: Path, llm: dict[str, Any], where: str
+) -> None:
+    (tmp_path / "local.json").write_text(json.dumps({"llm": llm}))
+    with pytest.raises(InvalidArgument) as refused:
+        read_local_config(tmp_path)
+    assert where in str(refused.value)

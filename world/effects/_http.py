@@ -92,9 +92,9 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx
 
@@ -131,6 +131,8 @@ __all__ = [
     "REDACTED",
     "HttpAdapter",
 ]
+
+T = TypeVar("T")
 
 HTTP_KIND: Final = "http.request"
 REDACTED: Final = "[redacted secret]"
@@ -206,6 +208,8 @@ class _Request:
     body: bytes | None
     response_bytes_max: int
     scrub: _Scrub
+    read_timeout_s: float | None = None  # None: the adapter's (another adapter's exchange may
+    attempt_deadline_s: float | None = None  # have its own: ``world.effects._llm``)
 
     @property
     def body_bytes(self) -> int:
@@ -321,35 +325,41 @@ class HttpAdapter:
         resolved: list[bytes] = []  # every secret read so far, to scrub even a failure
         try:
             request = self._request(intent.params, intent.bytes_max, intent.kind, resolved)
-            scrub = request.scrub
-            failed: _Failed | None = None
-            for retry in range(self.retries_max + 1):
-                if retry:
-                    wait_s = backoff_s(retry, self.backoff_base_s, self.backoff_max_s)
-                    if self._pool.closing.wait(wait_s):
-                        return None
-                try:
-                    payload = self._scrubbed(self._attempt(request), scrub)
-                except _Failed as exc:
-                    failed = exc
-                    if exc.retry:
-                        continue
-                    break
-                return Receipt(intent.intent_hash, self.adapter_id, "ok", payload)
-            assert failed is not None
-            if failed.retry:
-                attempts = self.retries_max + 1
-                failed = _Failed(
-                    failed.status,
-                    f"{attempts} attempts; last: {failed.detail}",
-                    retry=False,
-                    body_bytes=failed.body_bytes,
-                )
-        except _Failed as exc:  # the request cannot be made as given
+            payload = self.retried(lambda: self._scrubbed(self._attempt(request), request.scrub))
+            if payload is None:
+                return None
+            return Receipt(intent.intent_hash, self.adapter_id, "ok", payload)
+        except _Failed as exc:  # the request cannot be made as given, or every attempt failed
             failed = exc
         except Exception as exc:  # a bug or an input nothing above foresaw: still one receipt
             failed = _Failed("error", _describe(exc), retry=False)
         return self._failure(intent, failed, _Scrub(resolved))
+
+    def retried(self, attempt: Callable[[], T]) -> T | None:
+        """``attempt()``, tried again with backoff while it fails with ``_Failed`` worth
+        retrying, up to ``retries_max`` times; the last failure raised (saying how many
+        attempts there were), or None when the adapter closed while waiting to retry. Every
+        adapter that speaks HTTP through this one (``world.effects._llm``) retries so."""
+        failed: _Failed | None = None
+        for retry in range(self.retries_max + 1):
+            if retry:
+                wait_s = backoff_s(retry, self.backoff_base_s, self.backoff_max_s)
+                if self._pool.closing.wait(wait_s):
+                    return None
+            try:
+                return attempt()
+            except _Failed as exc:
+                failed = exc
+                if not exc.retry:
+                    raise
+        assert failed is not None
+        attempts = self.retries_max + 1
+        raise _Failed(
+            failed.status,
+            f"{attempts} attempts; last: {failed.detail}",
+            retry=False,
+            body_bytes=failed.body_bytes,
+        )
 
     @staticmethod
     def _scrubbed(payload: dict[str, Any], scrub: _Scrub) -> dict[str, Any]:
@@ -464,6 +474,12 @@ class HttpAdapter:
 
     def _attempt(self, request: _Request) -> dict[str, Any]:
         """One exchange: the receipt payload, or ``_Failed``."""
+        response, body = self.exchange(request)
+        return self._payload(response, body, request.body_bytes, request.scrub)
+
+    def exchange(self, request: _Request) -> tuple[httpx.Response, bytes]:
+        """One exchange: the response (closed) and its body, or ``_Failed`` (``retry`` when
+        trying again could help: a timeout, a connection that failed)."""
         started = time.monotonic()
         try:
             outgoing = self._outgoing(request)
@@ -480,14 +496,17 @@ class HttpAdapter:
             raise _Failed("error", _describe(exc), retry=True) from exc
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
             raise _Failed("error", _describe(exc), retry=False) from exc
-        return self._payload(response, body, request.body_bytes, request.scrub)
+        return response, body
 
     def _outgoing(self, request: _Request) -> httpx.Request:
         """The message to send. A host in ``resolve`` (``local.json``) is reached at its mapped
         address; the ``Host`` header and TLS's server name (so the certificate checked) keep
         the URL's name, as ``curl --resolve`` does."""
         url = httpx.URL(request.url)
-        extensions: dict[str, Any] = {"timeout": self._timeout}
+        timeout = self._timeout
+        if request.read_timeout_s is not None:
+            timeout = {**timeout, "read": request.read_timeout_s, "write": request.read_timeout_s}
+        extensions: dict[str, Any] = {"timeout": timeout}
         headers = dict(request.headers)
         address = self.resolve.get(url.host)
         if address is not None:
@@ -516,10 +535,9 @@ class HttpAdapter:
             if len(body) > limit:
                 detail = f"response body exceeds response_bytes_max={limit}"
                 raise _Failed("error", detail, retry=False, body_bytes=sent + limit)
-            if time.monotonic() - started > self.attempt_deadline_s:
-                detail = (
-                    f"response not complete within attempt_deadline_s={self.attempt_deadline_s}"
-                )
+            deadline_s = request.attempt_deadline_s or self.attempt_deadline_s
+            if time.monotonic() - started > deadline_s:
+                detail = f"response not complete within attempt_deadline_s={deadline_s}"
                 raise _Failed("timeout", detail, retry=True, body_bytes=sent + len(body))
         return bytes(body)
 

@@ -63,6 +63,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from air import cbor
 from air.errors import InvalidArgument, WorldError
+from air.sys.llm import LLM_KIND
 from air.sys.ondemand import HTTP_KINDS
 from kernel.journal import JournalRecord
 from world import _fileio as fileio
@@ -333,4 +334,15 @@ def failed_payload(kind: str, says: str) -> dict[str, Any]:
     """A payload of ``kind``'s receipt schema for an effect that did not happen."""
     if kind in HTTP_KINDS:
         return {"status": 0, "headers": {}, "body_ref": None, "body_preview": says}
+    if kind == LLM_KIND:  # no reply: no output, no tokens, and what happened instead
+        return {
+            "output_ref": None,
+            "token_usage": {"prompt": 0, "completion": 0},
+            "cost_cents": 0,
+            "provider_id": "",
+            "summary_preview": says,
+            "tokens_prompt": 0,
+            "tokens_completion": 0,
+            "cost_millis": 0,
+        }
     return {"error": says, "kind": kind}  # no schema known here: the dispatcher's own shape

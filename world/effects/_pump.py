@@ -125,9 +125,17 @@ class EffectPump:
                     raise UsageError("cannot run with live effects: " + "; ".join(unbound))
             # Here, not at the top: httpx costs every command that opens a world ~60 ms.
             from world.effects._http import HttpAdapter
+            from world.effects._llm import LlmAdapter
 
             http = HttpAdapter(world.cas, secrets=secrets, **local.http.given())
-            adapters = [TimerAdapter(clock), blobs, http]
+            llm = LlmAdapter(
+                world.cas,
+                http=http,
+                providers={name: p.base_url for name, p in local.llm.providers.items()},
+                secrets=secrets,
+                **local.llm.model_dump(exclude_none=True, exclude={"providers"}),
+            )
+            adapters = [TimerAdapter(clock), blobs, llm, http]  # llm closes before its client
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)
         self._timer = next(

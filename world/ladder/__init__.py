@@ -27,6 +27,7 @@ RUNGS: Final[tuple[str, ...]] = (
     "rung04",
     "rung05",
     "rung06",
+    "rung07",
     "rung08",
 )
 """The rungs with a driver, in the ladder's order (module names under ``world.ladder``)."""

@@ -88,7 +88,8 @@ def _jsonl(path: Path, events: list[dict[str, Any]]) -> Path:
 
 class _FakeHttp:
     """Answers ``http.request`` at once: status by the URL's last path segment (``/500`` is a
-    500, anything else 200), no headers, a fixed preview."""
+    500, anything else 200), no headers, the segment as the preview (and, for a ``.txt``
+    segment, a ``body_ref``)."""
 
     adapter_id = "http"
     kinds = frozenset({"http.request"})
@@ -96,7 +97,32 @@ class _FakeHttp:
     def submit(self, intent: Intent, done: Done) -> None:
         last = str(intent.params["url"]).rsplit("/", 1)[-1]
         status = 500 if last == "500" else 200
-        payload = {"status": status, "headers": {}, "body_ref": None, "body_preview": last}
+        # a ``.txt`` body is "kept in the blob store" (a ref no blob holds: nothing reads it)
+        ref = blake3.blake3(last.encode()).digest() if last.endswith(".txt") else None
+        payload = {"status": status, "headers": {}, "body_ref": ref, "body_preview": last}
+        done(Receipt(intent.intent_hash, self.adapter_id, "ok", payload))
+
+    def close(self) -> None:
+        return
+
+
+class _FakeLlm:
+    """Answers ``llm.generate`` at once: a fixed reply and token counts, no output blob."""
+
+    adapter_id = "llm"
+    kinds = frozenset({"llm.generate"})
+
+    def submit(self, intent: Intent, done: Done) -> None:
+        payload = {
+            "output_ref": None,
+            "token_usage": {"prompt": 7, "completion": 3},
+            "cost_cents": 0,
+            "provider_id": str(intent.params["provider"]),
+            "summary_preview": "a summary",
+            "tokens_prompt": 7,
+            "tokens_completion": 3,
+            "cost_millis": 0,
+        }
         done(Receipt(intent.intent_hash, self.adapter_id, "ok", payload))
 
     def close(self) -> None:
@@ -108,7 +134,9 @@ def _run_effects(world: World) -> None:
     adapter answering inside ``submit`` (so no receipt's tick depends on thread timing)."""
     timer = TimerAdapter(SimClock(start_ns=world.kernel.effects.now_ns))
     with Engine(
-        world, sim=True, adapters=[timer, BlobAdapter(world.cas, synchronous=True), _FakeHttp()]
+        world,
+        sim=True,
+        adapters=[timer, BlobAdapter(world.cas, synchronous=True), _FakeHttp(), _FakeLlm()],
     ) as loop:
         loop.run(until_idle=True)
 
@@ -271,7 +299,7 @@ def agentos(tmp: Path) -> dict[str, Path]:
     path ending in ``/500`` with 500) and the charge is refunded, 06 fetches once under air.v1 (its
     upgrade is not pinned here: a proposal journals the address of its AIR document, which
     names the proposer's files by their absolute paths; tests/world/ladder/test_rung06.py
-    replays it), 08 tries three times and fails."""
+    replays it), 07's plan fetches and asks a fake LLM, 08 tries three times and fails."""
     sends = {
         "agentos-00-counter": [
             ("demo/CounterEvent@1", {"Start": {"target": 3}}),
@@ -288,6 +316,9 @@ def agentos(tmp: Path) -> dict[str, Path]:
         "agentos-04-aggregator": [("demo/AggregatorEvent@1", rung04.start())],
         "agentos-05-chain-comp": [("demo/ChainEvent@1", rung05.start("order-1", "500"))],
         "agentos-06-safe-upgrade": [("demo/SafeUpgradeEvent@1", rung06.START)],
+        "agentos-07-llm-summarizer": [
+            ("demo/LlmSummarizerEvent@1", {"Start": {"url": "https://example.com/story.txt"}}),
+        ],
         "agentos-08-retry-backoff": [
             ("demo/RetryEvent@1", {"start": {"req_id": "req-123", "payload": "p",
              "max_attempts": 3, "base_delay_ms": 10, "now_ns": 1_000}}),
@@ -334,6 +365,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "agentos-04-aggregator": "f4dcfaf893f0afe8dde832bf8ff31384150e231886ceb68e63980d8dab8b4307",
         "agentos-05-chain-comp": "6864e45e14ccd50c9ac95db49d4d69f0465ce5e41e5fe9bb76849047fb80d0e9",
         "agentos-06-safe-upgrade": "5b653f3947ea10a43d5226eabb4d5b4ca7dc3c86a64aa01fccab4fa112985814",
+        "agentos-07-llm-summarizer": "172ba30d7cd73d6250a10825a093c82456cec07f518f7c092f40d7edcfc4a73b",
         "agentos-08-retry-backoff": "2f6cee3a9fbc50efae8aad9c51ae2b867cf0943e97b24db0bc08540ff34a7dfc",
     },
     "account": {
@@ -396,6 +428,7 @@ def test_every_bundled_example_world_is_in_a_scenario() -> None:
         "agentos-04-aggregator",
         "agentos-05-chain-comp",
         "agentos-06-safe-upgrade",
+        "agentos-07-llm-summarizer",
         "agentos-08-retry-backoff",
         "counter",
         "counter_v1",

@@ -2,12 +2,12 @@
 AIR v1 JSON Schemas describe (``world air normalize``), each feature of ours that has no
 AgentOS form kept as it is and reported.
 
-What is rewritten (each is a spelling our loader reads the same, so every def keeps its
-canonical form and hash; ``tests/air/test_normalize.py`` checks it for every bundled manifest):
+What is respelled (each is a spelling our loader reads the same, so the def keeps its canonical
+form and hash; ``tests/air/test_normalize.py`` checks it for every bundled manifest):
 - types: every primitive shorthand in its object form (``"nat"`` -> ``{"nat": {}}``), a
   schema name as ``{"ref": name}`` (``air.types.type_to_obj``, the canonical type); where
   AgentOS takes a schema *name* (``key_schema``, plan ``locals``) a ``{"ref": n}`` is written
-  ``n``, and an inline type is kept and reported;
+  ``n``; an inline type is lifted (``key_schema``, below) or kept and reported (``locals``);
 - Exprs where AgentOS takes an Expr (edge ``when``, ``await_receipt.for``, ``await_event.where``,
   ``invariants``), and an Expr in an ExprOrValue position: each constant in its tagged form
   (``200`` -> ``{"int": 200}``, ``"GET"`` -> ``{"text": "GET"}``, ``null``/``{"none": {}}``/
@@ -16,6 +16,20 @@ canonical form and hash; ``tests/air/test_normalize.py`` checks it for every bun
   ExprOrValue position is left as written (AgentOS reads it through the schema, as we do);
 - a module's ``wasm`` path -> ``wasm_hash``, ``sha256:<hex>`` of the module's bytes (AgentOS's
   ``Hash``); the manifest's def lists written in full, each ``{name, hash}``; ``air_version``.
+
+What is rewritten into a form of AgentOS's that does the same (``NormalizedAir.rewritten``,
+one line each; the def's canonical form and hash differ, so the manifest hash does):
+- an inline ``key_schema`` (``"text"``) is lifted into a defschema ``ns/NameKey@v`` (the
+  module's name with ``Key``), written and listed, and named by the module;
+- our ``raise_event {reducer, key, event}`` becomes the routed ``{event, value}`` when the
+  manifest delivers it the same way: its event record names its schema, which has one route,
+  to that reducer, and no trigger, and the route's ``key_field`` of the record is the same Expr
+  as ``key`` (``_routed``); otherwise it is kept and reported;
+- a policy rule's ``method`` is left out when the grant its ``cap_name`` names allows that
+  method alone: the capability check, which runs first, already holds the intent to it;
+- a reducer's cap slot naming a defcap is written as that defcap's cap type when the
+  manifest's ``module_bindings`` bind the slot to a grant of that defcap (the binding is what
+  narrows it).
 
 What differs for our loader, exactly: a module given by its ``wasm`` path is written with its
 ``sha256`` ``wasm_hash`` and no path, and our loader cannot rehash bytes it is not given, so that
@@ -38,8 +52,11 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from air import cbor
+from air._canonical import def_canonical
 from air._loaded import LoadedAir, Located
 from air._model import (
+    AIR_KINDS,
     DefCap,
     DefEffect,
     DefModule,
@@ -105,11 +122,15 @@ class Unmapped:
 
 @dataclass
 class NormalizedAir:
-    """The strict documents by file name (an array of defs each, or the manifest object), and
-    what was kept as ours."""
+    """The strict documents by file name (an array of defs each, or the manifest object),
+    what was kept as ours (``unmapped``), and what was rewritten into a form of AgentOS's that
+    does the same but hashes differently (``rewritten``; the module docstring)."""
 
     files: dict[str, Any] = field(default_factory=dict)
     unmapped: list[Unmapped] = field(default_factory=list)
+    rewritten: list[Unmapped] = field(default_factory=list)
+    lifted: dict[str, str] = field(default_factory=dict)
+    """Module -> the defschema its inline ``key_schema`` was lifted into."""
 
 
 def _strict_expr(obj: Any) -> Any:
@@ -183,9 +204,54 @@ _STEP_EXPR_OR_VALUE: Final = {
 }
 
 
-def _step(step: dict[str, Any], name: str, pointer: str, out: NormalizedAir) -> dict[str, Any]:
+def _routed(air: LoadedAir, step: dict[str, Any]) -> dict[str, Any] | None:
+    """Our ``raise_event {reducer, key?, event}`` as AgentOS's routed ``{event, value}``, when
+    the manifest delivers it the same way: its event is a record Expr naming its schema S
+    (``$schema``), S has one route, to that reducer, and no trigger, and the route's
+    ``key_field`` (if any) is an Expr of the record the same as ``key`` (none without one).
+    None otherwise."""
+    event = step.get("event")
+    body = event.get("record") if isinstance(event, dict) and len(event) == 1 else None
+    if not isinstance(body, dict) or not isinstance(body.get("$schema"), str):
+        return None
+    schema = body["$schema"]
+    routes = [r for r in air.manifest.routing.events if r.event == schema]
+    if len(routes) != 1 or routes[0].reducer != step["reducer"]:
+        return None
+    if any(t.event == schema for t in air.manifest.triggers):
+        return None
+    field_name = routes[0].key_field
+    if field_name is None:
+        if step.get("key") is not None:
+            return None
+    elif not (
+        "key" in step
+        and field_name in body
+        and _canonical_expr(body[field_name]) == _canonical_expr(step["key"])
+    ):
+        return None
+    value = {k: v for k, v in body.items() if k != "$schema"}
+    data = {k: v for k, v in step.items() if k not in ("reducer", "key", "event")}
+    return {**data, "event": schema, "value": _strict_expr({"record": value})}
+
+
+def _canonical_expr(raw: Any) -> Any:
+    return to_json(parse_expr(raw))
+
+
+def _step(
+    air: LoadedAir, step: dict[str, Any], name: str, pointer: str, out: NormalizedAir
+) -> dict[str, Any]:
     op = step.get("op")
     if op == "raise_event" and "reducer" in step:
+        routed = _routed(air, step)
+        if routed is not None:
+            detail = (
+                "raise_event {reducer, key, event} (ours) written as the routed {event, value}: "
+                "the manifest routes its schema to that reducer alone, by the same key"
+            )
+            out.rewritten.append(Unmapped(name, pointer, detail))
+            return routed
         detail = (
             "raise_event {reducer, key?, event} (ours): AgentOS's last v1 has only the routed "
             "{event, value}; kept"
@@ -202,14 +268,14 @@ def _step(step: dict[str, Any], name: str, pointer: str, out: NormalizedAir) -> 
     return data
 
 
-def _plan(raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+def _plan(air: LoadedAir, raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
     data = dict(raw)
     if "locals" in data:
         data["locals"] = {
             var: _schema_name(t, name, f"/locals/{var}", out) for var, t in raw["locals"].items()
         }
     data["steps"] = [
-        _step(s, name, f"/steps/{i}", out) if isinstance(s, dict) else s
+        _step(air, s, name, f"/steps/{i}", out) if isinstance(s, dict) else s
         for i, s in enumerate(raw["steps"])
     ]
     if "edges" in data:
@@ -233,17 +299,75 @@ def _module(air: LoadedAir, raw: dict[str, Any], name: str, out: NormalizedAir) 
         detail = "wasm_hash is blake3 and the bytes were not given: AgentOS's is sha256; kept"
         out.unmapped.append(Unmapped(name, "/wasm_hash", detail))
     if "key_schema" in data:
-        data["key_schema"] = _schema_name(raw["key_schema"], name, "/key_schema", out)
+        canonical = _type(raw["key_schema"])
+        if set(canonical) == {"ref"}:
+            data["key_schema"] = canonical["ref"]
+        else:
+            lifted = out.lifted[name] = _key_schema_name(air, name)
+            data["key_schema"] = lifted
+            detail = f"inline key_schema lifted into the defschema {lifted} (AgentOS's SchemaRef)"
+            out.rewritten.append(Unmapped(name, "/key_schema", detail))
     slots = raw.get("abi", {}).get("reducer", {}).get("cap_slots", {})
+    bound = air.manifest.module_bindings.get(name)
+    grants = {g.name: g.cap for g in air.manifest.defaults.cap_grants}
     for slot, cap in slots.items():
-        if "/" in cap:
-            detail = f"cap slot {slot} names a defcap ({cap}) where AgentOS takes a cap type: kept"
-            out.unmapped.append(Unmapped(name, f"/abi/reducer/cap_slots/{slot}", detail))
+        if "/" not in cap:
+            continue
+        at = f"/abi/reducer/cap_slots/{slot}"
+        grant = None if bound is None else bound.slots.get(slot)
+        if grant is not None and grants.get(grant) == cap and cap in air.caps:
+            data = _with_slot(data, slot, air.caps[cap].cap_type)
+            detail = (
+                f"cap slot {slot} names the defcap {cap}: written as its cap type, which the "
+                f"manifest's binding to grant {grant} (of {cap}) makes as narrow"
+            )
+            out.rewritten.append(Unmapped(name, at, detail))
+            continue
+        detail = f"cap slot {slot} names a defcap ({cap}) where AgentOS takes a cap type: kept"
+        out.unmapped.append(Unmapped(name, at, detail))
     return data
 
 
-def _policy(raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+def _with_slot(data: dict[str, Any], slot: str, cap_type: str) -> dict[str, Any]:
+    reducer = data["abi"]["reducer"]
+    slots = {**reducer["cap_slots"], slot: cap_type}
+    return {**data, "abi": {**data["abi"], "reducer": {**reducer, "cap_slots": slots}}}
+
+
+def _key_schema_name(air: LoadedAir, module: str) -> str:
+    """``ns/NameKey@v`` for module ``ns/Name@v`` (``Key2``, ``Key3``... if the name is taken)."""
+    stem, _, version = module.rpartition("@")
+    n = 1
+    while True:
+        name = f"{stem}Key{'' if n == 1 else n}@{version}"
+        if name not in air.defs:
+            return name
+        n += 1
+
+
+def _implied_method(air: LoadedAir, when: dict[str, Any]) -> bool:
+    """A rule's ``method`` that its ``cap_name``'s grant already implies: the grant allows that
+    method alone (``verbs``/``methods``), and the capability check runs before the policy."""
+    grant = next(
+        (g for g in air.manifest.defaults.cap_grants if g.name == when.get("cap_name")), None
+    )
+    if grant is None or not isinstance(grant.params, dict) or "record" in grant.params:
+        return False
+    verbs = {str(v).upper() for f in ("verbs", "methods") for v in grant.params.get(f) or []}
+    given = [grant.params.get(f) for f in ("verbs", "methods") if grant.params.get(f) is not None]
+    return bool(given) and verbs == {str(when["method"]).upper()}
+
+
+def _policy(air: LoadedAir, raw: dict[str, Any], name: str, out: NormalizedAir) -> dict[str, Any]:
+    raw = {**raw, "rules": [dict(r) for r in raw["rules"]]}
     for i, rule in enumerate(raw["rules"]):
+        if "method" in rule["when"] and _implied_method(air, rule["when"]):
+            rule["when"] = {k: v for k, v in rule["when"].items() if k != "method"}
+            detail = (
+                "match field 'method' left out: the grant it names allows that method alone, "
+                "and the capability check runs before the policy"
+            )
+            out.rewritten.append(Unmapped(name, f"/rules/{i}/when/method", detail))
         for key in _POLICY_OURS:
             if key in rule["when"]:
                 detail = f"match field {key!r} (ours): AgentOS's Match has none; kept"
@@ -263,9 +387,9 @@ def _def(air: LoadedAir, loc: Located, out: NormalizedAir) -> dict[str, Any]:
     if isinstance(model, DefModule):
         return _module(air, raw, name, out)
     if isinstance(model, DefPlan):
-        return _plan(raw, name, out)
+        return _plan(air, raw, name, out)
     if isinstance(model, DefPolicy):
-        return _policy(raw, name, out)
+        return _policy(air, raw, name, out)
     if isinstance(model, DefEffect):
         detail = (
             "defeffect in our shape (effect_kind, origins, receipt_event); AgentOS's is "
@@ -340,17 +464,22 @@ def _listed(air: LoadedAir, written: list[str]) -> set[str]:
     return seen
 
 
-def _manifest(air: LoadedAir, written: list[str], out: NormalizedAir) -> dict[str, Any]:
-    """The manifest with its lists in full (``_listed``), each entry ``{name, hash}`` (sha256
-    over our canonical CBOR)."""
+def _manifest(
+    air: LoadedAir, written: list[str], out: NormalizedAir, changed: dict[str, bytes]
+) -> dict[str, Any]:
+    """The manifest with its lists in full (``_listed``, and each lifted key schema), each
+    entry ``{name, hash}`` (sha256 over our canonical CBOR of the def as written: ``changed``
+    for those rewritten)."""
     manifest = air.manifest
-    listed = _listed(air, written)
+    listed = _listed(air, written) | set(out.lifted.values())
     lists: dict[str, list[dict[str, str]]] = {k: [] for k in _LISTS.values() if k != "secrets"}
-    for def_name in sorted(air.defs):
-        if def_name not in listed:
-            continue
-        digest = "sha256:" + hashlib.sha256(air.def_cbor[def_name]).hexdigest()
-        kind = _LISTS[type(air.defs[def_name].model)]
+    for def_name in sorted(listed):
+        encoded = changed.get(def_name)
+        if encoded is None:
+            encoded = air.def_cbor[def_name]
+        digest = "sha256:" + hashlib.sha256(encoded).hexdigest()
+        model = air.defs[def_name].model if def_name in air.defs else DefSchema
+        kind = _LISTS[model if isinstance(model, type) else type(model)]
         lists.setdefault(kind, []).append({"name": def_name, "hash": digest})
     data: dict[str, Any] = {"$kind": "manifest", "air_version": manifest.air_version, **lists}
     dumped = manifest.model_dump(by_alias=True, exclude_defaults=True)
@@ -374,11 +503,38 @@ def normalize_air(air: LoadedAir) -> NormalizedAir:
     by output file, each in name order; and what was kept as ours."""
     out = NormalizedAir()
     written = []
+    docs: dict[str, dict[str, Any]] = {}
     for name in sorted(air.defs):
         loc = air.defs[name]
         if loc.builtin:
             continue
         written.append(name)
-        out.files.setdefault(FILES[type(loc.model)], []).append(_def(air, loc, out))
-    out.files["manifest.air.json"] = _manifest(air, written, out)
+        docs[name] = _def(air, loc, out)
+        out.files.setdefault(FILES[type(loc.model)], []).append(docs[name])
+    for module, schema in out.lifted.items():
+        docs[schema] = {
+            "$kind": "defschema",
+            "name": schema,
+            "type": _type(air.defs[module].raw["key_schema"]),
+        }
+        out.files.setdefault(FILES[DefSchema], []).append(docs[schema])
+    out.files[FILES[DefSchema]] = sorted(out.files.get(FILES[DefSchema], []), key=_by_name)
+    if not out.files[FILES[DefSchema]]:
+        del out.files[FILES[DefSchema]]
+    changed = {
+        n: _cbor(docs[n]) for n in {u.name for u in out.rewritten} | set(out.lifted.values())
+    }
+    out.files["manifest.air.json"] = _manifest(air, written, out, changed)
     return out
+
+
+def _by_name(doc: dict[str, Any]) -> str:
+    return str(doc["name"])
+
+
+def _cbor(doc: dict[str, Any]) -> bytes:
+    """Our canonical CBOR of a def as written (for its manifest list hash)."""
+    kind = DefPureModule if doc.get("module_kind") == "pure" else AIR_KINDS[doc["$kind"]]
+    model = kind.model_validate(doc)
+    wasm_hash = doc.get("wasm_hash") if isinstance(model, DefModule) else None
+    return cbor.dumps(def_canonical(model, wasm_hash))

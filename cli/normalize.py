@@ -40,9 +40,12 @@ def normalize(
                 "ok": True,
                 "files": sorted(str(out / n) for n in result.files),
                 "kept": [u.as_json() for u in result.unmapped],
+                "rewritten": [u.as_json() for u in result.rewritten],
             }
         )
         return
+    for item in result.rewritten:
+        err_console.print(f"rewritten: {item.render()}", markup=False, soft_wrap=True)
     for item in result.unmapped:
         err_console.print(f"kept: {item.render()}", markup=False, soft_wrap=True)
     console.print(f"wrote {len(result.files)} file(s) to {out}", markup=False)

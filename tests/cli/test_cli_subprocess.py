@@ -295,14 +295,18 @@ def test_validate_reports_the_manifest_hash(built: Built) -> None:
 
 def test_air_normalize_writes_air_that_validates_to_the_same_routes(tmp_path: Path) -> None:
     """The strict form (AgentOS's spelling) of the counter's AIR is AIR we load again: the
-    same modules and routes; what AgentOS has no form for is reported as kept."""
+    same modules and routes; the inline key type it has no form for is lifted into a
+    defschema, and reported as rewritten."""
     done = world_json("air", "normalize", COUNTER_AIR, "-o", tmp_path / "strict")
     assert sorted(Path(f).name for f in done["files"]) == [
         "manifest.air.json",
         "modules.air.json",
         "schemas.air.json",
     ]
-    assert [k["pointer"] for k in done["kept"]] == ["/key_schema"]
+    assert done["kept"] == []
+    assert [(k["name"], k["pointer"]) for k in done["rewritten"]] == [
+        ("demo/Counter@1", "/key_schema")
+    ]
     before, after = world_json("validate", COUNTER_AIR), world_json("validate", tmp_path / "strict")
     assert after["routes"] == before["routes"]
     assert sorted(after["modules"]) == sorted(before["modules"])

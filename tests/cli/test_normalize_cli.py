@@ -1,4 +1,5 @@
-"""``world air normalize`` writes the strict files and says what it kept of ours;
+"""``world air normalize`` writes the strict files and says what it kept of ours and what it
+rewrote;
 ``world validate --agentos-schemas`` answers, per object, whether AgentOS's schemas take it."""
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ def test_air_normalize_writes_one_file_per_kind_and_lists_what_it_kept(tmp_path:
         "policies.air.json",
         "schemas.air.json",
     ]
-    assert {k["name"] for k in answer["kept"]} == {
-        "demo/Order@1",
-        "demo/fetch_flow@1",
-        "demo/order_policy@1",
+    assert answer["kept"] == []
+    assert {(k["name"], k["pointer"]) for k in answer["rewritten"]} == {
+        ("demo/Order@1", "/key_schema"),
+        ("demo/fetch_flow@1", "/steps/2"),
+        ("demo/fetch_flow@1", "/steps/5"),
+        ("demo/fetch_flow@1", "/steps/6"),
+        ("demo/order_policy@1", "/rules/0/when/method"),
     }
     manifest = json.loads((out / "manifest.air.json").read_text())
     assert {e["name"] for e in manifest["schemas"]} >= {"demo/OrderPlaced@1", "demo/FetchDone@1"}
@@ -60,13 +64,14 @@ def test_validate_agentos_schemas_answers_per_object(tmp_path: Path) -> None:
         pytest.skip(f"AgentOS's schemas are not at {SCHEMAS} (../shared beside the repository)")
     out = tmp_path / "strict"
     runner.invoke(app, ["air", "normalize", str(ROOT / "manifests" / "counter"), "-o", str(out)])
-    for folder, valid in ((ROOT / "manifests" / "counter", 0), (out, 3)):
+    for folder, valid in ((ROOT / "manifests" / "counter", 0), (out, None)):
         result = runner.invoke(
             app, ["validate", str(folder), "--json", "--agentos-schemas", str(SCHEMAS)]
         )
         assert result.exit_code == 0, result.output
         objects = json.loads(result.stdout)["objects"]
-        assert sum(o["agentos"]["valid"] for o in objects) == valid, objects
+        wanted = len(objects) if valid is None else valid  # normalized: every object
+        assert sum(o["agentos"]["valid"] for o in objects) == wanted, objects
         assert all(o["agentos"]["errors"] for o in objects if not o["agentos"]["valid"])
 
 

@@ -98,6 +98,7 @@ _PROBLEM_CODES = {
 BUILTIN_CAP_FIELDS: dict[str, frozenset[str]] = {
     "http.out": frozenset({"hosts", "verbs", "methods", "path_prefixes"}),
     "llm.basic": frozenset({"providers", "models", "max_tokens", "tools_allow"}),
+    "workspace": frozenset({"workspaces", "path_prefixes", "ops"}),
     "blob": frozenset(),
     "timer": frozenset(),
 }

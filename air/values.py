@@ -150,7 +150,9 @@ def normalise(
     if isinstance(node, Variant):
         return _norm_variant(node, value, schemas, pointer, depth)
     if isinstance(node, OptionT):
-        return None if value is None else normalise(node.item, value, schemas, pointer, depth)
+        if value is None or _tagged_null(node, value, schemas, pointer):
+            return None
+        return normalise(node.item, value, schemas, pointer, depth)
     if isinstance(node, MapT):
         return _norm_map(node, value, schemas, pointer, depth)
     if not isinstance(value, list | tuple):
@@ -159,6 +161,18 @@ def normalise(
     item = node.item
     items = [normalise(item, v, schemas, f"{pointer}/{i}", depth) for i, v in enumerate(value)]
     return _sorted_set(items) if isinstance(node, SetT) else items
+
+
+def _tagged_null(node: OptionT, value: Any, schemas: Schemas, pointer: str) -> bool:
+    """``{"null": {}}``, the tagged lens's none (AgentOS writes an absent option so in a grant's
+    params), unless the option's item could itself be written so: a record with a field
+    ``null``, or a map (``{"null": {}}`` would be its one entry)."""
+    if not (isinstance(value, dict) and len(value) == 1 and value.get("null") == {}):
+        return False
+    item = resolve(node.item, schemas, pointer)
+    if isinstance(item, MapT):
+        return False
+    return not (isinstance(item, Record) and "null" in item.field_map())
 
 
 def _sorted_set(items: list[Any]) -> list[Any]:

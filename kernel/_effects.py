@@ -122,7 +122,7 @@ from air.secretrefs import SECRET_REF, secret_refs
 from air.sys.ondemand import HTTP_INLINE_BODY_BYTES_MAX, HTTP_KINDS, HTTP_SECRET_KIND
 from air.types import Ref, parse_type
 from air.values import normalise
-from kernel._grants import CapDenied, check_http, check_llm, rule_matches
+from kernel._grants import CapDenied, check_http, check_llm, check_workspace, rule_matches
 from kernel._scheduler import Delivery, Entity
 from kernel.abi import StepOutput
 from kernel.subjects import make_subject
@@ -424,6 +424,8 @@ class EffectManager:
             check_http(cap, self._grant_params(grant, defcap), _http_view(kind, params))
         elif cap_type == "llm.basic":
             check_llm(cap, self._grant_params(grant, defcap), params)
+        elif cap_type == "workspace":
+            check_workspace(cap, self._grant_params(grant, defcap), kind, params)
         return self._reserve(cap, grant, kind, params)
 
     def check_secrets(self, kind: str, params: Any, cap: str, origin: dict[str, Any]) -> None:

@@ -13,6 +13,14 @@ fields, ``air.sys.ondemand.HTTP_HEADERS_REFUSED``; ``cap.header_not_allowed``), 
 the model among ``models`` (``cap.model_not_allowed``), the intent's ``max_tokens`` at most the
 grant's (``cap.max_tokens_exceeded``), every tool the intent names among ``tools_allow``
 (``cap.tool_not_allowed``); an absent field restricts nothing, an empty set allows nothing.
+``check_workspace`` is the check of a ``workspace`` grant (the enforcer
+``sys/CapEnforceWorkspace@1``'s): the effect's op (``resolve``, ``list``, ``diff``, ``read``:
+``read_ref``/``read_bytes``/``annotations_get``, ``write``: the rest) among ``ops``
+(``cap.workspace_op_not_allowed``), a ``resolve``/``empty_root``'s workspace among
+``workspaces`` (``cap.workspace_not_allowed``), and the path an op names (``list``'s ``path``,
+``diff``'s ``prefix``, the annotations' ``path``: absent is the root, ``""``) under one of
+``path_prefixes``, whole segments (``cap.path_not_allowed``; a prefix ``""`` is every path).
+Absent restricts nothing; unlike AgentOS's, an empty list allows nothing, as everywhere here.
 ``rule_matches`` is a policy rule's ``when``: effect kind, grant, origin, and for a rule that
 names a ``host`` glob or a ``path_prefix`` only an intent with a readable URL. Each failure is a
 ``CapDenied`` with its code: the kernel journals it as the reason, no caller sees it.
@@ -33,7 +41,7 @@ from kernel._urls import (
     read_url,
 )
 
-__all__ = ["CapDenied", "check_http", "check_llm", "rule_matches"]
+__all__ = ["CapDenied", "check_http", "check_llm", "check_workspace", "rule_matches"]
 
 _HTTP_VERB_FIELDS: Final = ("verbs", "methods")
 
@@ -92,6 +100,57 @@ def check_llm(cap: str, grant_params: Any, params: Any) -> None:
     named = [t for t in params.get("tools") or [] if tools is not None and t not in tools]
     if named:
         raise CapDenied("cap.tool_not_allowed", f"tool {named[0]!r} is outside grant {cap}")
+
+
+_WORKSPACE_OPS: Final = {
+    "workspace.resolve": "resolve",
+    "workspace.list": "list",
+    "workspace.diff": "diff",
+    "workspace.read_ref": "read",
+    "workspace.read_bytes": "read",
+    "workspace.annotations_get": "read",
+    "workspace.empty_root": "write",
+    "workspace.write_bytes": "write",
+    "workspace.remove": "write",
+    "workspace.annotations_set": "write",
+}
+"""The op an ``ops`` list names each effect by, as AgentOS's enforcer does."""
+
+_WORKSPACE_PATH_FIELD: Final = {
+    "workspace.list": "path",
+    "workspace.read_ref": "path",
+    "workspace.read_bytes": "path",
+    "workspace.write_bytes": "path",
+    "workspace.remove": "path",
+    "workspace.diff": "prefix",
+    "workspace.annotations_get": "path",
+    "workspace.annotations_set": "path",
+}
+
+
+def check_workspace(cap: str, grant_params: Any, kind: str, params: Any) -> None:
+    params = params if isinstance(params, dict) else {}
+    op = _WORKSPACE_OPS.get(kind, kind)
+    ops = grant_params.get("ops")
+    if ops is not None and op not in {str(o).lower() for o in ops}:
+        raise CapDenied("cap.workspace_op_not_allowed", f"op {op!r} is outside grant {cap}")
+    workspaces = grant_params.get("workspaces")
+    named = kind in ("workspace.resolve", "workspace.empty_root")
+    if named and workspaces is not None and params.get("workspace") not in workspaces:
+        detail = f"workspace {params.get('workspace')!r} is outside grant {cap}"
+        raise CapDenied("cap.workspace_not_allowed", detail)
+    field = _WORKSPACE_PATH_FIELD.get(kind)
+    prefixes = grant_params.get("path_prefixes")
+    if field is not None and prefixes is not None:
+        path = params.get(field) or ""
+        if not any(_under(str(path), str(p)) for p in prefixes):
+            raise CapDenied("cap.path_not_allowed", f"path {path!r} is outside grant {cap}")
+
+
+def _under(path: str, prefix: str) -> bool:
+    """``path`` is ``prefix`` or inside it, whole segments (``a/b`` is under ``a``, ``ab``
+    is not); every path is under ``""``."""
+    return not prefix or path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
 def _admits(entry: Any, url: Url) -> bool:

@@ -58,6 +58,9 @@ EXAMPLES = (
     "agentos_chain_comp",
     "agentos_safe_upgrade",
     "agentos_llm_summarizer",
+    "sys_workspace",
+    "sys_http_publish",
+    "agentos_workspaces",
 )
 
 

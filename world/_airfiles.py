@@ -162,8 +162,20 @@ def _module_names(sources: list[AirSource]) -> list[str]:
     return sorted(names)
 
 
+BUILTIN_PREFIX: Final = "<builtin>/"
+
+
 def read_file(path: str) -> bytes | None:
-    """The file's bytes, or None if it is missing or cannot be read (the loader reports it)."""
+    """The file's bytes, or None if it is missing or cannot be read (the loader reports it).
+    A ``<builtin>/NAME.wasm`` path (a built-in reducer's, ``air.sys.workspace``) is the
+    bundled ``reducers/NAME/NAME.wasm``."""
+    if path.startswith(BUILTIN_PREFIX):
+        from world.sdk import bundle_root
+
+        name = path.removeprefix(BUILTIN_PREFIX)
+        if "/" in name or not name.endswith(".wasm"):
+            return None
+        path = str(bundle_root() / "reducers" / name.removesuffix(".wasm") / name)
     try:
         return fileio.read_regular(path, AUTHOR_FILE_BYTES_MAX)
     except (StoreDamaged, StorageError):

@@ -11,7 +11,8 @@ do not carry it). So an on-demand def, once released, is never changed: a change
 ``@version``, or worlds that use it would load to another hash.
 
 Each topic's defs may live in a module of their own beside this one (``air.sys.enforcers``: the
-capability enforcers; ``air.sys.llm``: ``llm.generate`` and the vault schemas), listed in
+capability enforcers; ``air.sys.llm``: ``llm.generate`` and the vault schemas;
+``air.sys.workspace``: workspaces and the HTTP publish registry), listed in
 ``ONDEMAND_SOURCES``, which the loader reads.
 
 What is here (issue 22, secrets, as AgentOS's ``spec/17-secrets.md`` lays them out):
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from air.sys import enforcers, llm
+from air.sys import enforcers, llm, workspace
 
 __all__ = [
     "HTTP_HEADERS_REFUSED",
@@ -78,6 +79,7 @@ ONDEMAND_SOURCES: Final[tuple[tuple[str, str], ...]] = (
     (ONDEMAND_FILE, ONDEMAND_TEXT),
     (enforcers.ENFORCERS_FILE, enforcers.ENFORCERS_TEXT),
     (llm.LLM_FILE, llm.LLM_TEXT),
+    (workspace.WORKSPACE_FILE, workspace.WORKSPACE_TEXT),
 )
 """Every on-demand catalogue as ``(file name for diagnostics, JSON text)``: this one's and one
 per topic module beside it (``air.sys.enforcers``, ...), each a JSON list of defs."""

@@ -39,13 +39,6 @@ MISSING_BUILTINS: dict[str, set[str]] = {
     # dispatch; an undeclared one is refused here when the AIR is validated. The bundled
     # example changes that one line (manifests/agentos-07-llm-summarizer/README.md).
     "07-llm-summarizer/air": {"air.ref.unknown_secret"},
-    # The workspace schemas, effects and modules; its grant's path_prefixes read as a map.
-    "09-workspaces/air": {
-        "air.ref.unknown_effect",
-        "air.ref.unknown_module",
-        "air.ref.unknown_schema",
-        "air.value.mismatch",
-    },
 }
 """Rung -> the error codes it still gets, all for built-ins not yet here (issue 36, item 2)."""
 

@@ -695,3 +695,21 @@ def test_non_ascii_text_for_bytes_is_a_value_mismatch() -> None:
     with pytest.raises(ValueMismatch) as refused:
         normalise(Prim("bytes"), "héllo", {})
     assert refused.value.code == "bytes.base64"
+
+
+def test_a_tagged_null_is_none_for_an_option_unless_its_item_could_be_written_so() -> None:
+    """AgentOS writes an absent option as ``{"null": {}}`` in a grant's tagged params (its rung
+    09's ``path_prefixes``); an option whose item is a map, or a record with a field ``null``,
+    reads it as that item instead."""
+    from air.types import parse_type
+    from air.values import normalise
+
+    lists = parse_type({"option": {"list": "text"}})
+    assert normalise(lists, {"null": {}}, {}) is None
+    assert normalise(lists, None, {}) is None
+    maps = parse_type({"option": {"map": {"key": "text", "value": {"record": {}}}}})
+    assert normalise(maps, {"null": {}}, {}) == {"null": {}}
+    records = parse_type({"option": {"record": {"null": {"record": {}}}}})
+    assert normalise(records, {"null": {}}, {}) == {"null": {}}
+    tagged = parse_type({"record": {"p": {"option": {"list": "text"}}}})
+    assert normalise(tagged, {"record": {"p": {"null": {}}}}, {}) == {"p": None}

@@ -35,6 +35,7 @@ EXAMPLES = {
     "agentos-06-safe-upgrade": "06-safe-upgrade",
     "agentos-07-llm-summarizer": "07-llm-summarizer",
     "agentos-08-retry-backoff": "08-retry-backoff",
+    "agentos-09-workspaces": "09-workspaces",
 }
 """Our bundled example -> its rung in AgentOS's ladder."""
 

@@ -32,7 +32,8 @@ asking anyone. They are made inside ``dispatch``, so they are taken in the same 
 stubbed run of the same fork writes the same journal bytes every time.
 
 What the mode covers: the effects that leave the world. ``timer.set``, ``blob.put`` and
-``blob.get`` (``LOCAL_KINDS``) stay with their adapters in every mode: a timer is the world's
+``blob.get`` and ``workspace.*`` (``LOCAL_KINDS``) stay with their adapters in every mode: a
+timer is the world's
 own clock and a blob its own content store (a fork copies it). Rejected: stubbing them too. A
 stubbed timer would have to fire at some invented time or never (a forked timer world would
 hang or lie about time), and a stubbed put would hand out a ``blob_ref`` the store does not
@@ -65,6 +66,7 @@ from air import cbor
 from air.errors import InvalidArgument, WorldError
 from air.sys.llm import LLM_KIND
 from air.sys.ondemand import HTTP_KINDS
+from air.sys.workspace import WORKSPACE_KINDS
 from kernel.journal import JournalRecord
 from world import _fileio as fileio
 from world._fsutil import atomic_write
@@ -101,7 +103,7 @@ MODE_FILE: Final = "effects-mode.json"
 MODE_FILE_BYTES_MAX: Final = 64 * 1024
 """The most of a mode file that is read; a longer one is damaged (and so ``stub``)."""
 
-LOCAL_KINDS: Final = frozenset({TIMER_KIND, BLOB_PUT_KIND, BLOB_GET_KIND})
+LOCAL_KINDS: Final = frozenset({TIMER_KIND, BLOB_PUT_KIND, BLOB_GET_KIND, *WORKSPACE_KINDS})
 """Kinds that stay with their adapters in every mode (the module docstring says why)."""
 
 STUB_STATUS: Final = "stub"

@@ -29,6 +29,7 @@ RUNGS: Final[tuple[str, ...]] = (
     "rung06",
     "rung07",
     "rung08",
+    "rung09",
 )
 """The rungs with a driver, in the ladder's order (module names under ``world.ladder``)."""
 

@@ -37,6 +37,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import Engine, World
 from world.effects import BlobAdapter, Done, Intent, Receipt, SimClock, TimerAdapter, decide_parked
+from world.effects._pump import _history
+from world.effects._workspace import WorkspaceAdapter
 from world.ladder import rung04, rung05, rung06
 
 from worldkit import (
@@ -136,7 +138,13 @@ def _run_effects(world: World) -> None:
     with Engine(
         world,
         sim=True,
-        adapters=[timer, BlobAdapter(world.cas, synchronous=True), _FakeHttp(), _FakeLlm()],
+        adapters=[
+            timer,
+            BlobAdapter(world.cas, synchronous=True),
+            WorkspaceAdapter(world.cas, history=lambda name: _history(world, name)),
+            _FakeHttp(),
+            _FakeLlm(),
+        ],
     ) as loop:
         loop.run(until_idle=True)
 
@@ -299,7 +307,8 @@ def agentos(tmp: Path) -> dict[str, Path]:
     path ending in ``/500`` with 500) and the charge is refunded, 06 fetches once under air.v1 (its
     upgrade is not pinned here: a proposal journals the address of its AIR document, which
     names the proposer's files by their absolute paths; tests/world/ladder/test_rung06.py
-    replays it), 07's plan fetches and asks a fake LLM, 08 tries three times and fails."""
+    replays it), 07's plan fetches and asks a fake LLM, 09 seeds two
+    workspaces, 08 tries three times and fails."""
     sends = {
         "agentos-00-counter": [
             ("demo/CounterEvent@1", {"Start": {"target": 3}}),
@@ -319,6 +328,9 @@ def agentos(tmp: Path) -> dict[str, Path]:
         "agentos-07-llm-summarizer": [
             ("demo/LlmSummarizerEvent@1", {"Start": {"url": "https://example.com/story.txt"}}),
         ],
+        "agentos-09-workspaces": [
+            ("demo/WorkspaceEvent@1", {"Start": {"workspaces": ["alpha", "beta"], "owner": "o"}}),
+        ],
         "agentos-08-retry-backoff": [
             ("demo/RetryEvent@1", {"start": {"req_id": "req-123", "payload": "p",
              "max_attempts": 3, "base_delay_ms": 10, "now_ns": 1_000}}),
@@ -326,6 +338,7 @@ def agentos(tmp: Path) -> dict[str, Path]:
     }  # fmt: skip
     ends = dict.fromkeys(sends, ("pc", "Done")) | {
         "agentos-05-chain-comp": ("phase", "Refunded"),
+        "agentos-09-workspaces": ("workspaces", None),
         "agentos-06-safe-upgrade": ("pc", "Completed"),
         "agentos-08-retry-backoff": ("pc", "Failed"),
     }
@@ -338,9 +351,12 @@ def agentos(tmp: Path) -> dict[str, Path]:
             _cli("send", w, schema_name, json.dumps(value))
         with World.open(w) as world:
             _run_effects(world)
-            reducer = next(iter(world.air.modules))
+            reducer = next(m for m in world.air.modules if not m.startswith("sys/"))
             field, end = ends[name]
-            assert world.state(reducer)[field] == end, name
+            if end is None:  # 09: no pc; each workspace seeded once, at version 1
+                assert {w["version"] for w in world.state(reducer)[field].values()} == {1}
+            else:
+                assert world.state(reducer)[field] == end, name
     return worlds
 
 
@@ -367,6 +383,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "agentos-06-safe-upgrade": "5b653f3947ea10a43d5226eabb4d5b4ca7dc3c86a64aa01fccab4fa112985814",
         "agentos-07-llm-summarizer": "172ba30d7cd73d6250a10825a093c82456cec07f518f7c092f40d7edcfc4a73b",
         "agentos-08-retry-backoff": "2f6cee3a9fbc50efae8aad9c51ae2b867cf0943e97b24db0bc08540ff34a7dfc",
+        "agentos-09-workspaces": "d779a70c015deb969b12bb7532dfea9de2f0669b025851f7deaaae938e0b6e82",
     },
     "account": {
         "account": "32484301d0f7d5911710138ebbaa4b7b36696b3dccd17d509d33cd5a0b1479ce",
@@ -430,6 +447,7 @@ def test_every_bundled_example_world_is_in_a_scenario() -> None:
         "agentos-06-safe-upgrade",
         "agentos-07-llm-summarizer",
         "agentos-08-retry-backoff",
+        "agentos-09-workspaces",
         "counter",
         "counter_v1",
         "order",

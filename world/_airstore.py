@@ -15,6 +15,8 @@ address, since every object is content-addressed.
 
 from __future__ import annotations
 
+import json
+import posixpath
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -38,19 +40,64 @@ AIR_DOCUMENT_FORMAT: Final = 1
 
 
 def store_air(cas: FileCas, air: LoadedAir, sources: list[AirSource]) -> str:
-    """Put ``air``'s wasm, its nodes and its AIR document into ``cas``; the document's address."""
+    """Put ``air``'s wasm, its nodes and its AIR document into ``cas``; the document's address.
+
+    The document names the author's files relative to the folder that holds them all, and a
+    module's absolute ``wasm`` path (what ``--module`` binds) relative to its file: the same
+    AIR proposed from two folders (or two checkouts) is the same document, at the same
+    address, and no record carries where the proposer kept it."""
+    root = _common_folder(sources)
     wasm: dict[str, str] = {}
     for name, data in sorted(air.wasm_bytes.items()):
         model = air.defs[name]
-        wasm[str(resolve_relative(model.file, model.model.wasm))] = cas.put(data)
+        wasm[_portable(resolve_relative(model.file, model.model.wasm), root)] = cas.put(data)
     for data in [air.manifest_cbor, *air.def_cbor.values()]:
         cas.put(data)
     doc = {
         "format": AIR_DOCUMENT_FORMAT,
-        "sources": [[s.file, s.text, s.builtin] for s in sources],
+        "sources": [
+            [s.file, s.text, True] if s.builtin else [*_portable_source(s, root), False]
+            for s in sources
+        ],
         "wasm": dict(sorted(wasm.items())),
     }
     return cas.put(cbor.dumps(doc))
+
+
+def _common_folder(sources: list[AirSource]) -> str | None:
+    """The folder holding every author's file, when all are absolute (else None: keep them)."""
+    files = [s.file for s in sources if not s.builtin]
+    if not files or not all(posixpath.isabs(f) for f in files):
+        return None
+    return posixpath.commonpath([posixpath.dirname(f) for f in files])
+
+
+def _portable(path: str, root: str | None) -> str:
+    if root is None or not posixpath.isabs(path):
+        return path
+    return posixpath.relpath(path, root)
+
+
+def _portable_source(source: AirSource, root: str | None) -> tuple[str, str | bytes]:
+    """The source's file relative to ``root``, its text with each module's absolute ``wasm``
+    made relative to the file (a text that is not JSON is left as it is: it loaded as such)."""
+    text = source.text
+    if root is None or not isinstance(text, str):
+        return _portable(source.file, root), text
+    folder = posixpath.dirname(source.file)
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return _portable(source.file, root), text
+    changed = False
+    for node in doc if isinstance(doc, list) else [doc]:
+        wasm = node.get("wasm") if isinstance(node, dict) else None
+        if node is not None and isinstance(wasm, str) and posixpath.isabs(wasm):
+            node["wasm"] = posixpath.relpath(wasm, folder)
+            changed = True
+    if changed:
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return _portable(source.file, root), text
 
 
 def load_stored_air(cas: FileCas, address: str) -> LoadedAir:

@@ -232,3 +232,30 @@ def test_a_served_world_takes_proposals_through_its_socket(
     assert errors == []
     with World.open(world_path, readonly=True) as world:
         assert [p.id for p in proposals(world)] == [reply["id"]]
+
+
+def test_the_same_air_proposed_from_two_folders_is_one_document_naming_no_folder(
+    tmp_path: Path,
+) -> None:
+    """A proposal's AIR document names the author's files relative to their folder and a
+    bound module's wasm relative to its file: the same AIR (and wasm) laid out alike under two
+    folders is the same document, at the same address, with no absolute path in it."""
+    from world.sdk import example_modules, example_path
+
+    name = "agentos-06-safe-upgrade"
+    [(module, wasm)] = example_modules(name).items()
+    addresses, documents = [], []
+    for folder in ("one", "two/deeper"):
+        copy = tmp_path / folder
+        shutil.copytree(example_path(name) / "v2", copy / "air" / "v2")
+        (copy / "wasm").mkdir()
+        shutil.copy(wasm, copy / "wasm" / "r.wasm")
+        with World.create(tmp_path / folder / "w", example_path(name),
+                          modules=example_modules(name)) as world:  # fmt: skip
+            made, _diff = propose(
+                world, copy / "air" / "v2", modules={module: copy / "wasm" / "r.wasm"}
+            )
+            addresses.append(made.air)
+            documents.append(world.cas.get(made.air))
+    assert addresses[0] == addresses[1]
+    assert str(tmp_path).encode() not in documents[0]

@@ -40,6 +40,7 @@ from world.effects import BlobAdapter, Done, Intent, Receipt, SimClock, TimerAda
 from world.effects._pump import _history
 from world.effects._workspace import WorkspaceAdapter
 from world.ladder import rung04, rung05, rung06
+from world.sdk import example_modules, example_path
 
 from worldkit import (
     COUNTER,
@@ -304,10 +305,8 @@ def agentos(tmp: Path) -> dict[str, Path]:
     """AgentOS's ladder rungs bundled so far, each to the end its README states: 00 counts to
     Done, 01's timer fires, 02 puts and gets a blob, 03's plan fetches and raises the status
     back, 04's fans out three and joins them, 05's reservation fails (the fake answers a
-    path ending in ``/500`` with 500) and the charge is refunded, 06 fetches once under air.v1 (its
-    upgrade is not pinned here: a proposal journals the address of its AIR document, which
-    names the proposer's files by their absolute paths; tests/world/ladder/test_rung06.py
-    replays it), 07's plan fetches and asks a fake LLM, 09 seeds two
+    path ending in ``/500`` with 500) and the charge is refunded, 06 is upgraded to air.v2 through
+    the governance loop and fetches twice, 07's plan fetches and asks a fake LLM, 09 seeds two
     workspaces, 08 tries three times and fails."""
     sends = {
         "agentos-00-counter": [
@@ -357,7 +356,24 @@ def agentos(tmp: Path) -> dict[str, Path]:
                 assert {w["version"] for w in world.state(reducer)[field].values()} == {1}
             else:
                 assert world.state(reducer)[field] == end, name
+    _upgrade_06(worlds["agentos-06-safe-upgrade"])
     return worlds
+
+
+def _upgrade_06(w: Path) -> None:
+    """06 goes on as its README does: air.v2 proposed, shadowed, approved, applied, and the
+    next Start runs demo/fetch_plan@2 (both calls)."""
+    example = "agentos-06-safe-upgrade"
+    [(module, wasm)] = example_modules(example).items()
+    shown = _cli("upgrade", "propose", w, "--air", example_path(example) / "v2",
+                 "--module", f"{module}={wasm}", "--json")  # fmt: skip
+    proposal = json.loads(shown)["id"]
+    for verb in ("shadow", "approve", "apply"):
+        _cli("upgrade", verb, w, proposal)
+    _cli("send", w, "demo/SafeUpgradeEvent@1", json.dumps(rung06.START))
+    with World.open(w) as world:
+        _run_effects(world)
+        assert world.state(rung06.REDUCER)["requests_observed"] == 2
 
 
 SCENARIOS = {
@@ -380,7 +396,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "agentos-03-fetch-notify": "35233fb455998aa91dc967acb5d559f9718280bb56311559f15f7913070a777c",
         "agentos-04-aggregator": "f4dcfaf893f0afe8dde832bf8ff31384150e231886ceb68e63980d8dab8b4307",
         "agentos-05-chain-comp": "6864e45e14ccd50c9ac95db49d4d69f0465ce5e41e5fe9bb76849047fb80d0e9",
-        "agentos-06-safe-upgrade": "5b653f3947ea10a43d5226eabb4d5b4ca7dc3c86a64aa01fccab4fa112985814",
+        "agentos-06-safe-upgrade": "5401dc04943f75fd5579e6dc9d105f4a8be44a0e401836996b5088e09a76cbb0",
         "agentos-07-llm-summarizer": "172ba30d7cd73d6250a10825a093c82456cec07f518f7c092f40d7edcfc4a73b",
         "agentos-08-retry-backoff": "2f6cee3a9fbc50efae8aad9c51ae2b867cf0943e97b24db0bc08540ff34a7dfc",
         "agentos-09-workspaces": "d779a70c015deb969b12bb7532dfea9de2f0669b025851f7deaaae938e0b6e82",

@@ -575,6 +575,7 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
             data = handle.info().model_dump()
         data["path"] = str(directory)  # a server's own path may be spelled otherwise
     data["http"] = _http(directory)
+    data["llm"] = _llm(directory)
     if json_output:
         emit_json(data)
         return
@@ -613,6 +614,14 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         if "problem" in http
         else ", ".join(f"{k} {v}" for k, v in sorted(http.items())),
     )
+    llm = data["llm"]
+    if llm:
+        table.add_row(
+            "llm (local.json)",
+            llm["problem"]
+            if "problem" in llm
+            else ", ".join(f"{k} {v}" for k, v in sorted(llm["providers"].items())),
+        )
     for name, r in data["reducers"].items():
         table.add_row(
             f"reducer {name}", f"{r.get('cells', '-')} cells" if r["keyed"] else "v1 (non-keyed)"
@@ -632,6 +641,18 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
         )
     if data["dead_letters"]:
         console.print("(world dead-letters ls: their ids and reasons; retry or drop them)")
+
+
+def _llm(directory: Path) -> dict[str, Any]:
+    """The LLM providers this machine's ``local.json`` names (``{providers: {name: base_url}}``,
+    empty when none), or the problem with the file."""
+    from world._localconfig import read_local_config
+
+    try:
+        providers = read_local_config(directory).llm.providers
+    except InvalidArgument as exc:
+        return {"problem": str(exc)}
+    return {"providers": {n: p.base_url for n, p in providers.items()}} if providers else {}
 
 
 def _http(directory: Path) -> dict[str, Any]:

@@ -50,9 +50,17 @@ def test_no_file_is_every_default_and_info_shows_them(tmp_path: Path) -> None:
     shown = json.loads(runner.invoke(app, ["info", str(tmp_path / "w"), "--json"]).stdout)
     assert shown["http"] == http_settings(tmp_path / "w")
     assert shown["http"]["retries_max"] == 3
+    assert shown["llm"] == {}
     (tmp_path / "w" / "local.json").write_text('{"http": {"retries_max": 7}}')
     text = runner.invoke(app, ["info", str(tmp_path / "w")]).output
     assert "retries_max 7" in text
+    assert "llm (local.json)" not in text
+    llm = {"llm": {"providers": {"openai": {"base_url": "https://api.openai.com/v1/"}}}}
+    (tmp_path / "w" / "local.json").write_text(json.dumps(llm))
+    shown = json.loads(runner.invoke(app, ["info", str(tmp_path / "w"), "--json"]).stdout)
+    assert shown["llm"] == {"providers": {"openai": "https://api.openai.com/v1"}}
+    text = runner.invoke(app, ["info", str(tmp_path / "w")]).output
+    assert "openai https://api.openai.com/v1" in text
 
 
 @pytest.mark.parametrize(

@@ -646,13 +646,13 @@ def info(directory: DirArg, json_output: JsonOpt = False) -> None:
 def _llm(directory: Path) -> dict[str, Any]:
     """The LLM providers this machine's ``local.json`` names (``{providers: {name: base_url}}``,
     empty when none), or the problem with the file."""
-    from world._localconfig import read_local_config
+    from world.effects import llm_providers
 
     try:
-        providers = read_local_config(directory).llm.providers
+        providers = llm_providers(directory)
     except InvalidArgument as exc:
         return {"problem": str(exc)}
-    return {"providers": {n: p.base_url for n, p in providers.items()}} if providers else {}
+    return {"providers": providers} if providers else {}
 
 
 def _http(directory: Path) -> dict[str, Any]:

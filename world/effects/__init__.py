@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         ReceiptStatus,
         backoff_s,
         http_settings,
+        llm_providers,
     )
     from world.effects._blob import BlobAdapter
     from world.effects._http import HttpAdapter
@@ -140,6 +141,7 @@ __all__ = [
     "failed_payload",
     "fork_mode",
     "http_settings",
+    "llm_providers",
     "read_mode_file",
     "write_mode_file",
 ]
@@ -158,6 +160,7 @@ _WHERE: dict[str, str] = {
                 "ReceiptStatus",
                 "backoff_s",
                 "http_settings",
+                "llm_providers",
                 "ADAPTER_CLOSE_WAIT_S",
                 "BACKOFF_BASE_S",
                 "BACKOFF_MAX_S",

@@ -68,6 +68,7 @@ __all__ = [
     "ReceiptStatus",
     "backoff_s",
     "http_settings",
+    "llm_providers",
 ]
 
 RETRIES_MAX: Final = 3
@@ -285,3 +286,9 @@ def http_settings(world_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "backoff_max_s": BACKOFF_MAX_S,
         **read_local_config(world_dir).http.given(),
     }
+
+
+def llm_providers(world_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``llm.generate`` providers this machine's ``local.json`` names: name -> base URL
+    (``world info``; ``world.effects._llm``)."""
+    return {n: p.base_url for n, p in read_local_config(world_dir).llm.providers.items()}

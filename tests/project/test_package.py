@@ -116,7 +116,7 @@ def test_a_plain_install_runs_the_examples_from_an_empty_folder(
     # The wheel carries every example, its modules and the header, byte for byte.
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        for path in [*ROOT.glob("manifests/*/*.air.json"), *ROOT.glob("reducers/*/*.wasm")]:
+        for path in [*ROOT.glob("manifests/**/*.air.json"), *ROOT.glob("reducers/*/*.wasm")]:
             inside = f"world/_bundle/{path.relative_to(ROOT).as_posix()}"
             assert archive.read(inside) == path.read_bytes()
         assert "world/_bundle/reducers/sdk/world.h" in names
@@ -146,6 +146,18 @@ def test_a_plain_install_runs_the_examples_from_an_empty_folder(
     state = world("state", "./w", REDUCER, "--key", "order-1", "--json").stdout
     assert json.loads(state)["state"] == {"count": 7, "events": 2}
     world("init", "./from-name", "--example", "counter")
+
+    # The built-in reducers' code comes from the wheel (<builtin>/ paths): a workspace world runs.
+    world("init", "./ws", "--example", "agentos-09-workspaces")
+    world(
+        "send",
+        "./ws",
+        "demo/WorkspaceEvent@1",
+        '{"Start": {"workspaces": ["alpha"], "owner": "o"}}',
+    )
+    world("run", "./ws", "--until-idle")
+    history = world("state", "./ws", "sys/Workspace@1", "--key", "alpha", "--json").stdout
+    assert json.loads(history)["state"]["latest"] == 1
 
     # The inspector's templates are in the wheel: its pages render from the install.
     inspector = subprocess.Popen(

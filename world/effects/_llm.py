@@ -33,6 +33,7 @@ saying what failed.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -89,7 +90,9 @@ class LlmAdapter:
         self.read_timeout_s = read_timeout_s
         self.attempt_deadline_s = attempt_deadline_s
         self._outbox = Outbox()
-        self._pool = WorkerPool("llm", workers)
+        self._workers = workers
+        self._pool: WorkerPool | None = None  # made at the first intent: most runs send none
+        self._pool_lock = threading.Lock()
 
     def submit(self, intent: Intent, done: Done) -> None:
         def job() -> None:
@@ -97,11 +100,18 @@ class LlmAdapter:
             if receipt is not None:
                 self._outbox.deliver(done, receipt)
 
-        self._pool.run(job)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = WorkerPool("llm", self._workers)
+            pool = self._pool
+        pool.run(job)
 
     def close(self) -> None:
         self._outbox.close()
-        self._pool.close()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def _answer(self, intent: Intent) -> Receipt | None:
         sent: list[bytes] = []  # the key, once read: scrubbed from everything that comes back

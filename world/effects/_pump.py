@@ -56,7 +56,7 @@ from air.sys.ondemand import HTTP_KINDS
 from air.sys.workspace import WORKSPACE_REDUCER
 from kernel import Kernel
 from world._localconfig import read_local_config
-from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt, llm_providers
+from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
 from world.effects._blob import BlobAdapter, BlobStore
 from world.effects._modes import EffectsMode, JournaledReceipts, NotLive
 from world.effects._receipts import ReceiptKey
@@ -141,7 +141,7 @@ class EffectPump:
             llm = LlmAdapter(
                 world.cas,
                 http=http,
-                providers=llm_providers(world.path),
+                providers={name: p.base_url for name, p in local.llm.providers.items()},
                 secrets=secrets,
                 **local.llm.model_dump(exclude_none=True, exclude={"providers"}),
             )

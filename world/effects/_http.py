@@ -97,6 +97,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import httpx
+from blake3 import blake3
 
 from air import cbor
 from air.errors import WorldError
@@ -128,6 +129,8 @@ __all__ = [
     "HTTP_KINDS",
     "HTTP_SECRET_KIND",
     "HTTP_USER_AGENT",
+    "IDEMPOTENCY_CONTEXT",
+    "IDEMPOTENCY_HEADER",
     "REDACTED",
     "HttpAdapter",
 ]
@@ -139,6 +142,10 @@ REDACTED: Final = "[redacted secret]"
 """What stands in a receipt (and a stored response body) where a secret's value was."""
 HTTP_USER_AGENT: Final = "world-kernel"
 """Sent as ``user-agent`` unless the intent's headers name one."""
+IDEMPOTENCY_HEADER: Final = "idempotency-key"
+"""Sent with every request unless the intent's headers name one (``idempotency_key``)."""
+IDEMPOTENCY_CONTEXT: Final = "world-kernel 2026-12 idempotency key"
+"""The receipt key's derivation context for the world's idempotency secret (``world.effects._pump``)."""
 
 _NOT_RETRIED: Final = (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.ProxyError)
 
@@ -272,8 +279,10 @@ class HttpAdapter:
         secrets: SecretResolver | None = None,
         resolve: Mapping[str, str] | None = None,
         ca_file: str | None = None,
+        idempotency_secret: bytes | None = None,
     ) -> None:
         self.blobs = blobs
+        self.idempotency_secret = idempotency_secret
         self.resolve = dict(resolve or {})
         self.ca_file = ca_file
         self.secrets = secrets
@@ -325,6 +334,7 @@ class HttpAdapter:
         resolved: list[bytes] = []  # every secret read so far, to scrub even a failure
         try:
             request = self._request(intent.params, intent.bytes_max, intent.kind, resolved)
+            request.headers.setdefault(IDEMPOTENCY_HEADER, self.idempotency_key(intent.intent_hash))
             payload = self.retried(lambda: self._scrubbed(self._attempt(request), request.scrub))
             if payload is None:
                 return None
@@ -334,6 +344,20 @@ class HttpAdapter:
         except Exception as exc:  # a bug or an input nothing above foresaw: still one receipt
             failed = _Failed("error", _describe(exc), retry=False)
         return self._failure(intent, failed, _Scrub(resolved))
+
+    def idempotency_key(self, intent_hash: bytes) -> str:
+        """The ``idempotency-key`` of an intent: ``wk1-`` and the blake3 of its hash keyed by
+        the world's idempotency secret (derived from its receipt key, so a copy or a fork of the
+        world, which re-derives its intents, sends the same keys, and no other world can). The
+        same on every attempt and after every restart: a server that honours the header
+        (Stripe's convention) does a request once however often it arrives. Without a secret
+        (an adapter made outside a world) the hash alone is keyed by nothing."""
+        keyed = (
+            blake3(intent_hash, key=self.idempotency_secret)
+            if self.idempotency_secret
+            else blake3(intent_hash)
+        )
+        return "wk1-" + keyed.hexdigest()
 
     def retried(self, attempt: Callable[[], T]) -> T | None:
         """``attempt()``, tried again with backoff while it fails with ``_Failed`` worth

@@ -42,7 +42,14 @@ from air import cbor
 from air.sys.llm import LLM_KIND
 from world.effects._adapters import Done, Intent, Receipt, ReceiptStatus
 from world.effects._blob import BlobStore
-from world.effects._http import HttpAdapter, _describe, _Failed, _Request, _Scrub
+from world.effects._http import (
+    IDEMPOTENCY_HEADER,
+    HttpAdapter,
+    _describe,
+    _Failed,
+    _Request,
+    _Scrub,
+)
 from world.effects._modes import failed_payload
 from world.effects._secrets import SecretResolver, SecretUnavailable
 from world.effects._workers import Outbox, WorkerPool
@@ -120,6 +127,7 @@ class LlmAdapter:
             params = intent.params
             provider = str(params["provider"])
             request = self._request(params, provider, sent)
+            request.headers[IDEMPOTENCY_HEADER] = self.http.idempotency_key(intent.intent_hash)
             answer = self.http.retried(lambda: self._attempt(request))
             if answer is None:
                 return None

@@ -134,10 +134,15 @@ class EffectPump:
                 if unbound:
                     raise UsageError("cannot run with live effects: " + "; ".join(unbound))
             # Here, not at the top: httpx costs every command that opens a world ~60 ms.
-            from world.effects._http import HttpAdapter
+            from world.effects._http import IDEMPOTENCY_CONTEXT, HttpAdapter
             from world.effects._llm import LlmAdapter
 
-            http = HttpAdapter(world.cas, secrets=secrets, **local.http.given())
+            http = HttpAdapter(
+                world.cas,
+                secrets=secrets,
+                idempotency_secret=self.key.derive(IDEMPOTENCY_CONTEXT),
+                **local.http.given(),
+            )
             llm = LlmAdapter(
                 world.cas,
                 http=http,

@@ -112,7 +112,7 @@ MISSING: Final = _Missing.MISSING
 
 # ---------------------------------------------------------------------------------------- AST
 
-RefScope: TypeAlias = Literal["plan.input", "var", "step", "event"]
+RefScope: TypeAlias = Literal["plan.input", "var", "step", "event", "run.id"]
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -140,7 +140,7 @@ class Ref:
 
     @property
     def root(self) -> str:
-        """``plan.input``, ``var:<name>``, ``step:<id>`` or ``event``."""
+        """``plan.input``, ``var:<name>``, ``step:<id>``, ``event`` or ``run.id``."""
         return f"{self.scope}:{self.name}" if self.name else self.scope
 
 
@@ -199,6 +199,8 @@ class Env:
     steps: Mapping[str, Any] = field(default_factory=dict)
     event: Any | _Missing = MISSING
     schemas: Mapping[str, TypeNode] = field(default_factory=dict)
+    run_id: int | _Missing = MISSING
+    """The run's id (``@run.id``): a nat, unique in the world, the same on every replay."""
     """The world's schemas, by name: what ``json_encode`` and ``json_decode`` read values by."""
 
 
@@ -294,6 +296,8 @@ def _ref_root(ref: Ref, env: Env) -> Any:
         return env.plan_input
     if ref.scope == "event":
         found = env.event
+    elif ref.scope == "run.id":
+        found = env.run_id
     else:
         found = (env.vars if ref.scope == "var" else env.steps).get(ref.name, MISSING)
     if found is MISSING:

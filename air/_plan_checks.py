@@ -625,6 +625,8 @@ def _ref_type(
         root = plan.var_types.get(ref.name)
     elif ref.scope == "event":
         root = None if event is _NO_EVENT else event
+    elif ref.scope == "run.id":
+        root = Prim("nat")
     else:
         root = None
     if root is None:

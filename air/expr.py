@@ -25,7 +25,8 @@ Grammar (JSON)::
                {"record": {"$schema": "ns/Name@1", field: Expr}} names the record's schema
                {"set": [Expr]} (deduplicated, sorted by canonical CBOR)
                {"map": [{"key": Expr, "value": Expr}, ...]} (int, text or bytes keys, unique)
-    reference  {"ref": "@plan.input" | "@var:<name>" | "@step:<id>" | "@event"} + ".field"...
+    reference  {"ref": "@plan.input" | "@var:<name>" | "@step:<id>" | "@event"} + ".field"...,
+               or {"ref": "@run.id"} (the run's id, a nat)
     operator   {"op": NAME, "args": [Expr, ...]}
 
 Constants are values, as everywhere in AIR: ``{"time_ns": 5}``, ``{"int": 5}`` and ``5`` are one
@@ -449,7 +450,9 @@ def _form_some(payload: Any, at: str, node: str, depth: int) -> Expr:
 
 
 def _form_ref(payload: Any, at: str, node: str, depth: int) -> Expr:
-    bad = ExprError(at, "expr.parse.ref", "expected @plan.input, @var:<n>, @step:<id> or @event")
+    bad = ExprError(
+        at, "expr.parse.ref", "expected @plan.input, @var:<n>, @step:<id>, @event or @run.id"
+    )
     if type(payload) is not str or not payload.startswith("@"):
         raise bad
     head, *path = payload[1:].split(".")
@@ -459,6 +462,8 @@ def _form_ref(payload: Any, at: str, node: str, depth: int) -> Expr:
         scope, path = "plan.input", path[1:]
     elif head == "event":
         scope = "event"
+    elif head == "run" and path == ["id"]:
+        scope, path = "run.id", []
     elif head.startswith("var:"):
         scope, name = "var", head.removeprefix("var:")
     elif head.startswith("step:"):

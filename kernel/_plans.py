@@ -183,10 +183,10 @@ def _expr(obj: Any) -> Any:
 
 def env_of(run: Run, schemas: Mapping[str, Any], event: Any = None) -> Env:
     """What a run's Exprs read: its input, vars and step results (and ``@event`` in a
-    ``where``), and the schemas its era knows (``json_encode``/``json_decode`` read by them)."""
+    ``where``), its id (``@run.id``), and the schemas its era knows (``json_encode``/``json_decode`` read by them)."""
     if event is None:
-        return Env(run.input, run.vars, run.results, schemas=schemas)
-    return Env(run.input, run.vars, run.results, event, schemas=schemas)
+        return Env(run.input, run.vars, run.results, schemas=schemas, run_id=run.run_id)
+    return Env(run.input, run.vars, run.results, event, schemas=schemas, run_id=run.run_id)
 
 
 def ready_steps(

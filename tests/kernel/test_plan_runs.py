@@ -774,3 +774,63 @@ def test_a_steps_exprs_read_the_schemas_of_its_era(tmp_path: Path) -> None:
     path = tmp_path / "w"
     _start_then_reply(path, air, [])
     assert _results(path) == {0: ("ok", '{"key":"a"}')}
+
+
+# --- @run.id ----------------------------------------------------------------------------------
+
+
+def _run_id_world(folder: Path, result: Any) -> Path:
+    step = {"id": "name", "op": "assign", "expr": result, "bind": {"as": "named"}}
+    return plan_world(
+        folder,
+        schemas=SCHEMAS,
+        plans=[
+            plan("t/named@1", START, [step, end(result=ref("@var:named"))], chain("name", "end"))
+        ],
+        triggers=[{"event": START, "plan": "t/named@1"}],
+    )
+
+
+def test_run_id_is_each_run_s_own_and_replays_the_same(tmp_path: Path) -> None:
+    """``@run.id`` reads the run's id (a nat): a plan builds a key from it that no other run
+    of the world has, the same on every replay."""
+    key = op("concat", {"text": "charge-"}, op("int_to_text", ref("@run.id")))
+    path = tmp_path / "w"
+    with World.create(path, _run_id_world(tmp_path / "air", key)) as world:
+        for name in ("a", "b", "c"):
+            world.send(START, {"key": name})
+        world.run_until_idle()
+    results = {run: body["result"] for run, body in ended(records(path)).items()}
+    assert results == {0: "charge-0", 1: "charge-1", 2: "charge-2"}
+    assert verify_world(path).ok
+
+
+@pytest.mark.parametrize(
+    ("written", "code"),
+    [
+        ("@run", "expr.parse.ref"),
+        ("@run.id.x", "expr.parse.ref"),
+        ("@run.input", "expr.parse.ref"),
+    ],
+)
+def test_only_run_id_is_a_run_ref(written: str, code: str) -> None:
+    with pytest.raises(ExprError) as refused:
+        parse_expr({"ref": written})
+    assert refused.value.code == code
+
+
+def test_run_id_is_a_nat_to_the_type_checker(tmp_path: Path) -> None:
+    """Where text is wanted, ``@run.id`` is refused when the AIR loads, naming the step."""
+    from air.errors import ManifestError
+
+    step = {"id": "name", "op": "assign", "expr": op("concat", {"text": "x"}, ref("@run.id")),
+            "bind": {"as": "named"}}  # fmt: skip
+    air = plan_world(
+        tmp_path / "air",
+        schemas=SCHEMAS,
+        plans=[plan("t/named@1", START, [step, end()], chain("name", "end"))],
+        triggers=[{"event": START, "plan": "t/named@1"}],
+    )
+    with pytest.raises(ManifestError) as refused:
+        World.create(tmp_path / "w", air)
+    assert any("/steps/0" in d.pointer for d in refused.value.diagnostics)

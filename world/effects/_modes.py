@@ -31,10 +31,10 @@ verify`` and ``replay --verify`` check it like any other, and replay re-applies 
 asking anyone. They are made inside ``dispatch``, so they are taken in the same cycle and a
 stubbed run of the same fork writes the same journal bytes every time.
 
-What the mode covers: the effects that leave the world. ``timer.set``, ``blob.put`` and
+What the mode covers: the effects that leave the world. ``timer.set``, ``blob.put``,
 ``blob.get`` and ``workspace.*`` (``LOCAL_KINDS``) stay with their adapters in every mode: a
-timer is the world's
-own clock and a blob its own content store (a fork copies it). Rejected: stubbing them too. A
+timer is the world's own clock, and a blob or a workspace tree its own content store (a fork
+copies it). Rejected: stubbing them too. A
 stubbed timer would have to fire at some invented time or never (a forked timer world would
 hang or lie about time), and a stubbed put would hand out a ``blob_ref`` the store does not
 hold, so the next ``blob.get`` would fail for a reason its parent never met. Any other kind,

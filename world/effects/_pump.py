@@ -53,7 +53,6 @@ from typing import Any, Final, Protocol
 from air import cbor
 from air.errors import UsageError
 from air.sys.ondemand import HTTP_KINDS
-from air.sys.workspace import WORKSPACE_REDUCER
 from kernel import Kernel
 from world._localconfig import read_local_config
 from world.effects._adapters import Adapter, Dispatcher, Intent, Receipt
@@ -62,7 +61,7 @@ from world.effects._modes import EffectsMode, JournaledReceipts, NotLive
 from world.effects._receipts import ReceiptKey
 from world.effects._secrets import SecretResolver
 from world.effects._timer import SimClock, TimerAdapter
-from world.effects._workspace import WorkspaceAdapter
+from world.effects._workspace import WorkspaceAdapter, cell_history
 from world.errors import ReceiptRefused
 
 __all__ = ["RECEIPT_WAIT_S", "EffectPump", "PumpReport", "accept_receipt", "decide_parked"]
@@ -97,14 +96,6 @@ class PumpReport:
     receipts: int = 0
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
-
-
-def _history(world: World, name: str) -> Any:
-    """Workspace ``name``'s ``sys/Workspace@1`` state, or None (no cell, or no such reducer)."""
-    if WORKSPACE_REDUCER not in world.kernel.air.modules:
-        return None
-    found = world.kernel.cell_of(WORKSPACE_REDUCER, cbor.dumps(name))
-    return None if found is None else cbor.loads(found[1])
 
 
 class EffectPump:
@@ -150,7 +141,7 @@ class EffectPump:
                 secrets=secrets,
                 **local.llm.model_dump(exclude_none=True, exclude={"providers"}),
             )
-            spaces = WorkspaceAdapter(world.cas, history=lambda name: _history(world, name))
+            spaces = WorkspaceAdapter(world.cas, history=cell_history(world))
             adapters = [TimerAdapter(clock), blobs, spaces, llm, http]  # llm before its client
         adapters = list(adapters)
         self.dispatcher = Dispatcher(adapters)

@@ -42,10 +42,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from air import cbor
+from air.sys.workspace import WORKSPACE_REDUCER
 from world.effects._adapters import Done, Intent, Receipt
 from world.effects._blob import BlobStore
 
-__all__ = ["WORKSPACE_ADAPTER_ID", "WorkspaceAdapter"]
+__all__ = ["WORKSPACE_ADAPTER_ID", "WorkspaceAdapter", "cell_history"]
 
 WORKSPACE_ADAPTER_ID: Final = "workspace"
 MODE_FILE: Final = 0o644
@@ -55,6 +56,20 @@ _SEGMENT: Final = re.compile(r"[A-Za-z0-9._~-]+")
 
 History = Callable[[str], Any]
 """Workspace name -> its ``sys/WorkspaceHistory@1`` state (``{latest, versions}``), or None."""
+
+
+def cell_history(world: Any) -> History:
+    """``History`` read from the ``sys/Workspace@1`` cells of ``world``'s kernel as it is when
+    asked (None: no cell of that name, or no such reducer in the world)."""
+
+    def history(name: str) -> Any:
+        kernel = world.kernel
+        if WORKSPACE_REDUCER not in kernel.air.modules:
+            return None
+        found = kernel.cell_of(WORKSPACE_REDUCER, cbor.dumps(name))
+        return None if found is None else cbor.loads(found[1])
+
+    return history
 
 
 class WorkspaceRefused(Exception):

@@ -37,8 +37,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from world import Engine, World
 from world.effects import BlobAdapter, Done, Intent, Receipt, SimClock, TimerAdapter, decide_parked
-from world.effects._pump import _history
-from world.effects._workspace import WorkspaceAdapter
+from world.effects._workspace import WorkspaceAdapter, cell_history
 from world.ladder import rung04, rung05, rung06
 from world.sdk import example_modules, example_path
 
@@ -142,7 +141,7 @@ def _run_effects(world: World) -> None:
         adapters=[
             timer,
             BlobAdapter(world.cas, synchronous=True),
-            WorkspaceAdapter(world.cas, history=lambda name: _history(world, name)),
+            WorkspaceAdapter(world.cas, history=cell_history(world)),
             _FakeHttp(),
             _FakeLlm(),
         ],
